@@ -1,0 +1,75 @@
+"""Every jaxtrain setting with its default; other configs override only what differs.
+
+Run:  python -m jaxtrain --config configs/base.py --config.data.kind=synthetic
+(base alone trains the `debug` Llama on synthetic tokens; real runs start from a preset file.)
+"""
+
+from ml_collections import ConfigDict
+
+from jaxtrain.models.presets import model_config
+
+
+def get_config() -> ConfigDict:
+    """The default configuration; `python -m jaxtrain config FILE` prints any resolved one."""
+    c = ConfigDict()
+
+    c.run = ConfigDict()
+    c.run.name = "debug"  # run name; the run directory defaults to runs/<name>
+    c.run.dir = ""  # run directory (metrics, checkpoints, config); "" means runs/<run.name>
+    c.run.seed = 0  # seed for parameter init, data order and dropout-free training RNG
+
+    c.model = model_config("llama-debug")  # architecture: see jaxtrain/models/presets.py
+
+    c.train = ConfigDict()
+    c.train.steps = 100  # optimizer steps to train for (the run ends at this step)
+    c.train.seq_len = 128  # tokens per training sequence (windows are seq_len + 1 long)
+    c.train.global_batch_size = 8  # sequences per optimizer step, across all processes
+    c.train.micro_batch_size = 0  # sequences per forward/backward; 0 = global (no accumulation)
+    c.train.z_loss = 0.0  # weight of the log(Z)^2 auxiliary loss (PaLM); 0 disables it
+    c.train.log_every = 10  # steps between metric lines (console, JSONL, TensorBoard)
+    c.train.eval_every = 0  # steps between validation passes; 0 disables periodic validation
+    c.train.eval_batches = 8  # validation batches per pass (fixed order, same every time)
+    c.train.progress = True  # progress bar on a terminal; plain lines when piped
+    c.train.peak_flops = 0.0  # per-device peak FLOP/s for MFU; 0 = known GPU table or measured
+
+    c.optim = ConfigDict()
+    c.optim.lr = 3e-4  # peak learning rate
+    c.optim.min_lr = 3e-5  # learning rate at the end of the decay
+    c.optim.schedule = "cosine"  # cosine | linear | constant (after warmup)
+    c.optim.warmup_steps = 10  # linear warmup from 0 to lr over these steps
+    c.optim.decay_steps = 0  # steps of warmup + decay; 0 = train.steps
+    c.optim.weight_decay = 0.1  # decoupled (AdamW) weight decay on matrices, not norms/biases
+    c.optim.b1 = 0.9  # Adam beta1
+    c.optim.b2 = 0.95  # Adam beta2
+    c.optim.eps = 1e-8  # Adam epsilon
+    c.optim.clip_grad_norm = 1.0  # global gradient-norm clipping; 0 disables it
+
+    c.data = ConfigDict()
+    c.data.kind = "synthetic"  # datatrove | synthetic
+    c.data.paths = ""  # training shard folders (or .ds files), comma-separated
+    c.data.val_paths = ""  # validation shard folders, comma-separated; "" = no validation data
+    c.data.tokenizer = ""  # Hugging Face tokenizer folder, for sampling and .ds.metadata checks
+    c.data.shuffle = True  # shuffle windows (a new order each epoch, from run.seed)
+    c.data.worker_count = 0  # grain worker processes; 0 reads in the training process
+    c.data.prefetch = 4  # batches read ahead by background threads
+
+    c.checkpoint = ConfigDict()
+    c.checkpoint.dir = ""  # checkpoint folder; "" = <run dir>/checkpoints
+    c.checkpoint.every = 100  # steps between checkpoints (and one at the end); 0 = only at the end
+    c.checkpoint.keep = 3  # number of most recent checkpoints to keep
+    c.checkpoint.resume = True  # continue from the latest checkpoint in the folder if present
+
+    c.mesh = ConfigDict()
+    for axis in ("data", "fsdp", "context", "expert", "tensor"):
+        c.mesh[f"ici_{axis}"] = -1 if axis == "fsdp" else 1  # devices per host on this axis
+        c.mesh[f"dcn_{axis}"] = -1 if axis == "data" else 1  # hosts (slices) on this axis
+    c.mesh.rules = "fsdp_tensor"  # logical-axis rule preset: fsdp_tensor | fsdp | data
+
+    c.sample = ConfigDict()
+    c.sample.prompt = ""  # text to continue after training; "" skips the sample
+    c.sample.max_new_tokens = 64  # tokens to generate
+    c.sample.temperature = 0.0  # 0 = greedy; > 0 samples from softmax(logits / temperature)
+    c.sample.top_k = 0  # sample among the k most likely tokens; 0 = all
+
+    c.lock()
+    return c

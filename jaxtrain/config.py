@@ -1,0 +1,169 @@
+"""Loading `.py` configs (with `key=value` overrides) and checking them before anything heavy.
+
+A config file defines `get_config(arg=None) -> ConfigDict`; `path.py:arg` passes `arg`. Configs
+are locked: a key that does not exist is an error that names it, never a silent new setting.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ml_collections import ConfigDict
+
+from jaxtrain.models.spec import ConfigError, ModelSpec
+
+SCHEDULES = ("cosine", "linear", "constant")
+DATA_KINDS = ("datatrove", "synthetic")
+
+
+def load_py_config(spec: str) -> ConfigDict:
+    """Runs `get_config` of a `.py` config file; `file.py:arg` passes arg to it."""
+    path, _, arg = spec.partition(":")
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config file {path!r} does not exist.")
+    module_name = f"_jaxtrain_config_{abs(hash(file.resolve()))}"
+    module_spec = importlib.util.spec_from_file_location(module_name, file)
+    module = importlib.util.module_from_spec(module_spec)
+    # Config files import each other (`from configs import base`) relative to the project.
+    sys.path.insert(0, str(file.resolve().parent.parent))
+    try:
+        module_spec.loader.exec_module(module)
+    finally:
+        sys.path.pop(0)
+    if not hasattr(module, "get_config"):
+        raise ConfigError(f"config file {path!r} has no get_config() function.")
+    cfg = module.get_config(arg) if arg else module.get_config()
+    if not isinstance(cfg, ConfigDict):
+        raise ConfigError(f"get_config() in {path!r} returned {type(cfg).__name__}, "
+                          "not an ml_collections.ConfigDict.")
+    cfg.lock()
+    return cfg
+
+
+def _parse_value(text: str, current: Any, key: str) -> Any:
+    """Turns override text into the type of the current value."""
+    if isinstance(current, bool):
+        lowered = text.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"--config.{key}={text!r}: expected true or false.")
+    if isinstance(current, int):
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"--config.{key}={text!r}: expected an integer.") from None
+    if isinstance(current, float):
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"--config.{key}={text!r}: expected a number.") from None
+    if isinstance(current, (tuple, list)):
+        return type(current)(ast.literal_eval(text))
+    return text
+
+
+def apply_overrides(cfg: ConfigDict, overrides: Mapping[str, Any] | Iterable[str]) -> ConfigDict:
+    """Sets `a.b=value` strings or a {"a.b": value} mapping; unknown keys raise ConfigError."""
+    items = overrides.items() if isinstance(overrides, Mapping) else (
+        tuple(o.removeprefix("--config.").split("=", 1)) for o in overrides)
+    for item in items:
+        if len(item) != 2:
+            raise ConfigError(f"override {item[0]!r} is not of the form key=value.")
+        key, value = item
+        parent = cfg
+        *parents, leaf = key.split(".")
+        for i, part in enumerate(parents):
+            if part not in parent or not isinstance(parent[part], ConfigDict):
+                raise ConfigError(f"config has no section {'.'.join(parents[:i + 1])!r} "
+                                  f"(while setting {key!r}).")
+            parent = parent[part]
+        if leaf not in parent:
+            raise ConfigError(f"config key {key!r} does not exist; known keys in "
+                              f"{'.'.join(parents) or 'the root'}: {', '.join(sorted(parent))}.")
+        if isinstance(value, str):
+            value = _parse_value(value, parent[leaf], key)
+        with parent.unlocked():
+            parent[leaf] = value
+    return cfg
+
+
+def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) -> ConfigDict:
+    """Loads a config file and applies overrides; the notebook and CLI entry point."""
+    return apply_overrides(load_py_config(spec), overrides)
+
+
+def run_dir(cfg: ConfigDict) -> Path:
+    """The run directory: `run.dir`, or runs/<run.name>."""
+    return Path(cfg.run.dir or os.path.join("runs", cfg.run.name))
+
+
+def checkpoint_dir(cfg: ConfigDict) -> Path:
+    """The checkpoint folder: `checkpoint.dir`, or <run dir>/checkpoints."""
+    return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else run_dir(cfg) / "checkpoints"
+
+
+def split_paths(value: str | Iterable[str]) -> list[str]:
+    """`data.paths` as a list: comma-separated text or a sequence."""
+    if isinstance(value, str):
+        return [p.strip() for p in value.split(",") if p.strip()]
+    return [str(p) for p in value]
+
+
+def micro_batch_size(cfg: ConfigDict) -> int:
+    """Sequences per forward/backward pass."""
+    return cfg.train.micro_batch_size or cfg.train.global_batch_size
+
+
+def validate(cfg: ConfigDict) -> ModelSpec:
+    """Checks every setting that could fail later and returns the model spec.
+
+    Each failure is a ConfigError naming the key, its value and a fix.
+    """
+    spec = ModelSpec.from_config(cfg.model)
+    t, o, d = cfg.train, cfg.optim, cfg.data
+    for key in ("steps", "seq_len", "global_batch_size"):
+        if t[key] <= 0:
+            raise ConfigError(f"train.{key}={t[key]} must be positive.")
+    micro = micro_batch_size(cfg)
+    if micro <= 0 or t.global_batch_size % micro:
+        raise ConfigError(
+            f"train.global_batch_size={t.global_batch_size} is not a multiple of "
+            f"train.micro_batch_size={t.micro_batch_size}; gradient accumulation runs a whole "
+            "number of micro batches per step. Pick a micro batch that divides the global one.")
+    if t.seq_len > spec.max_seq_len:
+        raise ConfigError(f"train.seq_len={t.seq_len} exceeds model.max_seq_len="
+                          f"{spec.max_seq_len}; shorten the sequence or raise max_seq_len.")
+    if o.schedule not in SCHEDULES:
+        raise ConfigError(f"optim.schedule={o.schedule!r} is not one of {SCHEDULES}.")
+    decay = o.decay_steps or t.steps
+    if o.warmup_steps < 0 or o.warmup_steps > decay:
+        raise ConfigError(f"optim.warmup_steps={o.warmup_steps} must be between 0 and the "
+                          f"decay horizon ({decay}: optim.decay_steps or train.steps).")
+    if o.lr <= 0 or o.min_lr < 0 or o.min_lr > o.lr:
+        raise ConfigError(f"optim.lr={o.lr} / optim.min_lr={o.min_lr}: need 0 <= min_lr <= lr "
+                          "and lr > 0.")
+    if d.kind not in DATA_KINDS:
+        raise ConfigError(f"data.kind={d.kind!r} is not one of {DATA_KINDS}.")
+    if d.kind != "synthetic":
+        paths = split_paths(d.paths)
+        if not paths:
+            raise ConfigError(f"data.kind={d.kind!r} needs data.paths: the shard folders to "
+                              "train on (comma-separated), e.g. --config.data.paths=data/train.")
+        for p in paths + split_paths(d.val_paths):
+            if not Path(p).exists():
+                raise ConfigError(f"data path {p!r} (data.paths / data.val_paths) does not "
+                                  "exist; tokenize a corpus first (tools/tokenize.py) or fix "
+                                  "the path.")
+    if t.eval_every and not split_paths(d.val_paths) and d.kind != "synthetic":
+        raise ConfigError(f"train.eval_every={t.eval_every} but data.val_paths is empty; set "
+                          "validation shard folders or train.eval_every=0.")
+    return spec

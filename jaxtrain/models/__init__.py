@@ -1,0 +1,6 @@
+"""The Flax NNX model zoo: one decoder that covers the dense families by configuration."""
+
+from jaxtrain.models.decoder import Decoder, build_model
+from jaxtrain.models.spec import ConfigError, ModelSpec
+
+__all__ = ["ConfigError", "Decoder", "ModelSpec", "build_model"]

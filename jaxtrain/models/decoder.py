@@ -1,0 +1,133 @@
+"""The decoder-only transformer: embed, N pre-norm blocks (stacked and scanned), norm, logits.
+
+Shape letters: B batch, L length, D embed, V vocab, S cache length.
+Blocks are created with `nnx.vmap` so every parameter gains a leading `layers` dimension, and run
+with `nnx.scan` (plus `nnx.remat` when asked), so compile time does not grow with depth;
+`scan_layers=False` unrolls the same scan, keeping one parameter layout either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxtrain import sharding
+from jaxtrain.models.attention import Attention
+from jaxtrain.models.layers import Dense, Embed, RMSNorm
+from jaxtrain.models.mlp import SwiGLU
+from jaxtrain.models.rope import rope_angles
+from jaxtrain.models.spec import ModelSpec
+
+Cache = dict[str, jax.Array]  # {"k": [layers, B, S, K, H], "v": same}
+
+_REMAT_POLICIES = {
+    "full": None,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_with_no_batch_dims": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+    "minimal": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+class Block(nnx.Module):
+    """x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
+        norm = dict(dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
+        self.input_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
+        self.attn = Attention(spec, rngs=rngs)
+        self.post_attn_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
+        self.mlp = SwiGLU(spec, rngs=rngs)
+
+    def __call__(self, x_BLD, cos, sin, index_BL, segment_BL=None, cache=None):
+        attn_BLD, cache = self.attn(self.input_norm(x_BLD), cos, sin, index_BL, segment_BL,
+                                    cache)
+        x_BLD = x_BLD + attn_BLD
+        x_BLD = x_BLD + self.mlp(self.post_attn_norm(x_BLD))
+        x_BLD = sharding.constrain(x_BLD, ("activation_batch", "activation_length",
+                                           "activation_embed"))
+        return x_BLD, cache
+
+
+class Decoder(nnx.Module):
+    """A causal language model; `__call__` returns float logits [B, L, V] in compute dtype."""
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
+        self.spec = spec
+        self.embed = Embed(spec.vocab_size, spec.hidden_size, rngs=rngs, std=spec.init_std,
+                           dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
+
+        @nnx.split_rngs(splits=spec.num_layers)
+        @nnx.vmap(in_axes=(0,), out_axes=0)
+        def make_blocks(block_rngs: nnx.Rngs) -> Block:
+            return Block(spec, rngs=block_rngs)
+
+        self.layers = make_blocks(rngs)
+        self.final_norm = RMSNorm(spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype,
+                                  param_dtype=spec.jnp_param_dtype)
+        self.lm_head = None if spec.tie_embeddings else Dense(
+            (spec.hidden_size,), (spec.vocab_size,), ("embed",), ("vocab",), rngs=rngs,
+            std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
+
+    def hidden_states(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
+                      segment_ids_BL: jax.Array | None = None, cache: Cache | None = None,
+                      cache_index: jax.Array | int = 0) -> tuple[jax.Array, Cache | None]:
+        """The final-norm output [B, L, D], and the updated cache when one is given."""
+        spec = self.spec
+        b, l = tokens_BL.shape
+        index_BL = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
+        if cache is not None:
+            index_BL = index_BL + jnp.asarray(cache_index, jnp.int32)
+        if positions_BL is None:
+            positions_BL = index_BL
+        cos, sin = rope_angles(spec, positions_BL)
+        x_BLD = self.embed(tokens_BL)
+        unroll = True if not spec.scan_layers else 1
+
+        if cache is None:
+            def layer(x, block):
+                return block(x, cos, sin, index_BL, segment_ids_BL)[0]
+
+            if spec.remat != "none":
+                layer = nnx.remat(layer, policy=_REMAT_POLICIES[spec.remat])
+            x_BLD = nnx.scan(layer, in_axes=(nnx.Carry, 0), out_axes=nnx.Carry,
+                             unroll=unroll)(x_BLD, self.layers)
+            new_cache = None
+        else:
+            def layer_with_cache(x, block, k, v):
+                x, (k, v) = block(x, cos, sin, index_BL, None, (k, v))
+                return x, (k, v)
+
+            x_BLD, (k, v) = nnx.scan(layer_with_cache, in_axes=(nnx.Carry, 0, 0, 0),
+                                     out_axes=(nnx.Carry, 0), unroll=unroll)(
+                x_BLD, self.layers, cache["k"], cache["v"])
+            new_cache = {"k": k, "v": v}
+        return self.final_norm(x_BLD), new_cache
+
+    def logits(self, x_BLD: jax.Array) -> jax.Array:
+        """Output projection of final hidden states (tied to the embedding when configured)."""
+        if self.lm_head is None:
+            logits_BLV = self.embed.attend(x_BLD)
+        else:
+            logits_BLV = self.lm_head(x_BLD)
+        return sharding.constrain(logits_BLV, ("activation_batch", "activation_length",
+                                               "activation_vocab"))
+
+    def __call__(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
+                 segment_ids_BL: jax.Array | None = None) -> jax.Array:
+        x_BLD, _ = self.hidden_states(tokens_BL, positions_BL, segment_ids_BL)
+        return self.logits(x_BLD)
+
+    def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> Cache:
+        """An empty key/value cache for `batch` rows of up to `max_len` tokens."""
+        spec = self.spec
+        shape = (spec.num_layers, batch, max_len, spec.num_kv_heads, spec.head_dim)
+        dtype = dtype or spec.jnp_dtype
+        return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+
+
+def build_model(spec: ModelSpec, seed: int = 0) -> Decoder:
+    """A freshly initialised decoder (for sharded creation use `jaxtrain.train.state`)."""
+    return Decoder(spec, rngs=nnx.Rngs(params=seed))

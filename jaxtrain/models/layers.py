@@ -1,0 +1,87 @@
+"""Parameter-holding building blocks: dense projections, RMSNorm and the token embedding.
+
+Every parameter carries `logical_axes` metadata (one name per dimension); `jaxtrain.sharding`
+turns those names into mesh shardings through the rule table, so model code never names a mesh axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxtrain import sharding
+
+
+def make_param(rngs: nnx.Rngs, shape: Sequence[int], axes: Sequence[str], std: float,
+               dtype: jnp.dtype) -> nnx.Param:
+    """A normal(0, std) parameter; std == 0 gives zeros (biases)."""
+    if std == 0.0:
+        value = jnp.zeros(tuple(shape), dtype)
+    else:
+        value = std * jax.random.normal(rngs.params(), tuple(shape), dtype)
+    return nnx.Param(value, logical_axes=tuple(axes))
+
+
+class Dense(nnx.Module):
+    """A projection `x[..., in] @ kernel[in..., out...]` whose kernel keeps its head structure.
+
+    `in_axes` / `out_axes` are the logical names of the contracted and produced dimensions,
+    e.g. a query projection is `embed -> (heads, head_dim)`, an output projection
+    `(heads, head_dim) -> embed`.
+    """
+
+    def __init__(self, in_shape: Sequence[int], out_shape: Sequence[int],
+                 in_axes: Sequence[str], out_axes: Sequence[str], *, rngs: nnx.Rngs,
+                 std: float, use_bias: bool = False, dtype=jnp.float32,
+                 param_dtype=jnp.float32):
+        self.in_rank = len(in_shape)
+        self.dtype = dtype
+        self.kernel = make_param(rngs, (*in_shape, *out_shape), (*in_axes, *out_axes), std,
+                                 param_dtype)
+        self.bias = (make_param(rngs, out_shape, out_axes, 0.0, param_dtype)
+                     if use_bias else None)
+
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        kernel = self.kernel[...].astype(self.dtype)
+        contract = tuple(range(x.ndim - self.in_rank, x.ndim))
+        y = jax.lax.dot_general(x.astype(self.dtype), kernel,
+                                ((contract, tuple(range(self.in_rank))), ((), ())))
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+class RMSNorm(nnx.Module):
+    """Root-mean-square norm computed in float32, scaled by a learned weight (init 1)."""
+
+    def __init__(self, size: int, eps: float, *, axis_name: str = "norm", dtype=jnp.float32,
+                 param_dtype=jnp.float32):
+        self.eps = eps
+        self.dtype = dtype
+        self.scale = nnx.Param(jnp.ones((size,), param_dtype), logical_axes=(axis_name,))
+
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (normed * self.scale[...].astype(jnp.float32)).astype(self.dtype)
+
+
+class Embed(nnx.Module):
+    """Token embedding table [vocab, embed]; `attend` reuses it as a tied output projection."""
+
+    def __init__(self, vocab_size: int, size: int, *, rngs: nnx.Rngs, std: float,
+                 dtype=jnp.float32, param_dtype=jnp.float32):
+        self.dtype = dtype
+        self.embedding = make_param(rngs, (vocab_size, size), ("vocab", "embed"), std,
+                                    param_dtype)
+
+    def __call__(self, tokens_BL: jnp.ndarray) -> jnp.ndarray:
+        x_BLD = jnp.take(self.embedding[...], tokens_BL, axis=0).astype(self.dtype)
+        return sharding.constrain(x_BLD, ("activation_batch", "activation_length",
+                                          "activation_embed"))
+
+    def attend(self, x_BLD: jnp.ndarray) -> jnp.ndarray:
+        return jnp.einsum("bld,vd->blv", x_BLD, self.embedding[...].astype(self.dtype))

@@ -1,0 +1,144 @@
+"""Named architectures with their published hyperparameters, plus a tiny debug size per family.
+
+Full-size values are those of each model's Hugging Face `config.json`. `model_config(name)`
+returns a ConfigDict of every `ModelSpec` field, ready to sit in `config.model` and be overridden
+key by key (`--config.model.num_layers=2`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ml_collections import ConfigDict
+
+from jaxtrain.models.spec import ConfigError, ModelSpec
+
+# Shared per-family values; each preset adds its sizes.
+_LLAMA2 = dict(family="llama", vocab_size=32000, norm_eps=1e-5, rope_theta=10000.0,
+               max_seq_len=4096, head_dim=128)
+_LLAMA3 = dict(family="llama", vocab_size=128256, norm_eps=1e-5, rope_theta=500000.0,
+               max_seq_len=8192, head_dim=128)
+# Llama 3.1 onwards: 128K context through "llama3" RoPE scaling of the 8K-trained frequencies.
+_LLAMA31 = dict(_LLAMA3, max_seq_len=131072, rope_scaling="llama3", rope_factor=8.0,
+                rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
+                rope_original_max_len=8192)
+_LLAMA32 = dict(_LLAMA31, rope_factor=32.0, tie_embeddings=True)
+_QWEN25 = dict(family="qwen2", vocab_size=152064, norm_eps=1e-6, rope_theta=1000000.0,
+               max_seq_len=131072, head_dim=128, qkv_bias=True)
+_QWEN3 = dict(family="qwen3", vocab_size=151936, norm_eps=1e-6, rope_theta=1000000.0,
+              max_seq_len=40960, head_dim=128, qk_norm=True)
+# Tiny sizes for tests and smoke runs (two layers, dims <= 64).
+_DEBUG = dict(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+              head_dim=16, intermediate_size=128, max_seq_len=512)
+
+PRESETS: dict[str, dict] = {
+    "llama-debug": dict(_DEBUG, family="llama"),
+    # A short original context so all three bands of the llama3 scaling occur at head_dim 16.
+    "llama3-debug": dict(_DEBUG, family="llama", rope_theta=500000.0, max_seq_len=1024,
+                         rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=1.0,
+                         rope_high_freq_factor=4.0, rope_original_max_len=128),
+    "qwen2-debug": dict(_DEBUG, family="qwen2", norm_eps=1e-6, rope_theta=1000000.0,
+                        qkv_bias=True),
+    "qwen3-debug": dict(_DEBUG, family="qwen3", norm_eps=1e-6, rope_theta=1000000.0,
+                        qk_norm=True),
+    "mistral-debug": dict(_DEBUG, family="mistral", sliding_window=32),
+    "llama2-7b": dict(_LLAMA2, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=32,
+                      intermediate_size=11008),
+    "llama2-13b": dict(_LLAMA2, hidden_size=5120, num_layers=40, num_heads=40, num_kv_heads=40,
+                       intermediate_size=13824),
+    "llama2-70b": dict(_LLAMA2, hidden_size=8192, num_layers=80, num_heads=64, num_kv_heads=8,
+                       intermediate_size=28672),
+    "llama3-8b": dict(_LLAMA3, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
+                      intermediate_size=14336),
+    "llama3-70b": dict(_LLAMA3, hidden_size=8192, num_layers=80, num_heads=64, num_kv_heads=8,
+                       intermediate_size=28672),
+    "llama3.1-8b": dict(_LLAMA31, hidden_size=4096, num_layers=32, num_heads=32,
+                        num_kv_heads=8, intermediate_size=14336),
+    "llama3.1-70b": dict(_LLAMA31, hidden_size=8192, num_layers=80, num_heads=64,
+                         num_kv_heads=8, intermediate_size=28672),
+    "llama3.1-405b": dict(_LLAMA31, hidden_size=16384, num_layers=126, num_heads=128,
+                          num_kv_heads=8, intermediate_size=53248),
+    "llama3.2-1b": dict(_LLAMA32, hidden_size=2048, num_layers=16, num_heads=32, num_kv_heads=8,
+                        head_dim=64, intermediate_size=8192),
+    "llama3.2-3b": dict(_LLAMA32, hidden_size=3072, num_layers=28, num_heads=24, num_kv_heads=8,
+                        intermediate_size=8192),
+    "llama3.3-70b": dict(_LLAMA31, hidden_size=8192, num_layers=80, num_heads=64,
+                         num_kv_heads=8, intermediate_size=28672),
+    # The 3B keeps the smaller vocabulary padding, a 32K context and tied embeddings.
+    "qwen2.5-3b": dict(_QWEN25, vocab_size=151936, max_seq_len=32768, tie_embeddings=True,
+                       hidden_size=2048, num_layers=36, num_heads=16, num_kv_heads=2,
+                       intermediate_size=11008),
+    "qwen2.5-7b": dict(_QWEN25, hidden_size=3584, num_layers=28, num_heads=28, num_kv_heads=4,
+                       intermediate_size=18944),
+    "qwen2.5-14b": dict(_QWEN25, norm_eps=1e-5, hidden_size=5120, num_layers=48, num_heads=40,
+                        num_kv_heads=8, intermediate_size=13824),
+    "qwen2.5-32b": dict(_QWEN25, norm_eps=1e-5, hidden_size=5120, num_layers=64, num_heads=40,
+                        num_kv_heads=8, intermediate_size=27648),
+    "qwen2.5-72b": dict(_QWEN25, norm_eps=1e-5, hidden_size=8192, num_layers=80, num_heads=64,
+                        num_kv_heads=8, intermediate_size=29568),
+    "qwen3-0.6b": dict(_QWEN3, tie_embeddings=True, hidden_size=1024, num_layers=28,
+                       num_heads=16, num_kv_heads=8, intermediate_size=3072),
+    "qwen3-1.7b": dict(_QWEN3, tie_embeddings=True, hidden_size=2048, num_layers=28,
+                       num_heads=16, num_kv_heads=8, intermediate_size=6144),
+    "qwen3-4b": dict(_QWEN3, tie_embeddings=True, hidden_size=2560, num_layers=36, num_heads=32,
+                     num_kv_heads=8, intermediate_size=9728),
+    "qwen3-8b": dict(_QWEN3, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
+                     intermediate_size=12288),
+    "qwen3-14b": dict(_QWEN3, hidden_size=5120, num_layers=40, num_heads=40, num_kv_heads=8,
+                      intermediate_size=17408),
+    "qwen3-32b": dict(_QWEN3, hidden_size=5120, num_layers=64, num_heads=64, num_kv_heads=8,
+                      intermediate_size=25600),
+    # Mistral 7B v0.1: Llama 2 vocabulary, GQA, and a 4096-token sliding attention window.
+    "mistral-7b": dict(family="mistral", vocab_size=32000, norm_eps=1e-5, rope_theta=10000.0,
+                       max_seq_len=32768, sliding_window=4096, hidden_size=4096, num_layers=32,
+                       num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336),
+}
+
+# Total parameter counts (embeddings included) of the published checkpoints, as Hugging Face
+# transformers counts them for the same architecture.
+PUBLISHED_PARAMS: dict[str, int] = {
+    "llama2-7b": 6_738_415_616,
+    "llama2-13b": 13_015_864_320,
+    "llama2-70b": 68_976_648_192,
+    "llama3-8b": 8_030_261_248,
+    "llama3-70b": 70_553_706_496,
+    "llama3.1-8b": 8_030_261_248,
+    "llama3.1-70b": 70_553_706_496,
+    "llama3.1-405b": 405_853_388_800,
+    "llama3.2-1b": 1_235_814_400,
+    "llama3.2-3b": 3_212_749_824,
+    "llama3.3-70b": 70_553_706_496,
+    "qwen2.5-3b": 3_085_938_688,
+    "qwen2.5-7b": 7_615_616_512,
+    "qwen2.5-14b": 14_770_033_664,
+    "qwen2.5-32b": 32_763_876_352,
+    "qwen2.5-72b": 72_706_203_648,
+    "qwen3-0.6b": 596_049_920,
+    "qwen3-4b": 4_022_468_096,
+    "qwen3-8b": 8_190_735_360,
+    "qwen3-14b": 14_768_307_200,
+    "qwen3-32b": 32_762_123_264,
+    "mistral-7b": 7_241_732_096,
+}
+
+
+def preset_names() -> list[str]:
+    """Every registered architecture name."""
+    return sorted(PRESETS)
+
+
+def model_spec(name: str, **overrides) -> ModelSpec:
+    """The frozen spec of a named preset, with field overrides."""
+    if name not in PRESETS:
+        raise ConfigError(f"model preset {name!r} does not exist; known presets: "
+                          f"{', '.join(preset_names())}.")
+    spec = ModelSpec(**{**PRESETS[name], **overrides})
+    spec.validate()
+    return spec
+
+
+def model_config(name: str, **overrides) -> ConfigDict:
+    """`config.model` for a preset: the preset name plus every ModelSpec field."""
+    spec = model_spec(name, **overrides)
+    cfg = ConfigDict({"preset": name, **dataclasses.asdict(spec)})
+    return cfg

@@ -1,0 +1,168 @@
+"""Device mesh from `ici_*`/`dcn_*` sizes, the logical-axis rule table, and shardings from it.
+
+Model code names logical axes only (`embed`, `heads`, `activation_batch`, ...). One table maps
+each logical name to a mesh axis (or None: replicated). Mesh axes of size 1 shard nothing, so one
+table serves data parallel, FSDP and tensor parallel runs; the sizes pick the strategy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+# Slowest-changing first: `data` spans hosts best, `tensor` needs the fastest links.
+MESH_AXES = ("data", "fsdp", "context", "expert", "tensor")
+
+# Every logical name that model code uses, mapped to mesh axes.
+RULE_PRESETS: dict[str, tuple[tuple[str, Any], ...]] = {
+    # Parameters, gradients and optimizer state sharded over `fsdp` (ZeRO-3), Megatron-style
+    # column/row splits over `tensor`; batch over data x fsdp, sequence over context.
+    "fsdp_tensor": (
+        ("activation_batch", ("data", "fsdp", "expert")),
+        ("activation_length", "context"),
+        ("activation_embed", None),
+        ("activation_heads", "tensor"),
+        ("activation_kv_heads", "tensor"),
+        ("activation_mlp", "tensor"),
+        ("activation_vocab", "tensor"),
+        ("vocab", "tensor"),
+        ("embed", "fsdp"),
+        ("heads", "tensor"),
+        ("kv_heads", "tensor"),
+        ("head_dim", None),
+        ("mlp", "tensor"),
+        ("norm", None),
+        ("layers", None),
+    ),
+}
+# Pure FSDP: the same table with nothing on `tensor` (a tensor size > 1 would then only replicate).
+RULE_PRESETS["fsdp"] = tuple((name, None if axis == "tensor" else axis)
+                             for name, axis in RULE_PRESETS["fsdp_tensor"])
+# Data parallel: parameters replicated, batch split over every data-like axis.
+RULE_PRESETS["data"] = tuple(
+    (name, axis if name == "activation_batch" else None)
+    for name, axis in RULE_PRESETS["fsdp_tensor"])
+
+
+class MeshError(ValueError):
+    """A mesh that does not fit the devices; the message shows the arithmetic."""
+
+
+def _fill(sizes: dict[str, int], total: int, side: str) -> dict[str, int]:
+    sizes = dict(sizes)
+    wild = [k for k, v in sizes.items() if v == -1]
+    if len(wild) > 1:
+        raise MeshError(f"mesh.{side}_*: only one axis may be -1, got {wild}.")
+    known = math.prod(v for v in sizes.values() if v != -1)
+    if wild:
+        if total % known:
+            raise MeshError(f"mesh.{side}_*: {total} devices are not divisible by the product "
+                            f"of the fixed sizes {known} ({_show(sizes)}).")
+        sizes[wild[0]] = total // known
+    if math.prod(sizes.values()) != total:
+        raise MeshError(f"mesh.{side}_* sizes multiply to {math.prod(sizes.values())} "
+                        f"({_show(sizes)}) but there are {total} devices on that side; make the "
+                        "product equal or set one axis to -1.")
+    return sizes
+
+
+def _show(sizes: dict[str, int]) -> str:
+    return " x ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def make_mesh(mesh_cfg: Any, devices: Sequence[Any] | None = None) -> Mesh:
+    """Builds the mesh from `config.mesh` (`ici_<axis>` and `dcn_<axis>` for each mesh axis).
+
+    `dcn_*` sizes multiply to the number of processes (hosts or slices); `ici_*` sizes to the
+    devices in each. Across processes the fast axes stay inside a host.
+    """
+    num_slices = jax.process_count() if devices is None else 1
+    devices = list(devices if devices is not None else jax.devices())
+    dcn = _fill({a: int(mesh_cfg.get(f"dcn_{a}", 1)) for a in MESH_AXES}, num_slices, "dcn")
+    per_slice = len(devices) // num_slices
+    ici = _fill({a: int(mesh_cfg.get(f"ici_{a}", 1)) for a in MESH_AXES}, per_slice, "ici")
+    ici_shape = [ici[a] for a in MESH_AXES]
+    dcn_shape = [dcn[a] for a in MESH_AXES]
+    if num_slices > 1:
+        device_array = mesh_utils.create_hybrid_device_mesh(
+            ici_shape, dcn_shape, devices, process_is_granule=True)
+    else:
+        try:
+            device_array = mesh_utils.create_device_mesh(ici_shape, devices)
+        except (ValueError, NotImplementedError, AssertionError):
+            device_array = np.asarray(devices).reshape(ici_shape)
+    return Mesh(device_array, MESH_AXES,
+                axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
+
+
+def mesh_shape(mesh: Mesh) -> dict[str, int]:
+    """{axis: size} of the mesh, in mesh order."""
+    return dict(zip(mesh.axis_names, mesh.devices.shape))
+
+
+# The rules and mesh in force while tracing the model; `constrain` is a no-op outside them.
+_active: list[tuple[Mesh, dict[str, Any]]] = []
+
+
+@contextlib.contextmanager
+def use_mesh(mesh: Mesh, rules: Sequence[tuple[str, Any]]) -> Iterator[None]:
+    """Makes `constrain` and `logical_spec` use this mesh and rule table."""
+    _active.append((mesh, dict(rules)))
+    try:
+        yield
+    finally:
+        _active.pop()
+
+
+def logical_spec(axes: Sequence[str | None], rules: dict[str, Any]) -> PartitionSpec:
+    """PartitionSpec for logical axis names; a name missing from the table is an error."""
+    mesh_axes = []
+    used: set[str] = set()
+    for name in axes:
+        if name is None:
+            mesh_axes.append(None)
+            continue
+        if name not in rules:
+            raise KeyError(f"logical axis {name!r} has no entry in the sharding rule table; "
+                           f"add ({name!r}, <mesh axis or None>) to the rules.")
+        target = rules[name]
+        # A mesh axis may shard only one dimension of an array.
+        targets = (target,) if isinstance(target, str) else tuple(target or ())
+        targets = tuple(t for t in targets if t not in used)
+        used.update(targets)
+        mesh_axes.append(targets[0] if len(targets) == 1 else (targets or None))
+    return PartitionSpec(*mesh_axes)
+
+
+def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
+    """Pins an activation's sharding by logical names, so XLA does not have to guess."""
+    if not _active:
+        return x
+    mesh, rules = _active[-1]
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, logical_spec(axes, rules)))
+
+
+def param_logical_axes(abstract_state: Any) -> Any:
+    """The logical axes of every parameter, `layers` prepended for layer-stacked ones."""
+    from flax import nnx
+
+    def axes_of(var: Any) -> tuple[str, ...]:
+        axes = tuple(getattr(var, "logical_axes", ()) or ())
+        extra = var.value.ndim - len(axes) if hasattr(var, "value") else 0
+        return ("layers",) * extra + axes
+
+    return jax.tree.map(axes_of, abstract_state, is_leaf=lambda v: isinstance(v, nnx.Variable))
+
+
+def shardings_for(logical_tree: Any, mesh: Mesh, rules: Sequence[tuple[str, Any]]) -> Any:
+    """NamedShardings for a tree of logical-axis tuples."""
+    table = dict(rules)
+    return jax.tree.map(lambda axes: NamedSharding(mesh, logical_spec(axes, table)),
+                        logical_tree, is_leaf=lambda x: isinstance(x, tuple))

@@ -1,0 +1,58 @@
+"""AdamW with warmup + cosine/linear/constant decay, gradient clipping and a decay mask.
+
+Schedule (step s counted from 0, W warmup steps, T = decay horizon, lr / min_lr from config):
+  s < W:        lr * (s + 1) / W            (Megatron's linear warmup, never exactly 0)
+  W <= s < T:   min_lr + (lr - min_lr) * f((s - W) / (T - W)),  f = cosine: (1 + cos(pi p)) / 2,
+                linear: 1 - p, constant: 1
+  s >= T:       min_lr (constant schedule: lr)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from ml_collections import ConfigDict
+
+
+def learning_rate_schedule(optim: ConfigDict, total_steps: int) -> optax.Schedule:
+    """The learning rate as a function of the (0-based) optimizer step."""
+    lr, min_lr = float(optim.lr), float(optim.min_lr)
+    warmup = int(optim.warmup_steps)
+    horizon = int(optim.decay_steps or total_steps)
+    kind = optim.schedule
+
+    def schedule(step: jax.Array) -> jax.Array:
+        step = jnp.asarray(step, jnp.float32)
+        warm = lr * (step + 1) / max(warmup, 1)
+        progress = jnp.clip((step - warmup) / max(horizon - warmup, 1), 0.0, 1.0)
+        if kind == "cosine":
+            decayed = min_lr + (lr - min_lr) * 0.5 * (1 + jnp.cos(jnp.pi * progress))
+        elif kind == "linear":
+            decayed = min_lr + (lr - min_lr) * (1 - progress)
+        else:
+            decayed = jnp.full_like(progress, lr)
+        return jnp.where(step < warmup, warm, decayed)
+
+    return schedule
+
+
+def weight_decay_mask(params: Any) -> Any:
+    """True for matrices and embeddings; norms' scales and biases are not decayed."""
+
+    def decays(path: tuple, _: Any) -> bool:
+        name = str(getattr(path[-1], "key", path[-1]))
+        return name not in ("scale", "bias")
+
+    return jax.tree_util.tree_map_with_path(decays, params)
+
+
+def make_optimizer(optim: ConfigDict, total_steps: int) -> optax.GradientTransformation:
+    """Clip by global norm, then AdamW on the schedule above."""
+    adamw = optax.adamw(learning_rate_schedule(optim, total_steps), b1=optim.b1, b2=optim.b2,
+                        eps=optim.eps, weight_decay=optim.weight_decay, mask=weight_decay_mask)
+    if optim.clip_grad_norm > 0:
+        return optax.chain(optax.clip_by_global_norm(optim.clip_grad_norm), adamw)
+    return adamw

@@ -1,0 +1,97 @@
+"""The pure, jitted pieces of training: the loss, one optimizer step, one evaluation batch.
+
+Shape letters: B batch (micro batch inside accumulation), L length, V vocab, M micro batches.
+A batch is {"inputs": int32[B, L], "targets": int32[B, L], "loss_mask": float32[B, L]} and may
+carry "positions" / "segment_ids" (document boundaries).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from jaxtrain import sharding
+
+TrainState = dict[str, Any]  # {"step": int32[], "params": pure dict, "opt_state": optax state}
+
+
+def token_losses(logits_BLV: jax.Array, targets_BL: jax.Array,
+                 z_loss: float) -> tuple[jax.Array, jax.Array]:
+    """Per-token cross-entropy in float32, plus z_loss * log(Z)^2 when z_loss > 0."""
+    logits_BLV = logits_BLV.astype(jnp.float32)
+    log_z_BL = jax.nn.logsumexp(logits_BLV, axis=-1)
+    target_logit_BL = jnp.take_along_axis(logits_BLV, targets_BL[..., None], axis=-1)[..., 0]
+    ce_BL = log_z_BL - target_logit_BL
+    total_BL = ce_BL + z_loss * jnp.square(log_z_BL) if z_loss else ce_BL
+    return total_BL, ce_BL
+
+
+def loss_sums(graphdef: nnx.GraphDef, params: Any, batch: dict[str, jax.Array],
+              z_loss: float) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Summed (not averaged) losses over the masked tokens, so micro batches add up exactly."""
+    model = nnx.merge(graphdef, params)
+    logits_BLV = model(batch["inputs"], batch.get("positions"), batch.get("segment_ids"))
+    total_BL, ce_BL = token_losses(logits_BLV, batch["targets"], z_loss)
+    mask_BL = batch["loss_mask"].astype(jnp.float32)
+    return jnp.sum(total_BL * mask_BL), {"ce_sum": jnp.sum(ce_BL * mask_BL),
+                                         "tokens": jnp.sum(mask_BL)}
+
+
+def _split_micro_batches(batch: dict[str, jax.Array], num_micro: int) -> dict[str, jax.Array]:
+    """[B, L] -> [M, B/M, L] taking rows j, j+M, ... for micro batch j, so each device keeps
+    its own rows of every micro batch and no data moves between devices."""
+
+    def split(x_BL: jax.Array) -> jax.Array:
+        x = x_BL.reshape(x_BL.shape[0] // num_micro, num_micro, *x_BL.shape[1:])
+        x = jnp.swapaxes(x, 0, 1)
+        return sharding.constrain(x, (None, "activation_batch", "activation_length"))
+
+    return {k: split(v) for k, v in batch.items()}
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.GraphDef,
+               tx: optax.GradientTransformation, schedule: optax.Schedule, num_micro: int,
+               z_loss: float) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer step over a global batch made of `num_micro` micro batches."""
+    grad_fn = jax.value_and_grad(loss_sums, argnums=1, has_aux=True)
+    params = state["params"]
+
+    if num_micro == 1:
+        (_, aux), grads = grad_fn(graphdef, params, batch, z_loss)
+    else:
+        def accumulate(carry, micro):
+            grads_acc, ce_acc, tok_acc = carry
+            (_, aux), grads = grad_fn(graphdef, params, micro, z_loss)
+            grads_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_acc, grads)
+            return (grads_acc, ce_acc + aux["ce_sum"], tok_acc + aux["tokens"]), None
+
+        zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        (grads, ce_sum, tokens), _ = jax.lax.scan(
+            accumulate, (zeros, 0.0, 0.0), _split_micro_batches(batch, num_micro))
+        aux = {"ce_sum": ce_sum, "tokens": tokens}
+
+    # Gradients of the summed loss, normalised once by the step's token count: the same
+    # update whatever the micro batching.
+    denom = jnp.maximum(aux["tokens"], 1.0)
+    grads = jax.tree.map(lambda g, p: (g / denom).astype(p.dtype), grads, params)
+    updates, opt_state = tx.update(grads, state["opt_state"], params)
+    new_params = optax.apply_updates(params, updates)
+    metrics = {
+        "loss": aux["ce_sum"] / denom,
+        "grad_norm": optax.global_norm(grads),
+        "lr": schedule(state["step"]),
+        "tokens": aux["tokens"],
+    }
+    new_state = {"step": state["step"] + 1, "params": new_params, "opt_state": opt_state}
+    return new_state, metrics
+
+
+def eval_step(params: Any, batch: dict[str, jax.Array], *, graphdef: nnx.GraphDef
+              ) -> dict[str, jax.Array]:
+    """Summed cross-entropy and token count of one validation batch."""
+    _, aux = loss_sums(graphdef, params, batch, 0.0)
+    return aux

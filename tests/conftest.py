@@ -1,0 +1,29 @@
+"""Test setup: 8 fake CPU devices (set before jax is imported) and shared fixtures."""
+
+import os
+import pathlib
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+# Real config files from other stacks live beside the clone in CI, not inside it.
+SHARED = REPO.parent / "shared"
+COMPAT_SAMPLES = SHARED / "compat-samples"
+
+
+@pytest.fixture
+def compat_samples() -> pathlib.Path:
+    """The folder of real Primus / TorchTitan / MaxText / prime-rl configs, or a skip saying why."""
+    if not COMPAT_SAMPLES.is_dir():
+        pytest.skip(f"{COMPAT_SAMPLES} is absent: these tests read real foreign config files "
+                    "kept beside the repository in CI, not shipped with it.")
+    return COMPAT_SAMPLES
+
+
+# Session fixtures of the data-layer tests (a tiny tokenizer, shards written by datatrove).
+from data_fixtures import datatrove_corpus, tiny_tokenizer  # noqa: E402,F401
