@@ -49,6 +49,8 @@ def get_config() -> ConfigDict:
     c.data.paths = ""  # training shard folders (or .ds files), comma-separated
     c.data.val_paths = ""  # validation shard folders, comma-separated; "" = no validation data
     c.data.tokenizer = ""  # Hugging Face tokenizer folder, for sampling and .ds.metadata checks
+    c.data.prepare = ""  # build missing shards first: "" (never) | "demo" (embedded corpus, into
+    #                      the parent folder of data.paths: <root>/train, val, tokenizer)
     c.data.shuffle = True  # shuffle windows (a new order each epoch, from run.seed)
     c.data.worker_count = 0  # grain worker processes; 0 reads in the training process
     c.data.prefetch = 4  # batches read ahead by background threads

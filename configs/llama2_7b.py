@@ -1,0 +1,14 @@
+"""Pretrains Llama 2 7B from scratch on tokenized (datatrove) shards.
+
+Run:  python -m jaxtrain --config configs/llama2_7b.py --config.data.paths=data/train
+Llama 2 recipe: 4M-token batches of 4096-token sequences, peak lr 3e-4, 2000 warmup steps.
+"""
+
+from ml_collections import ConfigDict
+
+from configs.presets_common import pretrain_config
+
+
+def get_config() -> ConfigDict:
+    """The llama2-7b pretraining config; override any key with --config.<key>=<value>."""
+    return pretrain_config("llama2-7b", seq_len=4096, global_batch_size=1024, lr=3e-4)

@@ -1,0 +1,14 @@
+"""Pretrains Llama 3 8B from scratch on tokenized (datatrove) shards.
+
+Run:  python -m jaxtrain --config configs/llama3_8b.py --config.data.paths=data/train
+4M-token batches of 8192-token sequences, peak lr 3e-4 as for Llama 2 7B.
+"""
+
+from ml_collections import ConfigDict
+
+from configs.presets_common import pretrain_config
+
+
+def get_config() -> ConfigDict:
+    """The llama3-8b pretraining config; override any key with --config.<key>=<value>."""
+    return pretrain_config("llama3-8b", seq_len=8192, global_batch_size=512, lr=3e-4)

@@ -1,0 +1,15 @@
+"""Pretrains Qwen2.5 72B (qkv bias) from scratch on tokenized (datatrove) shards.
+
+Run:  python -m jaxtrain --config configs/qwen2_5_72b.py --config.data.paths=data/train
+Llama-style recipe by size (no published Qwen recipe): 4M-token batches, peak lr 1.5e-4.
+"""
+
+from ml_collections import ConfigDict
+
+from configs.presets_common import pretrain_config
+
+
+def get_config() -> ConfigDict:
+    """The qwen2.5-72b pretraining config; override any key with --config.<key>=<value>."""
+    return pretrain_config("qwen2.5-72b", seq_len=8192, global_batch_size=512, lr=1.5e-4,
+                           fsdp_across_hosts=True)

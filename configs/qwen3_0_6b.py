@@ -1,0 +1,15 @@
+"""Pretrains Qwen3 0.6B (qk-norm, tied embeddings) from scratch on tokenized (datatrove) shards.
+
+Run:  python -m jaxtrain --config configs/qwen3_0_6b.py --config.data.paths=data/train
+Llama-style recipe by size (no published Qwen recipe): 4M-token batches, peak lr 3e-4.
+"""
+
+from ml_collections import ConfigDict
+
+from configs.presets_common import pretrain_config
+
+
+def get_config() -> ConfigDict:
+    """The qwen3-0.6b pretraining config; override any key with --config.<key>=<value>."""
+    return pretrain_config("qwen3-0.6b", seq_len=8192, global_batch_size=512, lr=3e-4,
+                           remat="minimal")

@@ -1,0 +1,14 @@
+"""Pretrains Qwen3 14B (qk-norm) from scratch on tokenized (datatrove) shards.
+
+Run:  python -m jaxtrain --config configs/qwen3_14b.py --config.data.paths=data/train
+Llama-style recipe by size (no published Qwen recipe): 4M-token batches, peak lr 3e-4.
+"""
+
+from ml_collections import ConfigDict
+
+from configs.presets_common import pretrain_config
+
+
+def get_config() -> ConfigDict:
+    """The qwen3-14b pretraining config; override any key with --config.<key>=<value>."""
+    return pretrain_config("qwen3-14b", seq_len=8192, global_batch_size=512, lr=3e-4)

@@ -1,0 +1,13 @@
+"""Trains the tiny Qwen3-style debug model (qk-norm) on synthetic tokens: a smoke run.
+
+Run:  python -m jaxtrain --config configs/qwen3_debug.py
+"""
+
+from ml_collections import ConfigDict
+
+from configs.presets_common import debug_config
+
+
+def get_config() -> ConfigDict:
+    """The qwen3-debug smoke-run config; override any key with --config.<key>=<value>."""
+    return debug_config("qwen3-debug")

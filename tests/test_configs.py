@@ -1,0 +1,178 @@
+"""Config files and model presets: every file loads, validates and builds; sizes are right.
+
+Models are built abstractly (`nnx.eval_shape`), so even the 405B preset costs no memory.
+Parameter counts are checked three ways: the abstract model, `ModelSpec.num_params`, and
+Hugging Face transformers' own modules built on the meta device.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import jax
+import pytest
+from flax import nnx
+
+from jaxtrain.config import apply_overrides, load_config, load_py_config, validate
+from jaxtrain.models.decoder import Decoder
+from jaxtrain.models.presets import PRESETS, PUBLISHED_PARAMS, model_config, model_spec
+from jaxtrain.models.spec import ConfigError, ModelSpec
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def _defines_get_config(path: Path) -> bool:
+    """Whether a configs/*.py file is a config (helper modules define no get_config)."""
+    tree = ast.parse(path.read_text())
+    return any(isinstance(node, ast.FunctionDef) and node.name == "get_config"
+               for node in tree.body)
+
+
+CONFIG_FILES = sorted(p for p in CONFIGS.glob("*.py") if _defines_get_config(p))
+
+
+def _config_stem(preset: str) -> str:
+    """The config file name of a preset: dots and dashes become underscores."""
+    return preset.replace(".", "_").replace("-", "_")
+
+
+def _abstract_param_count(spec: ModelSpec) -> int:
+    """Sum of the sizes of every state leaf of the model, built without allocating it."""
+    model = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(0)))
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(nnx.state(model)))
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
+def test_config_file_loads_validates_and_builds(path: Path) -> None:
+    cfg = load_py_config(str(path))
+    # Data checks need real shard folders; they are covered by the invalid-combination tests.
+    apply_overrides(cfg, {"data.kind": "synthetic"})
+    spec = validate(cfg)
+    assert _abstract_param_count(spec) == spec.num_params()
+
+
+def test_every_preset_has_a_config_file() -> None:
+    stems = {p.stem for p in CONFIG_FILES}
+    missing = sorted(name for name in PRESETS if _config_stem(name) not in stems)
+    assert not missing, f"presets without a configs/<name>.py file: {missing}"
+    for name in PRESETS:
+        cfg = load_py_config(str(CONFIGS / f"{_config_stem(name)}.py"))
+        assert cfg.model.preset == name
+        assert ModelSpec.from_config(cfg.model) == model_spec(name, **{
+            k: cfg.model[k] for k in ("dtype", "param_dtype", "remat")})
+
+
+def test_pretrain_configs_train_in_bfloat16_on_real_data() -> None:
+    for path in CONFIG_FILES:
+        cfg = load_py_config(str(path))
+        if cfg.model.preset.endswith("-debug") or cfg.data.kind != "datatrove":
+            continue
+        assert (cfg.model.dtype, cfg.model.param_dtype) == ("bfloat16", "float32"), path.name
+        assert cfg.train.seq_len <= cfg.model.max_seq_len, path.name
+        assert cfg.optim.warmup_steps < cfg.train.steps, path.name
+
+
+def test_configs_stay_locked() -> None:
+    cfg = load_py_config(str(CONFIGS / "llama2_7b.py"))
+    with pytest.raises(AttributeError):
+        cfg.train.new_setting = 1
+    with pytest.raises(AttributeError):
+        cfg.model.new_setting = 1
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds_a_spec(name: str) -> None:
+    spec = model_spec(name)
+    assert spec.family in FAMILIES
+    assert spec.num_heads % spec.num_kv_heads == 0
+    assert ModelSpec.from_config(model_config(name)) == spec
+    if name.endswith("-debug"):
+        assert _abstract_param_count(spec) == spec.num_params()
+
+
+def test_published_parameter_counts() -> None:
+    # The three best-known sizes are spelled out here so PUBLISHED_PARAMS cannot drift alone.
+    assert PUBLISHED_PARAMS["llama2-7b"] == 6_738_415_616
+    assert PUBLISHED_PARAMS["llama3-8b"] == 8_030_261_248
+    assert PUBLISHED_PARAMS["qwen3-8b"] == 8_190_735_360
+    for name, count in PUBLISHED_PARAMS.items():
+        assert model_spec(name).num_params() == count, name
+    for name in ("llama2-7b", "llama3-8b", "qwen3-8b"):
+        assert _abstract_param_count(model_spec(name)) == PUBLISHED_PARAMS[name], name
+
+
+def _hf_param_count(family: str, **hf_config) -> int:
+    """Parameters of the transformers model of `family`, built on the meta device."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config_class = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
+                    "qwen3": transformers.Qwen3Config,
+                    "mistral": transformers.MistralConfig}[family]
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config_class(**hf_config))
+    return sum(p.numel() for p in model.parameters())  # tied weights are listed once
+
+
+# config.json values of the published checkpoints, written out independently of PRESETS.
+_HF_CONFIGS = {
+    "llama2-7b": dict(family="llama", vocab_size=32000, hidden_size=4096,
+                      intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=32, tie_word_embeddings=False),
+    "llama3-8b": dict(family="llama", vocab_size=128256, hidden_size=4096,
+                      intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, tie_word_embeddings=False),
+    "qwen3-8b": dict(family="qwen3", vocab_size=151936, hidden_size=4096,
+                     intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_HF_CONFIGS))
+def test_published_counts_match_transformers(name: str) -> None:
+    assert _hf_param_count(**_HF_CONFIGS[name]) == PUBLISHED_PARAMS[name]
+
+
+def test_every_preset_counts_like_transformers() -> None:
+    # Biases, qk-norm weights and tied embeddings are counted as transformers builds them.
+    for name in sorted(PRESETS):
+        spec = model_spec(name)
+        count = _hf_param_count(
+            spec.family, vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
+            intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
+            num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads,
+            head_dim=spec.head_dim, tie_word_embeddings=spec.tie_embeddings)
+        assert count == spec.num_params(), name
+
+
+def test_unknown_override_key_is_named() -> None:
+    cfg = load_py_config(str(CONFIGS / "base.py"))
+    with pytest.raises(ConfigError, match="'train.stepz'"):
+        apply_overrides(cfg, ["--config.train.stepz=5"])
+    with pytest.raises(ConfigError, match="'trian'"):
+        apply_overrides(cfg, ["--config.trian.steps=5"])
+    with pytest.raises(ConfigError, match="'model.num_layerz'"):
+        load_config(str(CONFIGS / "llama2_7b.py"), {"model.num_layerz": 2})
+
+
+@pytest.mark.parametrize(("overrides", "keys"), [
+    ({"model.num_heads": 4, "model.num_kv_heads": 3}, ("model.num_heads", "model.num_kv_heads")),
+    ({"train.global_batch_size": 8, "train.micro_batch_size": 3},
+     ("train.global_batch_size", "train.micro_batch_size")),
+    ({"train.seq_len": 1024, "model.max_seq_len": 512}, ("train.seq_len", "model.max_seq_len")),
+    ({"data.kind": "datatrove", "data.paths": ""}, ("data.paths",)),
+    ({"data.kind": "datatrove", "data.paths": "/nonexistent/shards"}, ("data.paths",)),
+], ids=["heads", "micro-batch", "seq-len", "no-data-path", "missing-data-path"])
+def test_invalid_combinations_name_the_key(overrides: dict, keys: tuple[str, ...]) -> None:
+    cfg = load_config(str(CONFIGS / "base.py"), overrides)
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    for key in keys:
+        assert key in str(error.value)
+
+
+def test_pretrain_config_without_data_path_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="data.paths"):
+        validate(load_py_config(str(CONFIGS / "llama3_1_8b.py")))
