@@ -1,0 +1,196 @@
+"""An offline demo corpus: English prose that ships with Python, tokenized into datatrove shards.
+
+The text is the reference manual's topics (`pydoc_data.topics`), the standard library's module,
+class and function docstrings and its block comments, read from the source files with `ast` and
+never imported (no import side effects). Documents are split into train and validation by a hash
+of their name, a byte-level BPE is trained on the training text, and both splits are tokenized
+with an EOS after every document:
+
+    out/tokenizer/   a transformers-loadable tokenizer folder (eos_token "<|endoftext|>")
+    out/text/        train.jsonl, val.jsonl (the documents)
+    out/train/       out/val/   datatrove shards
+    out/manifest.json  counts; its presence with the same settings means the build is complete
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import json
+import re
+import shutil
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from jaxtrain.data.datatrove import find_shards
+
+EOS_TOKEN = "<|endoftext|>"
+VAL_PER_MILLE = 50  # about 5% of documents go to validation
+# Standard-library folders left out: tests (slow to parse, little prose), vendored packages.
+SKIP_DIRS = {"test", "tests", "site-packages", "dist-packages", "ensurepip", "__pycache__"}
+# A run of full-line comments (not a shebang or coding line) with at least this much text.
+_COMMENT_BLOCK = re.compile(r"(?:^[ \t]*#(?!!)[^\n]*\n)+", re.M)
+MIN_COMMENT_CHARS = 60
+MANIFEST_VERSION = 1
+
+
+def _definitions(body: list[ast.stmt], prefix: str) -> Iterator[str]:
+    """'def/class name(args)' headings with their docstrings, descending into classes only."""
+    for node in body:
+        if not isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        doc = ast.get_docstring(node)
+        name = prefix + node.name
+        if doc:
+            if isinstance(node, ast.ClassDef):
+                yield f"class {name}\n\n{doc}"
+            else:
+                yield f"def {name}({ast.unparse(node.args)})\n\n{doc}"
+        if isinstance(node, ast.ClassDef):
+            yield from _definitions(node.body, name + ".")
+
+
+def _comments(source: str) -> str:
+    blocks = []
+    for match in _COMMENT_BLOCK.finditer(source):
+        lines = [line.strip().lstrip("#").strip() for line in match.group().splitlines()]
+        text = " ".join(line for line in lines if line)
+        if len(text) >= MIN_COMMENT_CHARS:
+            blocks.append(text)
+    return "\n\n".join(blocks)
+
+
+def stdlib_documents() -> Iterator[tuple[str, str]]:
+    """(name, text) documents from the standard library's source files, in sorted path order.
+
+    One document of docstrings per module and one of its block comments; files that do not parse
+    on this Python are skipped.
+    """
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if SKIP_DIRS.intersection(rel.parts[:-1]) or rel.parts[0].startswith("config-"):
+            continue
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, UnicodeDecodeError, OSError):
+            continue
+        module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        parts = [doc] if (doc := ast.get_docstring(tree)) else []
+        parts += _definitions(tree.body, "")
+        if parts:
+            yield f"module:{module}", f"Module {module}\n\n" + "\n\n".join(parts)
+        if comments := _comments(source):
+            yield f"comments:{module}", f"Notes from the source of {module}\n\n{comments}"
+
+
+def topic_documents() -> Iterator[tuple[str, str]]:
+    """(name, text) documents from the language reference topics that pydoc shows."""
+    from pydoc_data.topics import topics
+
+    for name in sorted(topics):
+        yield f"topic:{name}", topics[name].strip()
+
+
+def is_validation(name: str, seed: int = 0) -> bool:
+    """Deterministic train/validation split by a hash of the document name."""
+    digest = hashlib.md5(f"{seed}:{name}".encode()).hexdigest()
+    return int(digest[:8], 16) % 1000 < VAL_PER_MILLE
+
+
+def train_tokenizer(texts: list[str], vocab_size: int, out_dir: Path) -> Path:
+    """Trains a byte-level BPE (EOS `<|endoftext|>`) and saves a transformers tokenizer folder."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2,
+                                  special_tokens=[EOS_TOKEN], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer, length=len(texts))
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN).save_pretrained(out_dir)
+    return out_dir
+
+
+def _write_jsonl(path: Path, docs: list[tuple[str, str]]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for name, text in docs:
+            f.write(json.dumps({"id": name, "text": text}) + "\n")
+
+
+def _settings(vocab_size: int, seed: int, max_documents: int | None) -> dict[str, Any]:
+    return {"version": MANIFEST_VERSION, "vocab_size": vocab_size, "seed": seed,
+            "max_documents": max_documents, "python": ".".join(map(str, sys.version_info[:2]))}
+
+
+def _complete(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The manifest when a previous build with the same settings finished, else None."""
+    manifest = out / "manifest.json"
+    if not manifest.is_file():
+        return None
+    data = json.loads(manifest.read_text())
+    if data.get("settings") != settings:
+        return None
+    try:
+        find_shards([data["train"]]), find_shards([data["val"]])
+    except ValueError:
+        return None
+    return data if (Path(data["tokenizer"]) / "tokenizer.json").is_file() else None
+
+
+def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
+                    max_documents: int | None = None) -> dict[str, Any]:
+    """Builds (or finds already built) the demo corpus, tokenizer and shards under `out_dir`.
+
+    `max_documents` keeps only the first documents (the reference topics come first), for quick
+    smoke tests. Returns the manifest: paths (root, tokenizer, train, val), vocab_size, eos_id and
+    counts (train/val documents, characters and tokens, seconds taken).
+    """
+    from jaxtrain.data.tokenize import eos_id_from_tokenizer, tokenize_files
+
+    out = Path(out_dir).resolve()
+    settings = _settings(vocab_size, seed, max_documents)
+    if (done := _complete(out, settings)) is not None:
+        return done
+    start = time.perf_counter()
+    for sub in ("tokenizer", "text", "train", "val"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+    (out / "manifest.json").unlink(missing_ok=True)
+    (out / "text").mkdir(parents=True)
+
+    docs = itertools.islice(itertools.chain(topic_documents(), stdlib_documents()), max_documents)
+    splits: dict[str, list[tuple[str, str]]] = {"train": [], "val": []}
+    for name, text in docs:
+        splits["val" if is_validation(name, seed) else "train"].append((name, text))
+    if not splits["val"] and len(splits["train"]) > 1:  # tiny builds: keep validation non-empty
+        splits["val"].append(splits["train"].pop())
+    train_tokenizer([t for _, t in splits["train"]], vocab_size, out / "tokenizer")
+
+    manifest: dict[str, Any] = {"settings": settings, "root": str(out),
+                                "tokenizer": str(out / "tokenizer"),
+                                "eos_id": eos_id_from_tokenizer(out / "tokenizer")}
+    for split, split_docs in splits.items():
+        _write_jsonl(out / "text" / f"{split}.jsonl", split_docs)
+        tokenize_files([str(out / "text" / f"{split}.jsonl")], out / "tokenizer", out / split,
+                       seed=seed, overwrite=True, backend="builtin")
+        shards = find_shards([str(out / split)])
+        manifest[split] = str(out / split)
+        manifest[f"{split}_docs"] = len(split_docs)
+        manifest[f"{split}_chars"] = sum(len(t) for _, t in split_docs)
+        manifest[f"{split}_tokens"] = sum(s.num_tokens for s in shards)
+    from tokenizers import Tokenizer
+
+    manifest["vocab_size"] = Tokenizer.from_file(
+        str(out / "tokenizer" / "tokenizer.json")).get_vocab_size()
+    manifest["seconds"] = round(time.perf_counter() - start, 1)
+    # Written last: its presence marks a complete build.
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest

@@ -1,0 +1,29 @@
+"""Data that a config can build for itself before training (`data.prepare`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ml_collections import ConfigDict
+
+from jaxtrain.config import split_paths
+from jaxtrain.models.spec import ConfigError
+
+PREPARERS = ("", "demo")
+
+
+def prepare_data(cfg: ConfigDict) -> None:
+    """Builds the shards `data.prepare` names when they are missing; a no-op otherwise."""
+    kind = cfg.data.prepare
+    if kind not in PREPARERS:
+        raise ConfigError(f"data.prepare={kind!r} is not one of {PREPARERS}.")
+    if not kind:
+        return
+    paths = split_paths(cfg.data.paths)
+    if not paths:
+        raise ConfigError('data.prepare="demo" needs data.paths (e.g. data/demo/train): the '
+                          "corpus is written into its parent folder.")
+    from jaxtrain.data.demo_corpus import build_demo_data
+
+    root = Path(paths[0]).parent
+    build_demo_data(root, vocab_size=cfg.model.vocab_size, seed=cfg.run.seed)

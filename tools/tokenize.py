@@ -1,0 +1,71 @@
+"""Tokenize text / JSONL / Parquet files into datatrove shards for `data.kind = "datatrove"`.
+
+    python tools/tokenize.py --input 'corpus/*.jsonl' --tokenizer path/to/tokenizer_folder \
+        --output data/train [--text-key text] [--eos-token '<|endoftext|>'] [--tasks 4]
+
+An EOS token is appended after every document. datatrove's DocumentTokenizer writes the shards
+when it is installed (pip install datatrove orjson); otherwise a built-in writer with the same
+file layout does.
+"""
+
+import os
+import sys
+
+# This file shares its name with the standard library's `tokenize` (imported by linecache,
+# inspect, ...): keep its folder off the import path and put the repository on it instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+
+from jaxtrain.data.datatrove import find_shards  # noqa: E402
+from jaxtrain.data.errors import DataError  # noqa: E402
+from jaxtrain.data.tokenize import tokenize_files  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of the tokenizer tool."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--input", nargs="+", required=True,
+                   help="input files, folders or globs (.txt/.md, .jsonl/.json, .parquet; .gz ok)")
+    p.add_argument("--tokenizer", required=True,
+                   help="Hugging Face tokenizer folder (or its tokenizer.json)")
+    p.add_argument("--output", required=True, help="folder for the .ds shards")
+    p.add_argument("--text-key", default="text", help="JSONL/Parquet field holding the text")
+    p.add_argument("--eos-token", default=None,
+                   help="EOS token text appended after each document (default: the tokenizer's)")
+    p.add_argument("--tasks", type=int, default=1, help="parallel tasks; one shard per task")
+    p.add_argument("--no-shuffle", action="store_true",
+                   help="keep documents in input order inside each shard")
+    p.add_argument("--seed", type=int, default=0, help="seed of the in-shard document shuffle")
+    p.add_argument("--backend", choices=("auto", "datatrove", "builtin"), default="auto",
+                   help="who writes the shards (auto: datatrove when installed)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="delete shards already in the output folder first")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the tool; returns the process exit code."""
+    args = parse_args(argv)
+    start = time.perf_counter()
+    try:
+        tokenize_files(args.input, args.tokenizer, args.output, text_key=args.text_key,
+                       eos_token=args.eos_token, tasks=args.tasks,
+                       shuffle_documents=not args.no_shuffle, seed=args.seed,
+                       backend=args.backend, overwrite=args.overwrite)
+        shards = find_shards([args.output])
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    tokens = sum(s.num_tokens for s in shards)
+    docs = sum(s.num_docs for s in shards)
+    print(f"wrote {len(shards)} shards, {docs} documents, {tokens} tokens "
+          f"({shards[0].dtype.name}) to {args.output} in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
