@@ -1,0 +1,340 @@
+"""Hugging Face safetensors checkpoints <-> jaxtrain parameter trees.
+
+jaxtrain stacks every block parameter over a leading `layers` dimension and keeps head structure
+in its kernels (q: [layers, D, N, H]); Hugging Face stores one `nn.Linear` weight [out, in] per
+layer. Both use the same half-split RoPE layout, so converting is only reshapes and transposes.
+Tensors are read and written one at a time, so peak host memory is one stacked parameter plus
+one checkpoint shard. Shape letters: D embed, N heads, K kv heads, H head dim, F mlp, V vocab.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import pathlib
+import re
+import shutil
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config
+from jaxtrain.models.decoder import Decoder
+from jaxtrain.models.spec import ConfigError, ModelSpec
+
+WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
+                   "chat_template.jinja", "chat_template.json", "generation_config.json")
+# Buffers some old checkpoints carry that are recomputed from the config, not learned.
+_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
+_TIE_HINT = " (tied embeddings need tie_word_embeddings=true in config.json)"
+_SHARD_FILE = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
+
+Params = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMap:
+    """One parameter: its path in the jaxtrain tree and its Hugging Face tensor.
+
+    `hf_name` holds `{i}` for per-layer tensors (stacked over layers in jaxtrain). `shape` is
+    the jaxtrain shape of one layer's slice; kernels (`in_rank` set) are stored by HF as
+    [prod(out), prod(in)] where jaxtrain has [*in, *out] with `in_rank` input dimensions.
+    """
+
+    path: tuple[str, ...]
+    hf_name: str
+    shape: tuple[int, ...]
+    hf_shape: tuple[int, ...]
+    in_rank: int | None = None
+
+    @property
+    def layered(self) -> bool:
+        """Whether the parameter is stacked over layers (one HF tensor per layer)."""
+        return "{i}" in self.hf_name
+
+    def names(self, num_layers: int) -> list[str]:
+        """Every HF tensor name this parameter covers."""
+        if not self.layered:
+            return [self.hf_name]
+        return [self.hf_name.format(i=i) for i in range(num_layers)]
+
+    def to_jaxtrain(self, x: np.ndarray) -> np.ndarray:
+        """One HF tensor -> one jaxtrain (per-layer) slice."""
+        return (x if self.in_rank is None else x.T).reshape(self.shape)
+
+    def to_hf(self, x: np.ndarray) -> np.ndarray:
+        """One jaxtrain (per-layer) slice -> one contiguous HF tensor."""
+        if self.in_rank is None:
+            return np.ascontiguousarray(x.reshape(self.hf_shape))
+        return np.ascontiguousarray(x.reshape(math.prod(self.shape[:self.in_rank]), -1).T)
+
+
+def _kernel(path: tuple[str, ...], name: str, in_shape: tuple[int, ...],
+            out_shape: tuple[int, ...]) -> TensorMap:
+    return TensorMap(path, name, (*in_shape, *out_shape),
+                     (math.prod(out_shape), math.prod(in_shape)), len(in_shape))
+
+
+def _vector(path: tuple[str, ...], name: str, shape: tuple[int, ...]) -> TensorMap:
+    return TensorMap(path, name, shape, (math.prod(shape),))
+
+
+def tensor_maps(spec: ModelSpec) -> list[TensorMap]:
+    """The parameter <-> tensor table for a spec, in Hugging Face checkpoint order."""
+    d, n, k, h = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
+    f, v = spec.intermediate_size, spec.vocab_size
+    lay = "model.layers.{i}."
+    maps = [TensorMap(("embed", "embedding"), "model.embed_tokens.weight", (v, d), (v, d))]
+    for proj, heads in (("q", n), ("k", k), ("v", k)):
+        path = ("layers", "attn", f"{proj}_proj")
+        maps.append(_kernel((*path, "kernel"), f"{lay}self_attn.{proj}_proj.weight", (d,),
+                            (heads, h)))
+        if spec.qkv_bias:
+            maps.append(_vector((*path, "bias"), f"{lay}self_attn.{proj}_proj.bias", (heads, h)))
+    maps.append(_kernel(("layers", "attn", "o_proj", "kernel"), f"{lay}self_attn.o_proj.weight",
+                        (n, h), (d,)))
+    if spec.qk_norm:
+        for norm in ("q_norm", "k_norm"):
+            maps.append(_vector(("layers", "attn", norm, "scale"),
+                                f"{lay}self_attn.{norm}.weight", (h,)))
+    for proj, ins, outs in (("gate", d, f), ("up", d, f), ("down", f, d)):
+        maps.append(_kernel(("layers", "mlp", f"{proj}_proj", "kernel"),
+                            f"{lay}mlp.{proj}_proj.weight", (ins,), (outs,)))
+    maps.append(_vector(("layers", "input_norm", "scale"), f"{lay}input_layernorm.weight", (d,)))
+    maps.append(_vector(("layers", "post_attn_norm", "scale"),
+                        f"{lay}post_attention_layernorm.weight", (d,)))
+    maps.append(_vector(("final_norm", "scale"), "model.norm.weight", (d,)))
+    if not spec.tie_embeddings:
+        maps.append(_kernel(("lm_head", "kernel"), "lm_head.weight", (d,), (v,)))
+    return maps
+
+
+def _checkpoint_index(folder: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Tensor name -> safetensors file, from the index json or the single weights file."""
+    index = folder / INDEX_NAME
+    if index.is_file():
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        files = {name: folder / file for name, file in weight_map.items()}
+        for path in sorted(set(files.values())):
+            if not path.is_file():
+                raise ConfigError(f"{index} lists shard {path.name}, which does not exist.")
+        return files
+    single = folder / WEIGHTS_NAME
+    if single.is_file():
+        with safe_open(single, framework="numpy") as f:
+            return {name: single for name in f.keys()}
+    present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    raise ConfigError(f"{folder} has neither {WEIGHTS_NAME} nor {INDEX_NAME} (found: "
+                      f"{present or 'nothing'}); only safetensors checkpoints are read.")
+
+
+def _set(tree: Params, path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def load_hf_params(folder: str | pathlib.Path, spec: ModelSpec | None = None,
+                   **overrides: Any) -> tuple[ModelSpec, Params]:
+    """Reads a Hugging Face safetensors checkpoint into a jaxtrain parameter tree.
+
+    Returns (spec, params): `spec` from `folder/config.json` unless given, with `overrides`;
+    and `params` the nested dict `nnx.to_pure_dict` gives for a `Decoder` of that spec, as host
+    numpy arrays in `spec.param_dtype` (place them with `jax.device_put` or `nnx.merge`).
+    Raises ConfigError naming the file and tensor for missing, extra or misshapen tensors.
+    """
+    folder = pathlib.Path(folder)
+    if spec is None:
+        spec = spec_from_hf_config(folder, **overrides)
+    elif overrides:
+        spec = dataclasses.replace(spec, **overrides)
+    files = _checkpoint_index(folder)
+    maps = tensor_maps(spec)
+    expected = {name for m in maps for name in m.names(spec.num_layers)}
+    missing = sorted(expected - set(files))
+    if missing:
+        raise ConfigError(f"{folder}: checkpoint lacks {len(missing)} tensor(s) the "
+                          f"{spec.family} spec needs: {', '.join(missing[:8])}"
+                          f"{' ...' if len(missing) > 8 else ''}"
+                          f"{_TIE_HINT if missing == ['lm_head.weight'] else ''}.")
+    tied_head = spec.tie_embeddings and "lm_head.weight" in files
+    extra = sorted(n for n in set(files) - expected
+                   if not _IGNORED.match(n) and not (tied_head and n == "lm_head.weight"))
+    if extra:
+        raise ConfigError(f"{folder}: checkpoint has {len(extra)} tensor(s) the {spec.family} "
+                          f"spec has no place for (another architecture, or a config that does "
+                          f"not match the weights?): {', '.join(extra[:8])}"
+                          f"{' ...' if len(extra) > 8 else ''}.")
+    dtype = np.dtype(spec.jnp_param_dtype)
+    params: Params = {}
+    with contextlib.ExitStack() as stack:
+        handles = {path: stack.enter_context(safe_open(path, framework="numpy"))
+                   for path in sorted(set(files.values()))}
+
+        def read(name: str, shape: tuple[int, ...]) -> np.ndarray:
+            handle = handles[files[name]]
+            found = tuple(handle.get_slice(name).get_shape())
+            if found != shape:
+                raise ConfigError(f"{files[name]}: tensor {name} has shape {list(found)}, "
+                                  f"expected {list(shape)} from the spec.")
+            return handle.get_tensor(name)
+
+        for m in maps:
+            if m.layered:
+                value = np.empty((spec.num_layers, *m.shape), dtype)
+                for i, name in enumerate(m.names(spec.num_layers)):
+                    value[i] = m.to_jaxtrain(read(name, m.hf_shape)).astype(dtype)
+            else:
+                value = m.to_jaxtrain(read(m.hf_name, m.hf_shape)).astype(dtype)
+            _set(params, m.path, value)
+        if tied_head:
+            head = read("lm_head.weight", (spec.vocab_size, spec.hidden_size))
+            if not np.array_equal(head.astype(dtype), params["embed"]["embedding"]):
+                raise ConfigError(f"{files['lm_head.weight']}: lm_head.weight differs from "
+                                  "model.embed_tokens.weight but the config ties them "
+                                  "(tie_word_embeddings=true).")
+    return spec, params
+
+
+def model_from_params(spec: ModelSpec, params: Params) -> Decoder:
+    """A `Decoder` holding `params` (as jax arrays), without initialising weights first."""
+    abstract = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(params=0)))
+    graphdef, _ = nnx.split(abstract)
+    return nnx.merge(graphdef, jax.tree_util.tree_map(jnp.asarray, params))
+
+
+def load_hf_model(folder: str | pathlib.Path, spec: ModelSpec | None = None,
+                  **overrides: Any) -> Decoder:
+    """A `Decoder` with the weights of a Hugging Face checkpoint folder."""
+    spec, params = load_hf_params(folder, spec, **overrides)
+    return model_from_params(spec, params)
+
+
+def _flatten(tree: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    if isinstance(tree, Mapping):
+        out: dict[tuple[str, ...], Any] = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, (*prefix, str(key))))
+        return out
+    return {} if tree is None else {prefix: tree}
+
+
+def _leaves(spec: ModelSpec, params: Any, maps: list[TensorMap]) -> dict[tuple[str, ...], Any]:
+    """Path -> array, checked against the spec: every leaf present, no extra, right shapes."""
+    if isinstance(params, nnx.Module):
+        params = nnx.state(params, nnx.Param)
+    if isinstance(params, nnx.State):
+        params = nnx.to_pure_dict(params)
+    leaves = _flatten(params)
+    wanted = {m.path: ((spec.num_layers, *m.shape) if m.layered else m.shape) for m in maps}
+    dotted = lambda paths: ", ".join(".".join(p) for p in sorted(paths))
+    if extra := set(leaves) - set(wanted):
+        raise ConfigError(f"params have entries the spec has no tensor for: {dotted(extra)}.")
+    if missing := set(wanted) - set(leaves):
+        raise ConfigError(f"params lack entries the spec needs: {dotted(missing)}.")
+    for path, shape in wanted.items():
+        if tuple(leaves[path].shape) != shape:
+            raise ConfigError(f"params {'.'.join(path)} has shape {list(leaves[path].shape)}, "
+                              f"expected {list(shape)} from the spec.")
+    return leaves
+
+
+def _host(x: Any) -> np.ndarray:
+    """One array on this host; sharded arrays must be fully addressable (single process)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        raise ConfigError("save_hf_checkpoint needs fully addressable arrays; in a multi-host "
+                          "run gather the parameters to one process first.")
+    return np.asarray(jax.device_get(x))
+
+
+def _clear_old_weights(out: pathlib.Path) -> None:
+    """Removes weight files a previous save left, so no stale shard outlives a new index."""
+    for path in out.iterdir():
+        if path.name in (WEIGHTS_NAME, INDEX_NAME) or _SHARD_FILE.match(path.name):
+            path.unlink()
+
+
+def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path,
+                       tokenizer_dir: str | pathlib.Path | None = None,
+                       max_shard_bytes: int = 5 * 10**9, dtype: str | None = None,
+                       config_extra: Mapping[str, Any] | None = None,
+                       generation_config: Mapping[str, Any] | None = None) -> pathlib.Path:
+    """Writes a transformers-loadable folder: config.json, safetensors weights, tokenizer.
+
+    `params` is the pure dict of `nnx.to_pure_dict` (jax or numpy arrays, possibly sharded),
+    an `nnx.State` or a `Decoder`. Weights are stored in `dtype` (default `spec.param_dtype`),
+    split into `model-0000k-of-0000n.safetensors` shards plus an index past `max_shard_bytes`.
+    Tokenizer files (and generation_config.json) are copied from `tokenizer_dir` when given.
+    """
+    maps = tensor_maps(spec)
+    leaves = _leaves(spec, params, maps)
+    dtype = dtype or spec.param_dtype
+    stored = dataclasses.replace(spec, param_dtype=dtype)
+    stored.validate()  # names an unknown dtype
+    np_dtype = np.dtype(stored.jnp_param_dtype)
+    config = hf_config_from_spec(spec, dtype=dtype, extra=config_extra)
+
+    # Plan shards from shapes alone (layer by layer, like transformers), then read tensors.
+    layered = [m for m in maps if m.layered]
+    order = [(m, None) for m in maps if not m.layered and m.path[0] == "embed"]
+    order += [(m, i) for i in range(spec.num_layers) for m in layered]
+    order += [(m, None) for m in maps if not m.layered and m.path[0] != "embed"]
+    shards: list[list[tuple[TensorMap, int | None]]] = [[]]
+    shard_bytes = 0
+    for m, i in order:
+        size = math.prod(m.hf_shape) * np_dtype.itemsize
+        if shards[-1] and shard_bytes + size > max_shard_bytes:
+            shards.append([])
+            shard_bytes = 0
+        shards[-1].append((m, i))
+        shard_bytes += size
+
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _clear_old_weights(out)
+    weight_map: dict[str, str] = {}
+    total = 0
+    for s, shard in enumerate(shards):
+        file = (WEIGHTS_NAME if len(shards) == 1
+                else f"model-{s + 1:05d}-of-{len(shards):05d}.safetensors")
+        tensors: dict[str, np.ndarray] = {}
+        for m, i in shard:
+            leaf = leaves[m.path]
+            name = m.hf_name if i is None else m.hf_name.format(i=i)
+            tensors[name] = m.to_hf(_host(leaf if i is None else leaf[i]).astype(np_dtype))
+            weight_map[name] = file
+            total += tensors[name].nbytes
+        save_file(tensors, str(out / file), metadata={"format": "pt"})
+    if len(shards) > 1:
+        with open(out / INDEX_NAME, "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    with open(out / "config.json", "w") as f:
+        json.dump(config, f, indent=2)
+    if tokenizer_dir is not None:
+        _copy_tokenizer(pathlib.Path(tokenizer_dir), out)
+    if generation_config is not None:
+        with open(out / "generation_config.json", "w") as f:
+            json.dump(dict(generation_config), f, indent=2)
+    return out
+
+
+def _copy_tokenizer(src: pathlib.Path, out: pathlib.Path) -> None:
+    """Copies the tokenizer files `src` has; ConfigError when it has none."""
+    found = [src / name for name in TOKENIZER_FILES if (src / name).is_file()]
+    if not found:
+        raise ConfigError(f"tokenizer_dir {src} has none of {', '.join(TOKENIZER_FILES)}.")
+    for path in found:
+        if path.resolve() != (out / path.name).resolve():
+            shutil.copyfile(path, out / path.name)

@@ -1,0 +1,261 @@
+"""Hugging Face `config.json` <-> `ModelSpec`, for Llama 2/3, Qwen 2.5/3 and Mistral.
+
+Reading accepts both the transformers-4 layout (`rope_theta` at top level, `rope_scaling`) and
+the transformers-5 one (`rope_parameters` holding `rope_theta`); writing uses the layout of the
+installed transformers (the 5 layout when none is installed). Fields that are run choices
+rather than architecture (`param_dtype`, `dtype`, `remat`, `scan_layers`) are not read from the
+file: pass them as overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+from jaxtrain.models.spec import ConfigError, ModelSpec
+
+# Architecture name (config.json `architectures[0]`) -> (spec family, transformers model_type).
+ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "LlamaForCausalLM": ("llama", "llama"),
+    "Qwen2ForCausalLM": ("qwen2", "qwen2"),
+    "Qwen3ForCausalLM": ("qwen3", "qwen3"),
+    "MistralForCausalLM": ("mistral", "mistral"),
+}
+FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
+_MODEL_TYPE_ARCHITECTURE = {mt: arch for arch, (_, mt) in ARCHITECTURES.items()}
+_QWEN = ("qwen2", "qwen3")
+
+
+def _transformers_major() -> int:
+    """Major version of the installed transformers (5 when it is absent: the newest layout)."""
+    try:
+        return int(importlib.metadata.version("transformers").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return 5
+
+
+def read_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path) -> tuple[dict[str, Any], str]:
+    """The config as a dict plus a label for messages (its file path, or `<dict>`).
+
+    A folder is read as `folder/config.json`.
+    """
+    if isinstance(cfg, Mapping):
+        return dict(cfg), "<config dict>"
+    path = pathlib.Path(cfg)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"Hugging Face config {path} does not exist.")
+    with open(path) as f:
+        return json.load(f), str(path)
+
+
+def hf_architecture(cfg: Mapping[str, Any], where: str = "<config dict>") -> str:
+    """The supported architecture name a config declares, or ConfigError naming what it found."""
+    archs = cfg.get("architectures") or []
+    arch = archs[0] if archs else _MODEL_TYPE_ARCHITECTURE.get(cfg.get("model_type", ""), "")
+    if arch not in ARCHITECTURES:
+        found = arch or f"model_type={cfg.get('model_type')!r} without `architectures`"
+        raise ConfigError(f"{where}: architecture {found} is not supported; supported "
+                          f"architectures: {', '.join(sorted(ARCHITECTURES))}.")
+    return arch
+
+
+def _require(cfg: Mapping[str, Any], key: str, where: str) -> Any:
+    if cfg.get(key) is None:
+        raise ConfigError(f"{where}: required key {key!r} is missing.")
+    return cfg[key]
+
+
+def _rope_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """rope_theta and the scaling fields from either rope layout."""
+    params = dict(cfg.get("rope_parameters") or {})
+    legacy = cfg.get("rope_scaling") or {}
+    if not params.get("rope_type") and not params.get("type"):
+        # transformers 4 kept scaling in `rope_scaling`; merge so either layout reads the same.
+        params = {**params, **legacy}
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    kind = params.get("rope_type") or params.get("type") or "default"
+    fields: dict[str, Any] = {"rope_theta": float(theta)}
+    if kind == "default":
+        fields["rope_scaling"] = "none"
+    elif kind in ("linear", "llama3") and params.get("factor") is None:
+        raise ConfigError(f"{where}: rope type {kind!r} needs a `factor`.")
+    elif kind == "linear":
+        fields.update(rope_scaling="linear", rope_factor=float(params["factor"]))
+    elif kind == "llama3":
+        fields.update(
+            rope_scaling="llama3", rope_factor=float(params["factor"]),
+            rope_low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+            rope_high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+            rope_original_max_len=int(params.get("original_max_position_embeddings")
+                                      or cfg["max_position_embeddings"]))
+    else:
+        raise ConfigError(f"{where}: rope type {kind!r} is not supported; supported: default, "
+                          "linear, llama3.")
+    prf = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    if float(prf) != 1.0:
+        raise ConfigError(f"{where}: partial_rotary_factor={prf} is not supported (only 1.0).")
+    return fields
+
+
+def _qwen_window(cfg: Mapping[str, Any], num_layers: int, where: str) -> int:
+    """Qwen's window: set only with use_sliding_window, on the layers `layer_types` marks
+    (or those at index >= max_window_layers); our decoder needs it on all layers or none."""
+    window = cfg.get("sliding_window")
+    if not cfg.get("use_sliding_window") or not window:
+        return 0
+    types = cfg.get("layer_types") or [
+        "sliding_attention" if i >= cfg.get("max_window_layers", 28) else "full_attention"
+        for i in range(num_layers)]
+    sliding = sum(t == "sliding_attention" for t in types)
+    if sliding == 0:
+        return 0
+    if sliding != len(types):
+        raise ConfigError(f"{where}: sliding window on {sliding} of {len(types)} layers is not "
+                          "supported; jaxtrain applies one window to every layer or none.")
+    return int(window)
+
+
+def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
+                        **overrides: Any) -> ModelSpec:
+    """A `ModelSpec` from a transformers config (dict, `config.json` path or model folder).
+
+    `overrides` set any spec field afterwards, e.g. `param_dtype="bfloat16"`, `remat="full"`.
+    Raises ConfigError naming the file and key for anything the decoder cannot express.
+    """
+    cfg, where = read_hf_config(cfg)
+    arch = hf_architecture(cfg, where)
+    family = ARCHITECTURES[arch][0]
+    act = cfg.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise ConfigError(f"{where}: hidden_act={act!r} is not supported (SwiGLU needs silu).")
+    if cfg.get("mlp_bias"):
+        raise ConfigError(f"{where}: mlp_bias=true is not supported (bias-free MLP only).")
+    attention_bias = bool(cfg.get("attention_bias", False))
+    if attention_bias and family in ("llama", "qwen3"):
+        # Both put the bias on o_proj too, which the decoder does not have.
+        raise ConfigError(f"{where}: attention_bias=true ({arch}) adds an o_proj bias, which "
+                          "is not supported; only Qwen2-style q/k/v biases are.")
+    hidden = int(_require(cfg, "hidden_size", where))
+    heads = int(_require(cfg, "num_attention_heads", where))
+    layers = int(_require(cfg, "num_hidden_layers", where))
+    if family in _QWEN:
+        window = _qwen_window(cfg, layers, where)
+    elif family == "mistral":
+        window = int(cfg.get("sliding_window") or 0)
+    else:
+        window = 0
+    fields = dict(
+        family=family,
+        vocab_size=int(_require(cfg, "vocab_size", where)),
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        intermediate_size=int(_require(cfg, "intermediate_size", where)),
+        max_seq_len=int(_require(cfg, "max_position_embeddings", where)),
+        norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=family == "qwen2",
+        qk_norm=family == "qwen3",
+        sliding_window=window,
+        init_std=float(cfg.get("initializer_range", 0.02)),
+        **_rope_fields(cfg, where),
+    )
+    known = {f.name for f in dataclasses.fields(ModelSpec)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"spec overrides {unknown} are not ModelSpec fields.")
+    spec = ModelSpec(**{**fields, **overrides})
+    try:
+        spec.validate()
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from e
+    return spec
+
+
+def _check_expressible(spec: ModelSpec, arch: str) -> None:
+    """ConfigError when the spec has a feature the family's HF architecture lacks."""
+    family = spec.family
+    wants = {"qwen2": (True, False), "qwen3": (False, True)}.get(family, (False, False))
+    if (spec.qkv_bias, spec.qk_norm) != wants:
+        raise ConfigError(
+            f"model.family={family!r} ({arch}) has qkv_bias={wants[0]}, qk_norm={wants[1]} but "
+            f"the spec has qkv_bias={spec.qkv_bias}, qk_norm={spec.qk_norm}; use family "
+            "'qwen2' for q/k/v biases, 'qwen3' for qk-norm, 'llama' or 'mistral' for neither.")
+    if spec.sliding_window and family == "llama":
+        raise ConfigError("model.family='llama' has no sliding window in transformers; use "
+                          "family 'mistral' (same weights plus a window).")
+
+
+def _rope_parameters(spec: ModelSpec) -> dict[str, Any]:
+    if spec.rope_scaling == "none":
+        return {"rope_type": "default"}
+    if spec.rope_scaling == "linear":
+        return {"rope_type": "linear", "factor": spec.rope_factor}
+    return {"rope_type": "llama3", "factor": spec.rope_factor,
+            "low_freq_factor": spec.rope_low_freq_factor,
+            "high_freq_factor": spec.rope_high_freq_factor,
+            "original_max_position_embeddings": spec.rope_original_max_len}
+
+
+def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
+                        extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A transformers `config.json` dict for the spec's family (llama, qwen2, qwen3, mistral).
+
+    `dtype` is the stored weight dtype (default `spec.param_dtype`); `extra` keys (token ids,
+    say) are added last. Raises ConfigError when the family cannot express the spec.
+    """
+    spec.validate()
+    if spec.family not in FAMILY_ARCHITECTURE:
+        raise ConfigError(f"model.family={spec.family!r} has no Hugging Face architecture; "
+                          f"supported families: {', '.join(sorted(FAMILY_ARCHITECTURE))}.")
+    arch = FAMILY_ARCHITECTURE[spec.family]
+    _check_expressible(spec, arch)
+    cfg: dict[str, Any] = {
+        "architectures": [arch],
+        "model_type": ARCHITECTURES[arch][1],
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": spec.max_seq_len,
+        "initializer_range": spec.init_std,
+        "rms_norm_eps": spec.norm_eps,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "attention_dropout": 0.0,
+        "use_cache": True,
+    }
+    if spec.family in ("llama", "qwen3"):
+        cfg["attention_bias"] = False
+    if spec.family == "llama":
+        cfg["mlp_bias"] = False
+    if spec.family == "mistral":
+        cfg["sliding_window"] = spec.sliding_window or None
+    if spec.family in _QWEN:
+        window = bool(spec.sliding_window)
+        cfg.update(use_sliding_window=window, sliding_window=spec.sliding_window or None,
+                   max_window_layers=0 if window else spec.num_layers,
+                   layer_types=[("sliding_attention" if window else "full_attention")]
+                   * spec.num_layers)
+    rope = _rope_parameters(spec)
+    weight_dtype = dtype or spec.param_dtype
+    if _transformers_major() >= 5:
+        cfg["rope_parameters"] = {**rope, "rope_theta": spec.rope_theta}
+        cfg["dtype"] = weight_dtype
+    else:
+        cfg["rope_theta"] = spec.rope_theta
+        cfg["rope_scaling"] = None if spec.rope_scaling == "none" else rope
+        cfg["torch_dtype"] = weight_dtype
+    cfg.update(extra or {})
+    return cfg
