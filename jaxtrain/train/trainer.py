@@ -1,0 +1,321 @@
+"""The training loop: the same object drives the CLI and a notebook.
+
+    trainer = Trainer(config)      # mesh, sharded state (fresh or resumed), data, checkpoints
+    trainer.run(steps=100)         # train; returns the last metrics
+    trainer.evaluate()             # validation loss / perplexity
+    trainer.model()                # an nnx model holding the current parameters
+
+Everything with side effects (logging, NaN guard, checkpoints, signals) lives here; the step
+itself is the pure function in `jaxtrain.train.step`. Metrics are read one step late so the host
+never waits for the device before dispatching the next step.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import signal
+import time
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding
+from ml_collections import ConfigDict
+
+from jaxtrain import config as config_lib
+from jaxtrain import perf, sharding
+from jaxtrain.checkpoint import Checkpointer, from_jsonable, to_jsonable
+from jaxtrain.data import pipeline
+from jaxtrain.data.prepare import prepare_data
+from jaxtrain.metrics import MetricsWriter
+from jaxtrain.models.spec import ConfigError
+from jaxtrain.train import state as state_lib
+from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
+from jaxtrain.train.step import eval_step, train_step
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. a non-finite loss); the last checkpoint is kept intact."""
+
+
+def _batch_shards(mesh_sizes: dict[str, int], rules: dict[str, Any]) -> int:
+    axes = rules["activation_batch"]
+    axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    return math.prod(mesh_sizes[a] for a in axes)
+
+
+class Trainer:
+    """Owns the mesh, the train state, the data iterators, checkpoints and metric sinks."""
+
+    def __init__(self, cfg: ConfigDict, *, devices: list[Any] | None = None,
+                 console: bool = True):
+        self.cfg = cfg
+        prepare_data(cfg)
+        self.spec = config_lib.validate(cfg)
+        self.mesh = sharding.make_mesh(cfg.mesh, devices)
+        if cfg.mesh.rules not in sharding.RULE_PRESETS:
+            raise ConfigError(f"mesh.rules={cfg.mesh.rules!r} is not one of "
+                              f"{sorted(sharding.RULE_PRESETS)}.")
+        self.rules = sharding.RULE_PRESETS[cfg.mesh.rules]
+        self._check_batch_fits()
+        self.num_micro = cfg.train.global_batch_size // config_lib.micro_batch_size(cfg)
+        self.schedule = learning_rate_schedule(cfg.optim, cfg.train.steps)
+        self.tx = make_optimizer(cfg.optim, cfg.train.steps)
+        self.run_dir = config_lib.run_dir(cfg)
+        self.is_primary = jax.process_index() == 0
+        with self._mesh_context():
+            self.layout = state_lib.state_layout(self.spec, self.tx, self.mesh, self.rules)
+        self.num_params = state_lib.count_params(self.layout.abstract["params"])
+        self.batch_sharding = NamedSharding(self.mesh, sharding.logical_spec(
+            ("activation_batch", "activation_length"), dict(self.rules)))
+
+        self.train_iter = pipeline.make_train_iterator(
+            cfg, self.spec.vocab_size, process_index=jax.process_index(),
+            process_count=jax.process_count())
+        self.make_eval_iter = pipeline.make_eval_batches(
+            cfg, self.spec.vocab_size, process_index=jax.process_index(),
+            process_count=jax.process_count())
+
+        self.checkpointer = Checkpointer(config_lib.checkpoint_dir(cfg),
+                                         keep=cfg.checkpoint.keep)
+        self.state = self._restore_or_init()
+        # Tracked on the host so that asking for it never waits for the device.
+        self._host_step = int(jax.device_get(self.state["step"]))
+        self._compile_functions()
+        self.metrics = MetricsWriter(self.run_dir, cfg.train.steps, is_primary=self.is_primary,
+                                     progress=cfg.train.progress, console=console)
+        self.history: list[dict[str, Any]] = []
+        self._stop_signal: int | None = None
+        self._saved_step: int | None = None
+
+    # ----------------------------------------------------------------------------- setup
+    def _mesh_context(self):
+        return sharding.use_mesh(self.mesh, self.rules)
+
+    def _check_batch_fits(self) -> None:
+        shards = _batch_shards(sharding.mesh_shape(self.mesh), dict(self.rules))
+        micro = config_lib.micro_batch_size(self.cfg)
+        if micro % shards:
+            raise ConfigError(
+                f"train.micro_batch_size={micro} (sequences per forward pass) is not divisible "
+                f"by the {shards} batch shards of the mesh "
+                f"({sharding.mesh_shape(self.mesh)}); use a multiple of {shards}.")
+        if self.cfg.train.global_batch_size % jax.process_count():
+            raise ConfigError(f"train.global_batch_size={self.cfg.train.global_batch_size} is "
+                              f"not divisible by the {jax.process_count()} processes.")
+
+    def _restore_or_init(self) -> dict[str, Any]:
+        self._restored_step: int | None = None
+        latest = self.checkpointer.latest_step() if self.cfg.checkpoint.resume else None
+        if latest is None:
+            with self._mesh_context():
+                return state_lib.init_state(self.spec, self.tx, self.layout, self.cfg.run.seed)
+        state, data_state, _ = self.checkpointer.restore(latest, self.layout.abstract)
+        self._restored_step = latest
+        if data_state:
+            self.train_iter.set_state(from_jsonable(data_state))
+        self._log(f"resumed from step {latest} in {self.checkpointer.directory}")
+        return state
+
+    def _compile_functions(self) -> None:
+        step_fn = functools.partial(train_step, graphdef=self.layout.graphdef, tx=self.tx,
+                                    schedule=self.schedule, num_micro=self.num_micro,
+                                    z_loss=float(self.cfg.train.z_loss))
+        self._train_step = jax.jit(step_fn, in_shardings=(self.layout.shardings, None),
+                                   out_shardings=(self.layout.shardings, None),
+                                   donate_argnums=(0,))
+        self._eval_step = jax.jit(functools.partial(eval_step, graphdef=self.layout.graphdef),
+                                  in_shardings=(self.layout.shardings["params"], None))
+
+    # ----------------------------------------------------------------------------- helpers
+    def _log(self, message: str) -> None:
+        if self.is_primary:
+            print(message, flush=True)
+
+    def _to_global(self, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        return {k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(v))
+                for k, v in local_batch.items()}
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken so far (dispatched; the device may still be computing)."""
+        return self._host_step
+
+    def model(self) -> nnx.Module:
+        """An nnx model viewing the current parameters (for sampling or inspection)."""
+        return nnx.merge(self.layout.graphdef, self.state["params"])
+
+    def _mfu(self, tokens_per_s: float) -> float:
+        peak, _ = perf.peak_flops(self.cfg.train.peak_flops)
+        devices = self.mesh.devices.size
+        # Fake CPU devices share the host's cores: the measured peak is already the whole CPU.
+        total_peak = peak if jax.devices()[0].platform == "cpu" else peak * devices
+        return self.spec.flops_per_token(self.cfg.train.seq_len) * tokens_per_s / total_peak
+
+    # ----------------------------------------------------------------------------- public
+    def evaluate(self) -> dict[str, float]:
+        """Mean validation loss and perplexity over the fixed validation batches."""
+        if self.make_eval_iter is None:
+            return {}
+        ce_sum, tokens = 0.0, 0.0
+        with self._mesh_context():
+            for local in self.make_eval_iter():
+                out = jax.device_get(self._eval_step(self.state["params"],
+                                                     self._to_global(local)))
+                ce_sum += float(out["ce_sum"])
+                tokens += float(out["tokens"])
+        loss = ce_sum / max(tokens, 1.0)
+        return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
+
+    def save(self, wait: bool = False) -> None:
+        """Writes a checkpoint of the current step (asynchronously unless `wait`)."""
+        if self.step in (self._saved_step, self._restored_step):
+            if wait:
+                self.checkpointer.wait()
+            return
+        self._saved_step = self.step
+        data_state = to_jsonable(self.train_iter.get_state())
+        self.checkpointer.save(self.step, self.state, data_state, self.cfg.to_dict())
+        if wait:
+            self.checkpointer.wait()
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        def on_signal(signum, _frame):
+            if self._stop_signal is not None:
+                raise KeyboardInterrupt(f"second signal {signum}: aborting without a checkpoint")
+            self._stop_signal = signum
+            self._log(f"\nsignal {signum}: finishing this step, then saving a checkpoint")
+
+        previous = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                previous[sig] = signal.signal(sig, on_signal)
+            except ValueError:  # not the main thread (e.g. some notebook kernels)
+                pass
+        return previous
+
+    def _write_run_config(self) -> None:
+        if self.is_primary:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.json").write_text(self.cfg.to_json_best_effort(indent=2))
+
+    def run(self, steps: int | None = None) -> dict[str, Any]:
+        """Trains `steps` more steps (default: up to train.steps); returns the last metrics."""
+        cfg = self.cfg
+        target = cfg.train.steps if steps is None else min(self.step + steps, cfg.train.steps)
+        if self.step >= target:
+            self._log(f"nothing to do: at step {self.step}, target {target}")
+            return self.history[-1] if self.history else {}
+        self._write_run_config()
+        self._log(f"training {self.spec.family} model, {self.num_params:,} parameters, "
+                  f"mesh {sharding.mesh_shape(self.mesh)}, steps {self.step} -> {target}")
+        previous_handlers = self._install_signal_handlers()
+        tokens_per_step = cfg.train.global_batch_size * cfg.train.seq_len
+        pending: tuple[int, Any] | None = None
+        window_start, window_steps = time.perf_counter(), 0
+        last: dict[str, Any] = {}
+        try:
+            with self._mesh_context():
+                while self.step < target or pending is not None:
+                    if self.step < target and self._stop_signal is None:
+                        batch = self._to_global(next(self.train_iter))
+                        self.state, device_metrics = self._train_step(self.state, batch)
+                        self._host_step += 1
+                        step_no = self._host_step
+                        current = (step_no, device_metrics)
+                        every = cfg.checkpoint.every
+                        if every and step_no % every == 0 and step_no < cfg.train.steps:
+                            self.save()  # copies to host before returning: donation is safe
+                    else:
+                        current = None
+                    if pending is not None:
+                        # Reading the previous step's metrics waits only for that step.
+                        step_no, values = pending[0], jax.device_get(pending[1])
+                        window_steps += 1
+                        last = self._after_step(step_no, values, target, tokens_per_step,
+                                                window_start, window_steps)
+                        if "tokens_per_s" in last:
+                            window_start, window_steps = time.perf_counter(), 0
+                    pending = current
+                    if self._stop_signal is not None and pending is None:
+                        break
+            if self._stop_signal is not None:
+                self.save(wait=True)
+                self._log(f"stopped by signal {self._stop_signal} at step {self.step}; "
+                          f"checkpoint written to {self.checkpointer.directory}")
+            elif self.step >= cfg.train.steps or cfg.checkpoint.every:
+                self.save(wait=True)
+        finally:
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
+        return last
+
+    def _after_step(self, step_no: int, values: dict[str, Any], target: int,
+                    tokens_per_step: int, window_start: float, window_steps: int
+                    ) -> dict[str, Any]:
+        cfg = self.cfg
+        loss = float(values["loss"])
+        if not math.isfinite(loss):
+            raise TrainingError(
+                f"loss is {loss} at step {step_no}; stopping without saving this state. The last "
+                f"checkpoint ({self.checkpointer.latest_step()}) is intact. Lower optim.lr, "
+                "check the data for out-of-range tokens, or use float32 compute.")
+        record: dict[str, Any] = {k: float(v) for k, v in values.items()}
+        record["ppl"] = math.exp(min(loss, 50.0))
+        log_now = step_no % max(cfg.train.log_every, 1) == 0 or step_no == target or \
+            step_no == 1
+        if log_now:
+            elapsed = time.perf_counter() - window_start
+            tps = tokens_per_step * window_steps / max(elapsed, 1e-9)
+            record.update(tokens_per_s=tps, step_time=elapsed / max(window_steps, 1),
+                          mfu=self._mfu(tps))
+        if cfg.train.eval_every and step_no % cfg.train.eval_every == 0:
+            record.update(self.evaluate())
+        if log_now or any(k.startswith("val_") for k in record):
+            self.metrics.write(step_no, record)
+        self.history.append({"step": step_no, **record})
+        return record
+
+    def close(self) -> None:
+        """Flushes metrics and waits for checkpoints."""
+        self.checkpointer.close()
+        self.metrics.close()
+
+
+def print_sample(trainer: Trainer) -> str:
+    """Continues `sample.prompt` with the trained model and prints it (needs data.tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from jaxtrain.sample import complete
+
+    cfg = trainer.cfg
+    if not cfg.data.tokenizer:
+        print("sample: skipped (data.tokenizer names no tokenizer to encode the prompt)")
+        return ""
+    tokenizer = AutoTokenizer.from_pretrained(cfg.data.tokenizer)
+    text = complete(trainer.model(), tokenizer, cfg.sample.prompt,
+                    max_new_tokens=cfg.sample.max_new_tokens,
+                    temperature=cfg.sample.temperature, top_k=cfg.sample.top_k,
+                    seed=cfg.run.seed)
+    print(f"sample (step {trainer.step}): {cfg.sample.prompt}{text}", flush=True)
+    return text
+
+
+def train(cfg: ConfigDict) -> dict[str, Any]:
+    """Trains to train.steps (resuming if possible) and returns the final metrics."""
+    trainer = Trainer(cfg)
+    try:
+        last = trainer.run()
+        already = trainer.history and "val_loss" in trainer.history[-1]
+        final_eval = {} if already else trainer.evaluate()
+        if final_eval:
+            trainer.metrics.write(trainer.step, final_eval)
+            last = {**last, **final_eval}
+        if cfg.sample.prompt and trainer.is_primary:
+            print_sample(trainer)
+        return last
+    finally:
+        trainer.close()
+

@@ -1,0 +1,122 @@
+"""End to end: train on shards written by datatrove, checkpoint, rerun and resume; bad input."""
+
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from conftest import REPO
+
+from jaxtrain import config as config_lib
+from jaxtrain.checkpoint import CheckpointError
+from jaxtrain.data.errors import DataError
+from jaxtrain.metrics import read_jsonl
+from jaxtrain.train.trainer import Trainer, TrainingError
+
+
+def debug_config(tmp_path, corpus, **overrides):
+    base = {
+        "run.dir": str(tmp_path / "run"),
+        "data.kind": "datatrove",
+        "data.paths": str(corpus.folder),
+        "data.val_paths": str(corpus.folder),
+        "data.tokenizer": str(corpus.tokenizer),
+        "train.seq_len": 32,
+        "train.global_batch_size": 16,
+        "train.micro_batch_size": 8,
+        "train.steps": 6,
+        "train.log_every": 1,
+        "train.eval_every": 3,
+        "train.eval_batches": 2,
+        "train.progress": False,
+        "checkpoint.every": 3,
+        "optim.lr": 3e-3,
+        "optim.warmup_steps": 2,
+    }
+    base.update(overrides)
+    return config_lib.load_config(str(REPO / "configs" / "llama_debug.py"), base)
+
+
+def run(cfg, steps=None, devices=None):
+    trainer = Trainer(cfg, devices=devices, console=False)
+    try:
+        trainer.run(steps)
+        return trainer.step, [h["loss"] for h in trainer.history]
+    finally:
+        trainer.close()
+
+
+def test_train_checkpoint_and_resume_match_an_uninterrupted_run(tmp_path, datatrove_corpus):
+    # Uninterrupted: 6 steps on 8 devices (fsdp=8), two micro batches per step.
+    cfg = debug_config(tmp_path / "a", datatrove_corpus)
+    step, straight = run(cfg)
+    assert step == 6
+    records = read_jsonl(tmp_path / "a" / "run" / "metrics.jsonl")
+    assert [r["step"] for r in records if "loss" in r] == list(range(1, 7))
+    assert any("val_loss" in r for r in records)
+    assert straight[-1] < straight[0]
+
+    # Interrupted after 3 steps, then the same command again continues at step 3.
+    cfg = debug_config(tmp_path / "b", datatrove_corpus)
+    step, first = run(cfg, steps=3)
+    assert step == 3
+    resumed = Trainer(debug_config(tmp_path / "b", datatrove_corpus), console=False)
+    try:
+        assert resumed.step == 3
+        resumed.run()
+        second = [h["loss"] for h in resumed.history]
+    finally:
+        resumed.close()
+    np.testing.assert_allclose(first + second, straight, rtol=1e-6)
+    steps_on_disk = sorted(int(p.name) for p in (tmp_path / "b/run/checkpoints").iterdir()
+                           if p.name.isdigit())
+    assert steps_on_disk == [3, 6]
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path, datatrove_corpus):
+    devices = jax.devices()[:1]
+    run(debug_config(tmp_path, datatrove_corpus, **{"train.steps": 1, "optim.warmup_steps": 0}),
+        devices=devices)
+    other = debug_config(tmp_path, datatrove_corpus, **{"train.steps": 2,
+                                                        "model.intermediate_size": 96})
+    with pytest.raises(CheckpointError, match=r"mlp.up_proj.kernel: checkpoint .*128.* vs "
+                                              r"model .*96"):
+        Trainer(other, devices=devices, console=False)
+
+
+def test_non_finite_loss_stops_with_a_clear_error(tmp_path, datatrove_corpus):
+    cfg = debug_config(tmp_path, datatrove_corpus, **{
+        "optim.lr": 1e30, "optim.min_lr": 0.0, "optim.clip_grad_norm": 0.0,
+        "train.steps": 6, "checkpoint.every": 0, "train.eval_every": 0})
+    trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
+    with pytest.raises(TrainingError, match="loss is (nan|inf)"):
+        trainer.run()
+    trainer.close()
+
+
+def test_token_ids_beyond_the_vocabulary_are_refused(tmp_path, datatrove_corpus):
+    cfg = debug_config(tmp_path, datatrove_corpus, **{"model.vocab_size": 128})
+    with pytest.raises(DataError, match="128"):
+        Trainer(cfg, devices=jax.devices()[:1], console=False)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "jaxtrain", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_reports_unknown_keys_in_one_line():
+    result = _cli("--config", "configs/llama_debug.py", "--config.train.stepz=3")
+    assert result.returncode == 2
+    assert "config key 'train.stepz' does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_config_prints_resolved_json():
+    result = _cli("config", "configs/llama2_7b.py", "--json", "--config.train.steps=7")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["config"]["train"]["steps"] == 7
+    assert payload["derived"]["num_params"] == 6_738_415_616
