@@ -21,7 +21,7 @@ from jaxtrain.models.presets import PRESETS, PUBLISHED_PARAMS, model_config, mod
 from jaxtrain.models.spec import ConfigError, ModelSpec
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe")
 
 
 def _defines_get_config(path: Path) -> bool:
@@ -112,7 +112,9 @@ def _hf_param_count(family: str, **hf_config) -> int:
     transformers = pytest.importorskip("transformers")
     config_class = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
                     "qwen3": transformers.Qwen3Config,
-                    "mistral": transformers.MistralConfig}[family]
+                    "mistral": transformers.MistralConfig,
+                    "mixtral": transformers.MixtralConfig,
+                    "qwen3_moe": transformers.Qwen3MoeConfig}[family]
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config_class(**hf_config))
     return sum(p.numel() for p in model.parameters())  # tied weights are listed once
@@ -129,6 +131,15 @@ _HF_CONFIGS = {
     "qwen3-8b": dict(family="qwen3", vocab_size=151936, hidden_size=4096,
                      intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
                      num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+    "mixtral-8x7b": dict(family="mixtral", vocab_size=32000, hidden_size=4096,
+                         intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                         num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+                         tie_word_embeddings=False),
+    "qwen3-30b-a3b": dict(family="qwen3_moe", vocab_size=151936, hidden_size=2048,
+                          intermediate_size=6144, moe_intermediate_size=768,
+                          num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
+                          head_dim=128, num_experts=128, num_experts_per_tok=8,
+                          decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False),
 }
 
 
@@ -141,12 +152,36 @@ def test_every_preset_counts_like_transformers() -> None:
     # Biases, qk-norm weights and tied embeddings are counted as transformers builds them.
     for name in sorted(PRESETS):
         spec = model_spec(name)
-        count = _hf_param_count(
-            spec.family, vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
+        hf_config = dict(
+            vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
             intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
             num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads,
             head_dim=spec.head_dim, tie_word_embeddings=spec.tie_embeddings)
+        count = _hf_param_count(spec.family, **{**hf_config, **_hf_moe_config(spec)})
         assert count == spec.num_params(), name
+
+
+def _hf_moe_config(spec: ModelSpec) -> dict:
+    """The transformers expert keys of a mixture-of-experts spec ({} when dense)."""
+    if spec.family == "mixtral":
+        return dict(num_local_experts=spec.num_experts,
+                    intermediate_size=spec.moe_intermediate_size,
+                    num_experts_per_tok=spec.num_experts_per_tok)
+    if spec.family == "qwen3_moe":
+        return dict(num_experts=spec.num_experts,
+                    moe_intermediate_size=spec.moe_intermediate_size,
+                    num_experts_per_tok=spec.num_experts_per_tok, decoder_sparse_step=1,
+                    mlp_only_layers=[])
+    return {}
+
+
+def test_active_parameter_counts() -> None:
+    # Model cards: Mixtral 8x7B 12.9B active, Qwen3-30B-A3B 3.3B, Qwen3-235B-A22B 22B.
+    assert round(model_spec("mixtral-8x7b").num_active_params() / 1e9, 1) == 12.9
+    assert 3.3e9 < model_spec("qwen3-30b-a3b").num_active_params() < 3.4e9
+    assert round(model_spec("qwen3-235b-a22b").num_active_params() / 1e9) == 22
+    dense = model_spec("llama3-8b")
+    assert dense.num_active_params() == dense.num_params()
 
 
 def test_unknown_override_key_is_named() -> None:

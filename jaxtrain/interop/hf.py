@@ -4,7 +4,9 @@ jaxtrain stacks every block parameter over a leading `layers` dimension and keep
 in its kernels (q: [layers, D, N, H]); Hugging Face stores one `nn.Linear` weight [out, in] per
 layer. Both use the same half-split RoPE layout, so converting is only reshapes and transposes.
 Tensors are read and written one at a time, so peak host memory is one stacked parameter plus
-one checkpoint shard. Shape letters: D embed, N heads, K kv heads, H head dim, F mlp, V vocab.
+one checkpoint shard. Shape letters: D embed, N heads, K kv heads, H head dim, F mlp, V vocab,
+E experts. Mixture-of-experts weights are stacked over experts too ([layers, E, D, F]) where
+checkpoints keep one tensor per layer and expert.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ Params = dict[str, Any]
 class TensorMap:
     """One parameter: its path in the jaxtrain tree and its Hugging Face tensor.
 
-    `hf_name` holds `{i}` for per-layer tensors (stacked over layers in jaxtrain). `shape` is
-    the jaxtrain shape of one layer's slice; kernels (`in_rank` set) are stored by HF as
+    `hf_name` holds `{i}` for per-layer tensors (stacked over layers in jaxtrain), and `{e}`
+    for per-expert ones (`experts` of them, stacked after layers). `shape` is the jaxtrain
+    shape of one layer's (and expert's) slice; kernels (`in_rank` set) are stored by HF as
     [prod(out), prod(in)] where jaxtrain has [*in, *out] with `in_rank` input dimensions.
     """
 
@@ -57,6 +60,7 @@ class TensorMap:
     shape: tuple[int, ...]
     hf_shape: tuple[int, ...]
     in_rank: int | None = None
+    experts: int = 0
 
     @property
     def layered(self) -> bool:
@@ -67,7 +71,19 @@ class TensorMap:
         """Every HF tensor name this parameter covers."""
         if not self.layered:
             return [self.hf_name]
-        return [self.hf_name.format(i=i) for i in range(num_layers)]
+        return [name for i in range(num_layers) for _, name in self.layer_slots(i)]
+
+    def layer_slots(self, i: int) -> list[tuple[tuple[int, ...], str]]:
+        """(index into the stacked parameter, HF tensor name) of every tensor of layer i."""
+        if not self.experts:
+            return [((i,), self.hf_name.format(i=i))]
+        return [((i, e), self.hf_name.format(i=i, e=e)) for e in range(self.experts)]
+
+    def stacked_shape(self, num_layers: int) -> tuple[int, ...]:
+        """The jaxtrain shape of the whole parameter."""
+        if not self.layered:
+            return self.shape
+        return (num_layers, *((self.experts,) if self.experts else ()), *self.shape)
 
     def to_jaxtrain(self, x: np.ndarray) -> np.ndarray:
         """One HF tensor -> one jaxtrain (per-layer) slice."""
@@ -108,15 +124,43 @@ def tensor_maps(spec: ModelSpec) -> list[TensorMap]:
         for norm in ("q_norm", "k_norm"):
             maps.append(_vector(("layers", "attn", norm, "scale"),
                                 f"{lay}self_attn.{norm}.weight", (h,)))
-    for proj, ins, outs in (("gate", d, f), ("up", d, f), ("down", f, d)):
-        maps.append(_kernel(("layers", "mlp", f"{proj}_proj", "kernel"),
-                            f"{lay}mlp.{proj}_proj.weight", (ins,), (outs,)))
+    if spec.num_experts:
+        maps += _expert_maps(spec, lay)
+    else:
+        for proj, ins, outs in (("gate", d, f), ("up", d, f), ("down", f, d)):
+            maps.append(_kernel(("layers", "mlp", f"{proj}_proj", "kernel"),
+                                f"{lay}mlp.{proj}_proj.weight", (ins,), (outs,)))
     maps.append(_vector(("layers", "input_norm", "scale"), f"{lay}input_layernorm.weight", (d,)))
     maps.append(_vector(("layers", "post_attn_norm", "scale"),
                         f"{lay}post_attention_layernorm.weight", (d,)))
     maps.append(_vector(("final_norm", "scale"), "model.norm.weight", (d,)))
     if not spec.tie_embeddings:
         maps.append(_kernel(("lm_head", "kernel"), "lm_head.weight", (d,), (v,)))
+    return maps
+
+
+# Per-expert tensor names: (router, expert prefix, gate, up, down) of each MoE family.
+_EXPERT_NAMES = {
+    "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{e}.", "w1", "w3",
+                "w2"),
+    "qwen3_moe": ("mlp.gate.weight", "mlp.experts.{e}.", "gate_proj", "up_proj", "down_proj"),
+}
+
+
+def _expert_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
+    """Router and expert tensors; the checkpoint layout (one tensor per expert) is the one
+    transformers' `save_pretrained` writes and published Mixtral / Qwen3-MoE files use."""
+    if spec.family not in _EXPERT_NAMES:
+        raise ConfigError(f"model.family={spec.family!r} has no mixture-of-experts checkpoint "
+                          f"layout; use one of {sorted(_EXPERT_NAMES)} with model.num_experts.")
+    d, e, f = spec.hidden_size, spec.num_experts, spec.moe_intermediate_size
+    router, prefix, gate, up, down = _EXPERT_NAMES[spec.family]
+    maps = [_kernel(("layers", "mlp", "router", "kernel"), f"{lay}{router}", (d,), (e,))]
+    for path, name, ins, outs in (("gate_proj", gate, d, f), ("up_proj", up, d, f),
+                                  ("down_proj", down, f, d)):
+        maps.append(dataclasses.replace(
+            _kernel(("layers", "mlp", path), f"{lay}{prefix}{name}.weight", (ins,), (outs,)),
+            experts=e))
     return maps
 
 
@@ -193,9 +237,10 @@ def load_hf_params(folder: str | pathlib.Path, spec: ModelSpec | None = None,
 
         for m in maps:
             if m.layered:
-                value = np.empty((spec.num_layers, *m.shape), dtype)
-                for i, name in enumerate(m.names(spec.num_layers)):
-                    value[i] = m.to_jaxtrain(read(name, m.hf_shape)).astype(dtype)
+                value = np.empty(m.stacked_shape(spec.num_layers), dtype)
+                for i in range(spec.num_layers):
+                    for index, name in m.layer_slots(i):
+                        value[index] = m.to_jaxtrain(read(name, m.hf_shape)).astype(dtype)
             else:
                 value = m.to_jaxtrain(read(m.hf_name, m.hf_shape)).astype(dtype)
             _set(params, m.path, value)
@@ -238,7 +283,7 @@ def _leaves(spec: ModelSpec, params: Any, maps: list[TensorMap]) -> dict[tuple[s
     if isinstance(params, nnx.State):
         params = nnx.to_pure_dict(params)
     leaves = _flatten(params)
-    wanted = {m.path: ((spec.num_layers, *m.shape) if m.layered else m.shape) for m in maps}
+    wanted = {m.path: m.stacked_shape(spec.num_layers) for m in maps}
     dotted = lambda paths: ", ".join(".".join(p) for p in sorted(paths))
     if extra := set(leaves) - set(wanted):
         raise ConfigError(f"params have entries the spec has no tensor for: {dotted(extra)}.")
@@ -288,17 +333,18 @@ def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path
 
     # Plan shards from shapes alone (layer by layer, like transformers), then read tensors.
     layered = [m for m in maps if m.layered]
-    order = [(m, None) for m in maps if not m.layered and m.path[0] == "embed"]
-    order += [(m, i) for i in range(spec.num_layers) for m in layered]
-    order += [(m, None) for m in maps if not m.layered and m.path[0] != "embed"]
-    shards: list[list[tuple[TensorMap, int | None]]] = [[]]
+    order = [(m, None, m.hf_name) for m in maps if not m.layered and m.path[0] == "embed"]
+    order += [(m, index, name) for i in range(spec.num_layers) for m in layered
+              for index, name in m.layer_slots(i)]
+    order += [(m, None, m.hf_name) for m in maps if not m.layered and m.path[0] != "embed"]
+    shards: list[list[tuple[TensorMap, tuple[int, ...] | None, str]]] = [[]]
     shard_bytes = 0
-    for m, i in order:
+    for m, index, name in order:
         size = math.prod(m.hf_shape) * np_dtype.itemsize
         if shards[-1] and shard_bytes + size > max_shard_bytes:
             shards.append([])
             shard_bytes = 0
-        shards[-1].append((m, i))
+        shards[-1].append((m, index, name))
         shard_bytes += size
 
     out = pathlib.Path(out_dir)
@@ -310,10 +356,10 @@ def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path
         file = (WEIGHTS_NAME if len(shards) == 1
                 else f"model-{s + 1:05d}-of-{len(shards):05d}.safetensors")
         tensors: dict[str, np.ndarray] = {}
-        for m, i in shard:
+        for m, index, name in shard:
             leaf = leaves[m.path]
-            name = m.hf_name if i is None else m.hf_name.format(i=i)
-            tensors[name] = m.to_hf(_host(leaf if i is None else leaf[i]).astype(np_dtype))
+            tensors[name] = m.to_hf(_host(leaf if index is None else leaf[index])
+                                    .astype(np_dtype))
             weight_map[name] = file
             total += tensors[name].nbytes
         save_file(tensors, str(out / file), metadata={"format": "pt"})

@@ -1,4 +1,5 @@
-"""Hugging Face `config.json` <-> `ModelSpec`, for Llama 2/3, Qwen 2.5/3 and Mistral.
+"""Hugging Face `config.json` <-> `ModelSpec`, for Llama 2/3, Qwen 2.5/3, Mistral, Mixtral and
+Qwen3-MoE.
 
 Reading accepts both the transformers-4 layout (`rope_theta` at top level, `rope_scaling`) and
 the transformers-5 one (`rope_parameters` holding `rope_theta`); writing uses the layout of the
@@ -24,6 +25,8 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Qwen2ForCausalLM": ("qwen2", "qwen2"),
     "Qwen3ForCausalLM": ("qwen3", "qwen3"),
     "MistralForCausalLM": ("mistral", "mistral"),
+    "MixtralForCausalLM": ("mixtral", "mixtral"),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", "qwen3_moe"),
 }
 FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
 _MODEL_TYPE_ARCHITECTURE = {mt: arch for arch, (_, mt) in ARCHITECTURES.items()}
@@ -121,6 +124,35 @@ def _qwen_window(cfg: Mapping[str, Any], num_layers: int, where: str) -> int:
     return int(window)
 
 
+def _moe_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str, Any]:
+    """The expert keys of a Mixtral or Qwen3-MoE config ({} for dense families).
+
+    transformers' balancing loss counts tokens where jaxtrain's counts assignments (k times
+    smaller), so `router_aux_loss_coef` is scaled by k to keep the same training signal.
+    """
+    if family not in ("mixtral", "qwen3_moe"):
+        return {}
+    k = int(_require(cfg, "num_experts_per_tok", where))
+    fields: dict[str, Any] = dict(
+        num_experts_per_tok=k, moe_aux_loss_coef=float(cfg.get("router_aux_loss_coef", 0.0)) * k)
+    if family == "mixtral":
+        return dict(fields, num_experts=int(_require(cfg, "num_local_experts", where)),
+                    moe_intermediate_size=int(_require(cfg, "intermediate_size", where)),
+                    moe_score="topk_softmax", moe_norm_topk=True)
+    step = int(cfg.get("decoder_sparse_step", 1))
+    dense_layers = list(cfg.get("mlp_only_layers") or [])
+    if step != 1 or dense_layers:
+        raise ConfigError(f"{where}: decoder_sparse_step={step}, mlp_only_layers={dense_layers} "
+                          "mixes dense and expert layers, which is not supported; jaxtrain needs "
+                          "experts in every layer (decoder_sparse_step=1, mlp_only_layers=[]).")
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts")
+    if experts is None:
+        raise ConfigError(f"{where}: required key 'num_experts' is missing.")
+    return dict(fields, num_experts=int(experts),
+                moe_intermediate_size=int(_require(cfg, "moe_intermediate_size", where)),
+                moe_score="softmax_topk", moe_norm_topk=bool(cfg.get("norm_topk_prob", False)))
+
+
 def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
                         **overrides: Any) -> ModelSpec:
     """A `ModelSpec` from a transformers config (dict, `config.json` path or model folder).
@@ -137,7 +169,7 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
     if cfg.get("mlp_bias"):
         raise ConfigError(f"{where}: mlp_bias=true is not supported (bias-free MLP only).")
     attention_bias = bool(cfg.get("attention_bias", False))
-    if attention_bias and family in ("llama", "qwen3"):
+    if attention_bias and family in ("llama", "qwen3", "qwen3_moe"):
         # Both put the bias on o_proj too, which the decoder does not have.
         raise ConfigError(f"{where}: attention_bias=true ({arch}) adds an o_proj bias, which "
                           "is not supported; only Qwen2-style q/k/v biases are.")
@@ -146,8 +178,10 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
     layers = int(_require(cfg, "num_hidden_layers", where))
     if family in _QWEN:
         window = _qwen_window(cfg, layers, where)
-    elif family == "mistral":
+    elif family in ("mistral", "mixtral"):
         window = int(cfg.get("sliding_window") or 0)
+    elif family == "qwen3_moe" and cfg.get("use_sliding_window"):
+        raise ConfigError(f"{where}: use_sliding_window=true is not supported for {arch}.")
     else:
         window = 0
     fields = dict(
@@ -163,10 +197,11 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=family == "qwen2",
-        qk_norm=family == "qwen3",
+        qk_norm=family in ("qwen3", "qwen3_moe"),
         sliding_window=window,
         init_std=float(cfg.get("initializer_range", 0.02)),
         **_rope_fields(cfg, where),
+        **_moe_fields(cfg, family, where),
     )
     known = {f.name for f in dataclasses.fields(ModelSpec)}
     unknown = sorted(set(overrides) - known)
@@ -183,12 +218,22 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
 def _check_expressible(spec: ModelSpec, arch: str) -> None:
     """ConfigError when the spec has a feature the family's HF architecture lacks."""
     family = spec.family
-    wants = {"qwen2": (True, False), "qwen3": (False, True)}.get(family, (False, False))
+    wants = {"qwen2": (True, False), "qwen3": (False, True),
+             "qwen3_moe": (False, True)}.get(family, (False, False))
     if (spec.qkv_bias, spec.qk_norm) != wants:
         raise ConfigError(
             f"model.family={family!r} ({arch}) has qkv_bias={wants[0]}, qk_norm={wants[1]} but "
             f"the spec has qkv_bias={spec.qkv_bias}, qk_norm={spec.qk_norm}; use family "
             "'qwen2' for q/k/v biases, 'qwen3' for qk-norm, 'llama' or 'mistral' for neither.")
+    moe_family = family in ("mixtral", "qwen3_moe")
+    if moe_family != bool(spec.num_experts):
+        raise ConfigError(f"model.family={family!r} ({arch}) and model.num_experts="
+                          f"{spec.num_experts} disagree; use family 'mixtral' or 'qwen3_moe' "
+                          "exactly when num_experts > 0.")
+    # Top-k then softmax equals softmax, top-k, renormalise: Mixtral's routing either way.
+    if family == "mixtral" and (spec.moe_score, spec.moe_norm_topk) == ("softmax_topk", False):
+        raise ConfigError("model.family='mixtral' always renormalises its top-k weights; set "
+                          "model.moe_norm_topk=true or use family 'qwen3_moe'.")
     if spec.sliding_window and family == "llama":
         raise ConfigError("model.family='llama' has no sliding window in transformers; use "
                           "family 'mistral' (same weights plus a window).")
@@ -203,6 +248,25 @@ def _rope_parameters(spec: ModelSpec) -> dict[str, Any]:
             "low_freq_factor": spec.rope_low_freq_factor,
             "high_freq_factor": spec.rope_high_freq_factor,
             "original_max_position_embeddings": spec.rope_original_max_len}
+
+
+def _moe_config(spec: ModelSpec) -> dict[str, Any]:
+    """The transformers expert keys of a mixture-of-experts spec ({} when dense)."""
+    if not spec.num_experts:
+        return {}
+    k = spec.num_experts_per_tok
+    cfg: dict[str, Any] = {"num_experts_per_tok": k,
+                           "router_aux_loss_coef": spec.moe_aux_loss_coef / k,
+                           "output_router_logits": False}
+    if spec.family == "mixtral":
+        return dict(cfg, num_local_experts=spec.num_experts, router_jitter_noise=0.0,
+                    intermediate_size=spec.moe_intermediate_size)
+    # Top-k then softmax is softmax, top-k and renormalise.
+    norm = spec.moe_norm_topk or spec.moe_score == "topk_softmax"
+    return dict(cfg, num_experts=spec.num_experts,
+                moe_intermediate_size=spec.moe_intermediate_size, norm_topk_prob=norm,
+                decoder_sparse_step=1, mlp_only_layers=[], use_sliding_window=False,
+                sliding_window=None)
 
 
 def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
@@ -240,8 +304,9 @@ def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
         cfg["attention_bias"] = False
     if spec.family == "llama":
         cfg["mlp_bias"] = False
-    if spec.family == "mistral":
+    if spec.family in ("mistral", "mixtral"):
         cfg["sliding_window"] = spec.sliding_window or None
+    cfg.update(_moe_config(spec))
     if spec.family in _QWEN:
         window = bool(spec.sliding_window)
         cfg.update(use_sliding_window=window, sliding_window=spec.sliding_window or None,

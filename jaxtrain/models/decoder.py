@@ -1,6 +1,6 @@
 """The decoder-only transformer: embed, N pre-norm blocks (stacked and scanned), norm, logits.
 
-Shape letters: B batch, L length, D embed, V vocab, S cache length.
+Shape letters: B batch, L length, D embed, V vocab, S cache length, E experts.
 Blocks are created with `nnx.vmap` so every parameter gains a leading `layers` dimension, and run
 with `nnx.scan` (plus `nnx.remat` when asked), so compile time does not grow with depth;
 `scan_layers=False` unrolls the same scan, keeping one parameter layout either way.
@@ -18,6 +18,7 @@ from jaxtrain import sharding
 from jaxtrain.models.attention import Attention
 from jaxtrain.models.layers import Dense, Embed, RMSNorm
 from jaxtrain.models.mlp import SwiGLU
+from jaxtrain.models.moe import MoE
 from jaxtrain.models.rope import rope_angles
 from jaxtrain.models.spec import ModelSpec
 
@@ -32,23 +33,31 @@ _REMAT_POLICIES = {
 
 
 class Block(nnx.Module):
-    """x + attn(norm(x)), then x + mlp(norm(x))."""
+    """x + attn(norm(x)), then x + mlp(norm(x)); the mlp is a mixture of experts when
+    `num_experts` > 0, whose routing statistics the block returns ({} for a dense mlp)."""
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         norm = dict(dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
         self.input_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
         self.attn = Attention(spec, rngs=rngs)
         self.post_attn_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
-        self.mlp = SwiGLU(spec, rngs=rngs)
+        self.mlp = MoE(spec, rngs=rngs) if spec.num_experts else SwiGLU(spec, rngs=rngs)
 
     def __call__(self, x_BLD, cos, sin, index_BL, segment_BL=None, cache=None):
         attn_BLD, cache = self.attn(self.input_norm(x_BLD), cos, sin, index_BL, segment_BL,
                                     cache)
         x_BLD = x_BLD + attn_BLD
-        x_BLD = x_BLD + self.mlp(self.post_attn_norm(x_BLD))
+        mlp_BLD, stats = self._mlp(self.post_attn_norm(x_BLD))
+        x_BLD = x_BLD + mlp_BLD
         x_BLD = sharding.constrain(x_BLD, ("activation_batch", "activation_length",
                                            "activation_embed"))
-        return x_BLD, cache
+        return x_BLD, cache, stats
+
+    def _mlp(self, x_BLD: jax.Array) -> tuple[jax.Array, dict]:
+        # One return shape for both kinds keeps a single scan body in the decoder.
+        if isinstance(self.mlp, MoE):
+            return self.mlp(x_BLD)
+        return self.mlp(x_BLD), {}
 
 
 class Decoder(nnx.Module):
@@ -75,6 +84,14 @@ class Decoder(nnx.Module):
                       segment_ids_BL: jax.Array | None = None, cache: Cache | None = None,
                       cache_index: jax.Array | int = 0) -> tuple[jax.Array, Cache | None]:
         """The final-norm output [B, L, D], and the updated cache when one is given."""
+        x_BLD, new_cache, _ = self._run(tokens_BL, positions_BL, segment_ids_BL, cache,
+                                        cache_index)
+        return x_BLD, new_cache
+
+    def _run(self, tokens_BL: jax.Array, positions_BL: jax.Array | None,
+             segment_ids_BL: jax.Array | None, cache: Cache | None,
+             cache_index: jax.Array | int) -> tuple[jax.Array, Cache | None, dict]:
+        """(final hidden states, updated cache, per-layer mlp statistics stacked over layers)."""
         spec = self.spec
         b, l = tokens_BL.shape
         index_BL = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
@@ -88,23 +105,25 @@ class Decoder(nnx.Module):
 
         if cache is None:
             def layer(x, block):
-                return block(x, cos, sin, index_BL, segment_ids_BL)[0]
+                x, _, stats = block(x, cos, sin, index_BL, segment_ids_BL)
+                return x, stats
 
             if spec.remat != "none":
                 layer = nnx.remat(layer, policy=_REMAT_POLICIES[spec.remat])
-            x_BLD = nnx.scan(layer, in_axes=(nnx.Carry, 0), out_axes=nnx.Carry,
-                             unroll=unroll)(x_BLD, self.layers)
+            x_BLD, stats = nnx.scan(layer, in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0),
+                                    unroll=unroll)(x_BLD, self.layers)
             new_cache = None
         else:
             def layer_with_cache(x, block, k, v):
-                x, (k, v) = block(x, cos, sin, index_BL, None, (k, v))
+                x, (k, v), _ = block(x, cos, sin, index_BL, None, (k, v))
                 return x, (k, v)
 
             x_BLD, (k, v) = nnx.scan(layer_with_cache, in_axes=(nnx.Carry, 0, 0, 0),
                                      out_axes=(nnx.Carry, 0), unroll=unroll)(
                 x_BLD, self.layers, cache["k"], cache["v"])
             new_cache = {"k": k, "v": v}
-        return self.final_norm(x_BLD), new_cache
+            stats = {}
+        return self.final_norm(x_BLD), new_cache, stats
 
     def logits(self, x_BLD: jax.Array) -> jax.Array:
         """Output projection of final hidden states (tied to the embedding when configured)."""
@@ -119,6 +138,14 @@ class Decoder(nnx.Module):
                  segment_ids_BL: jax.Array | None = None) -> jax.Array:
         x_BLD, _ = self.hidden_states(tokens_BL, positions_BL, segment_ids_BL)
         return self.logits(x_BLD)
+
+    def forward_with_stats(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
+                           segment_ids_BL: jax.Array | None = None
+                           ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """Logits [B, L, V] plus the mixture-of-experts statistics of every layer
+        ({"aux_loss": [layers], "z_loss": [layers], "load": [layers, E]}; {} when dense)."""
+        x_BLD, _, stats = self._run(tokens_BL, positions_BL, segment_ids_BL, None, 0)
+        return self.logits(x_BLD), stats
 
     def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> Cache:
         """An empty key/value cache for `batch` rows of up to `max_len` tokens."""

@@ -27,6 +27,13 @@ _QWEN25 = dict(family="qwen2", vocab_size=152064, norm_eps=1e-6, rope_theta=1000
                max_seq_len=131072, head_dim=128, qkv_bias=True)
 _QWEN3 = dict(family="qwen3", vocab_size=151936, norm_eps=1e-6, rope_theta=1000000.0,
               max_seq_len=40960, head_dim=128, qk_norm=True)
+# Mixtures of experts. Aux-loss weights are the published `router_aux_loss_coef` times top-k:
+# jaxtrain's balancing loss counts assignments, transformers' counts tokens (k times larger).
+_MIXTRAL = dict(family="mixtral", vocab_size=32000, norm_eps=1e-5, rope_theta=1000000.0,
+                max_seq_len=32768, head_dim=128, num_experts=8, num_experts_per_tok=2,
+                moe_score="topk_softmax", moe_aux_loss_coef=0.04)
+_QWEN3_MOE = dict(_QWEN3, family="qwen3_moe", num_experts=128, num_experts_per_tok=8,
+                  moe_score="softmax_topk", moe_norm_topk=True, moe_aux_loss_coef=0.008)
 # Tiny sizes for tests and smoke runs (two layers, dims <= 64).
 _DEBUG = dict(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
               head_dim=16, intermediate_size=128, max_seq_len=512)
@@ -42,6 +49,13 @@ PRESETS: dict[str, dict] = {
     "qwen3-debug": dict(_DEBUG, family="qwen3", norm_eps=1e-6, rope_theta=1000000.0,
                         qk_norm=True),
     "mistral-debug": dict(_DEBUG, family="mistral", sliding_window=32),
+    "mixtral-debug": dict(_DEBUG, family="mixtral", rope_theta=1000000.0, num_experts=4,
+                          num_experts_per_tok=2, moe_intermediate_size=128,
+                          moe_score="topk_softmax", moe_aux_loss_coef=0.04),
+    "qwen3-moe-debug": dict(_DEBUG, family="qwen3_moe", norm_eps=1e-6, rope_theta=1000000.0,
+                            qk_norm=True, num_experts=8, num_experts_per_tok=2,
+                            moe_intermediate_size=32, moe_score="softmax_topk",
+                            moe_norm_topk=True, moe_aux_loss_coef=0.002),
     "llama2-7b": dict(_LLAMA2, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=32,
                       intermediate_size=11008),
     "llama2-13b": dict(_LLAMA2, hidden_size=5120, num_layers=40, num_heads=40, num_kv_heads=40,
@@ -92,6 +106,16 @@ PRESETS: dict[str, dict] = {
     "mistral-7b": dict(family="mistral", vocab_size=32000, norm_eps=1e-5, rope_theta=10000.0,
                        max_seq_len=32768, sliding_window=4096, hidden_size=4096, num_layers=32,
                        num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336),
+    "mixtral-8x7b": dict(_MIXTRAL, hidden_size=4096, num_layers=32, num_heads=32,
+                         num_kv_heads=8, intermediate_size=14336, moe_intermediate_size=14336),
+    "mixtral-8x22b": dict(_MIXTRAL, vocab_size=32768, max_seq_len=65536, hidden_size=6144,
+                          num_layers=56, num_heads=48, num_kv_heads=8, intermediate_size=16384,
+                          moe_intermediate_size=16384),
+    "qwen3-30b-a3b": dict(_QWEN3_MOE, hidden_size=2048, num_layers=48, num_heads=32,
+                          num_kv_heads=4, intermediate_size=6144, moe_intermediate_size=768),
+    "qwen3-235b-a22b": dict(_QWEN3_MOE, hidden_size=4096, num_layers=94, num_heads=64,
+                            num_kv_heads=4, intermediate_size=12288,
+                            moe_intermediate_size=1536),
 }
 
 # Total parameter counts (embeddings included) of the published checkpoints, as Hugging Face
@@ -119,6 +143,11 @@ PUBLISHED_PARAMS: dict[str, int] = {
     "qwen3-14b": 14_768_307_200,
     "qwen3-32b": 32_762_123_264,
     "mistral-7b": 7_241_732_096,
+    # Mixtures of experts: all experts counted (`num_active_params` counts the top-k only).
+    "mixtral-8x7b": 46_702_792_704,
+    "mixtral-8x22b": 140_630_071_296,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "qwen3-235b-a22b": 235_093_634_560,
 }
 
 

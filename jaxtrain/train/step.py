@@ -15,6 +15,7 @@ import optax
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models.moe import MOE_METRICS, moe_losses
 
 TrainState = dict[str, Any]  # {"step": int32[], "params": pure dict, "opt_state": optax state}
 
@@ -32,13 +33,25 @@ def token_losses(logits_BLV: jax.Array, targets_BL: jax.Array,
 
 def loss_sums(graphdef: nnx.GraphDef, params: Any, batch: dict[str, jax.Array],
               z_loss: float) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Summed (not averaged) losses over the masked tokens, so micro batches add up exactly."""
+    """Summed (not averaged) losses over the masked tokens, so micro batches add up exactly.
+
+    A mixture of experts adds its router losses once per masked token (the batch's mean router
+    loss times the token count), and reports its metrics as token-weighted sums (`<name>_sum`).
+    """
     model = nnx.merge(graphdef, params)
-    logits_BLV = model(batch["inputs"], batch.get("positions"), batch.get("segment_ids"))
+    logits_BLV, moe_stats = model.forward_with_stats(batch["inputs"], batch.get("positions"),
+                                                     batch.get("segment_ids"))
     total_BL, ce_BL = token_losses(logits_BLV, batch["targets"], z_loss)
     mask_BL = batch["loss_mask"].astype(jnp.float32)
-    return jnp.sum(total_BL * mask_BL), {"ce_sum": jnp.sum(ce_BL * mask_BL),
-                                         "tokens": jnp.sum(mask_BL)}
+    loss = jnp.sum(total_BL * mask_BL)
+    aux = {"ce_sum": jnp.sum(ce_BL * mask_BL), "tokens": jnp.sum(mask_BL)}
+    if moe_stats:
+        spec = model.spec
+        penalty, moe_metrics = moe_losses(moe_stats, spec.moe_aux_loss_coef,
+                                          spec.moe_z_loss_coef)
+        loss = loss + penalty * aux["tokens"]
+        aux.update({f"{k}_sum": v * aux["tokens"] for k, v in moe_metrics.items()})
+    return loss, aux
 
 
 def _split_micro_batches(batch: dict[str, jax.Array], num_micro: int) -> dict[str, jax.Array]:
@@ -64,15 +77,18 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
         (_, aux), grads = grad_fn(graphdef, params, batch, z_loss)
     else:
         def accumulate(carry, micro):
-            grads_acc, ce_acc, tok_acc = carry
+            grads_acc, aux_acc = carry
             (_, aux), grads = grad_fn(graphdef, params, micro, z_loss)
             grads_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_acc, grads)
-            return (grads_acc, ce_acc + aux["ce_sum"], tok_acc + aux["tokens"]), None
+            return (grads_acc, {k: aux_acc[k] + aux[k] for k in aux_acc}), None
 
         zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-        (grads, ce_sum, tokens), _ = jax.lax.scan(
-            accumulate, (zeros, 0.0, 0.0), _split_micro_batches(batch, num_micro))
-        aux = {"ce_sum": ce_sum, "tokens": tokens}
+        # The scan carry needs its keys up front; merging only reads the spec at trace time.
+        keys = ["ce_sum", "tokens"]
+        if nnx.merge(graphdef, params).spec.num_experts:
+            keys += [f"{k}_sum" for k in MOE_METRICS]
+        (grads, aux), _ = jax.lax.scan(
+            accumulate, (zeros, dict.fromkeys(keys, 0.0)), _split_micro_batches(batch, num_micro))
 
     # Gradients of the summed loss, normalised once by the step's token count: the same
     # update whatever the micro batching.
@@ -86,6 +102,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
         "lr": schedule(state["step"]),
         "tokens": aux["tokens"],
     }
+    metrics.update({k: aux[f"{k}_sum"] / denom for k in MOE_METRICS if f"{k}_sum" in aux})
     new_state = {"step": state["step"] + 1, "params": new_params, "opt_state": opt_state}
     return new_state, metrics
 

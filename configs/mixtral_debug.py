@@ -1,0 +1,13 @@
+"""Trains the tiny Mixtral-style debug model (4 experts, top-2) on synthetic tokens: a smoke run.
+
+Run:  python -m jaxtrain --config configs/mixtral_debug.py
+"""
+
+from ml_collections import ConfigDict
+
+from configs.presets_common import debug_config
+
+
+def get_config() -> ConfigDict:
+    """The mixtral-debug smoke-run config; override any key with --config.<key>=<value>."""
+    return debug_config("mixtral-debug")
