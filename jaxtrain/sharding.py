@@ -38,6 +38,9 @@ RULE_PRESETS: dict[str, tuple[tuple[str, Any], ...]] = {
         ("kv_heads", "tensor"),
         ("head_dim", None),
         ("mlp", "tensor"),
+        # Mixture-of-experts weights split by expert (expert parallelism); the batch is also
+        # split over `expert`, so the axis acts as data parallel outside the expert layers.
+        ("exp", "expert"),
         ("norm", None),
         ("layers", None),
     ),
@@ -75,6 +78,15 @@ def _fill(sizes: dict[str, int], total: int, side: str) -> dict[str, int]:
 
 def _show(sizes: dict[str, int]) -> str:
     return " x ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def resolved_sizes(mesh_cfg: Any, num_devices: int, num_slices: int = 1
+                   ) -> tuple[dict[str, int], dict[str, int]]:
+    """(ici, dcn) size of every mesh axis with the -1 wildcards filled, as `make_mesh` does."""
+    dcn = _fill({a: int(mesh_cfg.get(f"dcn_{a}", 1)) for a in MESH_AXES}, num_slices, "dcn")
+    ici = _fill({a: int(mesh_cfg.get(f"ici_{a}", 1)) for a in MESH_AXES},
+                num_devices // num_slices, "ici")
+    return ici, dcn
 
 
 def make_mesh(mesh_cfg: Any, devices: Sequence[Any] | None = None) -> Mesh:

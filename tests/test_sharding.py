@@ -1,5 +1,6 @@
 """Mesh construction, the logical-axis rule table, and sharded training equal to one device."""
 
+import dataclasses
 import functools
 
 import jax
@@ -45,13 +46,17 @@ def test_every_logical_name_is_mapped_and_every_rule_is_used(monkeypatch):
         return real(x, axes)
 
     monkeypatch.setattr(sharding, "constrain", recording)
-    model = build_model(SPEC)
-    model(jnp.zeros((1, 4), jnp.int32))
-    _, abstract = state.abstract_model(SPEC)
-    param_axes = jax.tree.leaves(sharding.param_logical_axes(abstract),
-                                 is_leaf=lambda x: isinstance(x, tuple))
-    for axes in param_axes:
-        seen.update(axes)
+    # The dense model and a mixture of experts together use every logical name.
+    moe = dataclasses.replace(SPEC, num_experts=4, num_experts_per_tok=2,
+                              moe_intermediate_size=16)
+    for spec in (SPEC, moe):
+        model = build_model(spec)
+        model(jnp.zeros((1, 4), jnp.int32))
+        _, abstract = state.abstract_model(spec)
+        param_axes = jax.tree.leaves(sharding.param_logical_axes(abstract),
+                                     is_leaf=lambda x: isinstance(x, tuple))
+        for axes in param_axes:
+            seen.update(axes)
     for name, rules in sharding.RULE_PRESETS.items():
         table = dict(rules)
         assert seen - set(table) == set(), f"{name}: unmapped logical names"
