@@ -1,13 +1,16 @@
-"""Orbax checkpoints of a run: train state, data-iterator state and the resolved config, saved
-together as one composite step folder, asynchronously, keeping the last K.
+"""Orbax checkpoints of a run: train state, data-iterator state, the resolved config and value
+checksums, saved together as one composite step folder, asynchronously, keeping the last K (and
+every `keep_every`-th step for good).
 
-A step folder that was still being written when a process died is not finalised, and Orbax never
-lists it; the previous complete step is used instead.
+A step folder that was still being written when a process died is not finalised (Orbax writes
+`<step>.orbax-checkpoint-tmp*` and renames it on commit), and Orbax never lists it; the previous
+complete step is used instead, and a writer removes the leftover folder when it starts.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,39 +18,80 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxtrain import checksums as checksums_lib
+
+# Orbax names a step folder being written `<step>` + this (+ a suffix in some versions).
+TMP_MARKER = ".orbax-checkpoint-tmp"
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be restored into this run; the message names what differs."""
 
 
-def _shape_tree(metadata: Any) -> dict[str, tuple[int, ...]]:
+def _shape_tree(metadata: Any, attr: str = "shape") -> dict[str, Any]:
     flat = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(metadata)[0]:
-        shape = getattr(leaf, "shape", None)
-        if shape is not None:
+        value = getattr(leaf, attr, None)
+        if value is not None:
             # Metadata stores named tuples as dicts: compare by the bare key names.
-            name = ".".join(str(next(getattr(k, a) for a in ("key", "idx", "name")
-                                     if hasattr(k, a))) for k in path)
-            flat[name] = tuple(shape)
+            flat[checksums_lib.leaf_name(path)] = tuple(value) if attr == "shape" else value
     return flat
 
 
-class Checkpointer:
-    """Saves and restores `{state, data, config}` under one directory."""
+def unfinished_saves(directory: Path) -> list[Path]:
+    """Step folders a save began but never committed (the writer died or is still writing)."""
+    if not Path(directory).is_dir():
+        return []
+    return sorted(p for p in Path(directory).iterdir() if TMP_MARKER in p.name)
 
-    def __init__(self, directory: Path, *, keep: int = 3, async_save: bool = True):
+
+def _check_writable(directory: Path) -> None:
+    """CheckpointError now, rather than a failed save after hours of training."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".jaxtrain-write-test-"):
+            pass
+    except OSError as e:
+        raise CheckpointError(
+            f"checkpoint folder {directory} is not writable ({e.strerror or e}); nothing was "
+            "trained. Point checkpoint.dir (or run.dir) at a folder this process can write, or "
+            "fix its permissions.") from e
+
+
+def _first_line(error: BaseException, limit: int = 300) -> str:
+    """TensorStore errors embed a whole JSON spec: keep the part that says what failed."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+class Checkpointer:
+    """Saves and restores `{state, data, config, checksums}` under one directory.
+
+    `read_only` opens a folder for reading (export, inspection, init_from): nothing is created,
+    checked for writability or cleaned up, so it is safe while a run is writing there.
+    """
+
+    def __init__(self, directory: Path, *, keep: int = 3, keep_every: int = 0,
+                 async_save: bool = True, read_only: bool = False):
         self.directory = Path(directory).absolute()
+        # Listed before the manager starts: a writer removes these leftovers when it opens.
+        self.unfinished = [] if read_only else unfinished_saves(self.directory)
+        if not read_only:
+            _check_writable(self.directory)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep if keep > 0 else None,
+            keep_period=keep_every if keep_every > 0 else None,
             enable_async_checkpointing=async_save,
-            create=True,
+            create=not read_only,
+            cleanup_tmp_directories=not read_only,
         )
         try:
             self._manager = ocp.CheckpointManager(
                 self.directory, options=options,
                 item_handlers={"state": ocp.StandardCheckpointHandler(),
                                "data": ocp.JsonCheckpointHandler(),
-                               "config": ocp.JsonCheckpointHandler()})
+                               "config": ocp.JsonCheckpointHandler(),
+                               "checksums": ocp.JsonCheckpointHandler()})
         except OSError as e:
             raise CheckpointError(f"cannot use checkpoint folder {self.directory}: {e}. "
                                   "Point checkpoint.dir at a writable folder.") from e
@@ -60,12 +104,32 @@ class Checkpointer:
         """Every complete step, oldest first."""
         return sorted(self._manager.all_steps())
 
+    def step_dir(self, step: int) -> Path:
+        """The folder of a step."""
+        return self.directory / str(step)
+
+    def written_at(self, step: int) -> float | None:
+        """When a step was committed (seconds since the epoch), if Orbax recorded it."""
+        try:
+            nanos = self._manager.metadata(step).commit_timestamp_nsecs
+        except Exception:  # metadata unreadable: fall back to the folder's time
+            nanos = None
+        if nanos:
+            return nanos / 1e9
+        path = self.step_dir(step)
+        return path.stat().st_mtime if path.exists() else None
+
     def save(self, step: int, state: Any, data_state: Any, config: dict[str, Any]) -> None:
-        """Starts writing a step (returns before the bytes are on disk when async)."""
+        """Starts writing a step (returns before the bytes are on disk when async).
+
+        Blocks only until the state has been computed and copied off the devices (so the
+        caller may donate its buffers right after); the files are written in the background.
+        """
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data=ocp.args.JsonSave(data_state if data_state is not None else {}),
             config=ocp.args.JsonSave(json.loads(json.dumps(config, default=str))),
+            checksums=ocp.args.JsonSave(checksums_lib.checksums(state)),
         )
         self._manager.save(step, args=args, force=True)
 
@@ -73,18 +137,25 @@ class Checkpointer:
         """Blocks until every pending save is durable."""
         self._manager.wait_until_finished()
 
-    def check_compatible(self, step: int, abstract_state: Any) -> None:
-        """Raises CheckpointError listing arrays whose shapes differ from this run's model."""
+    def saved_metadata(self, step: int, attr: str = "shape") -> dict[str, Any]:
+        """{array name: shape (or dtype)} of a step's state, from its metadata alone."""
         try:
-            saved = self._manager.item_metadata(step)["state"]
+            return _shape_tree(self._manager.item_metadata(step)["state"], attr)
         except Exception:  # metadata unreadable: the restore itself will report the problem
-            return
-        saved_shapes = _shape_tree(saved)
+            return {}
+
+    def check_compatible(self, step: int, abstract_state: Any, partial: bool = False) -> None:
+        """Raises CheckpointError listing arrays whose shapes differ from this run's model.
+
+        `partial`: `abstract_state` is a subtree (e.g. only params); other saved arrays are
+        not reported.
+        """
+        saved_shapes = self.saved_metadata(step)
         expected = _shape_tree(abstract_state)
         if not saved_shapes:
             return
         missing = sorted(set(expected) - set(saved_shapes))
-        extra = sorted(set(saved_shapes) - set(expected))
+        extra = [] if partial else sorted(set(saved_shapes) - set(expected))
         differ = [f"{k}: checkpoint {saved_shapes[k]} vs model {expected[k]}"
                   for k in sorted(set(expected) & set(saved_shapes))
                   if saved_shapes[k] != expected[k]]
@@ -106,10 +177,67 @@ class Checkpointer:
                 data=ocp.args.JsonRestore(),
                 config=ocp.args.JsonRestore(),
             ))
-        except (ValueError, KeyError, FileNotFoundError, OSError) as e:
-            raise CheckpointError(f"checkpoint step {step} in {self.directory} could not be "
-                                  f"restored: {e}") from e
+        except Exception as e:  # TensorStore raises bare Exceptions for unreadable chunks
+            raise CheckpointError(self._damaged(step, _first_line(e))) from e
+        self.verify_checksums(step, restored["state"])
         return restored["state"], restored["data"], restored["config"]
+
+    def restore_params(self, step: int, abstract_params: Any) -> Any:
+        """Only the parameters of a step, placed and cast as `abstract_params` says.
+
+        A partial restore: the optimizer state is not read at all. Arrays are read in their
+        saved dtype (so checksums can be checked), then cast to the target dtype.
+        """
+        target = {"params": abstract_params}
+        self.check_compatible(step, target, partial=True)
+        dtypes = self.saved_metadata(step, "dtype")
+        item = jax.tree_util.tree_map_with_path(
+            lambda path, a: jax.ShapeDtypeStruct(
+                a.shape, dtypes.get(checksums_lib.leaf_name(path), a.dtype), sharding=a.sharding),
+            target)
+        try:
+            with ocp.PyTreeCheckpointer() as reader:
+                restored = reader.restore(
+                    self.step_dir(step) / "state", args=ocp.args.PyTreeRestore(
+                        item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                        partial_restore=True))
+        except Exception as e:  # TensorStore raises bare Exceptions for unreadable chunks
+            raise CheckpointError(self._damaged(step, _first_line(e))) from e
+        self.verify_checksums(step, restored)
+        return jax.tree.map(lambda x, a: x if x.dtype == a.dtype else x.astype(a.dtype),
+                            restored, target)["params"]
+
+    def saved_checksums(self, step: int) -> dict[str, int]:
+        """The checksums saved with a step ({} for checkpoints written without them)."""
+        if not (self.step_dir(step) / "checksums").is_dir():
+            return {}
+        try:
+            return self._manager.restore(step, args=ocp.args.Composite(
+                checksums=ocp.args.JsonRestore()))["checksums"] or {}
+        except Exception as e:
+            raise CheckpointError(
+                self._damaged(step, f"checksums unreadable: {_first_line(e)}")) from e
+
+    def verify_checksums(self, step: int, tree: Any) -> None:
+        """CheckpointError naming the arrays of `tree` whose values differ from those saved."""
+        saved = self.saved_checksums(step)
+        if not saved:
+            return
+        bad = checksums_lib.mismatches(saved, checksums_lib.checksums(tree))
+        if bad:
+            raise CheckpointError(self._damaged(
+                step, f"{len(bad)} array(s) differ from the checksums saved with them: "
+                      f"{', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''}"))
+
+    def _damaged(self, step: int, detail: str) -> str:
+        earlier = [s for s in self.all_steps() if s < step]
+        where = self.step_dir(step)
+        fix = (f"To resume from the previous checkpoint (step {earlier[-1]}), move the damaged "
+               f"folder away: mv {where} {where}.damaged" if earlier else
+               "There is no earlier checkpoint: restore the folder from a copy")
+        return (f"checkpoint step {step} in {self.directory} is damaged: {detail}. It cannot be "
+                f"resumed from, and a run will not start over on its own. {fix}; or point "
+                "checkpoint.dir at a new folder to start over.")
 
     def restore_config(self, step: int) -> dict[str, Any]:
         """Only the config saved with a step."""

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 from flax import nnx
+from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from jaxtrain import config as config_lib
 from jaxtrain import sharding
 from jaxtrain.checkpoint import Checkpointer, CheckpointError
+from jaxtrain.models.spec import ModelSpec
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import make_optimizer
 
@@ -27,11 +31,58 @@ def load_run_config(run_dir: str | Path) -> ConfigDict:
     return cfg
 
 
-def load_model(run_dir: str | Path, step: int | None = None) -> tuple[nnx.Module, ConfigDict, int]:
-    """(model with the checkpoint's parameters, run config, step) for sampling or export."""
+def _is_step_folder(path: Path) -> bool:
+    return path.name.isdigit() and (path / "state").is_dir()
+
+
+def find_checkpoints(path: str | Path) -> tuple[Path, int | None]:
+    """(Orbax checkpoint folder, step or None) from a run directory, a checkpoint folder or one
+    step folder of it; CheckpointError when `path` is none of these."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist.")
+    if _is_step_folder(path):
+        return path.parent.absolute(), int(path.name)
+    if (path / "config.json").is_file() and not (path / "checkpoints").is_dir():
+        # A run whose checkpoint.dir pointed elsewhere.
+        return config_lib.checkpoint_dir(load_run_config(path)).absolute(), None
+    if (path / "checkpoints").is_dir():
+        return (path / "checkpoints").absolute(), None
+    if path.is_dir() and any(_is_step_folder(p) for p in path.iterdir()):
+        return path.absolute(), None
+    raise CheckpointError(f"{path} is neither a jaxtrain run directory (config.json, "
+                          "checkpoints/) nor an Orbax checkpoint folder (numbered step folders).")
+
+
+@dataclasses.dataclass
+class RunParams:
+    """The parameters of one checkpoint of a run, with what is needed to use them."""
+
+    params: Any  # pure dict of global arrays, on `layout`'s shardings
+    cfg: ConfigDict  # the run's config
+    spec: ModelSpec
+    step: int
+    layout: state_lib.StateLayout
+
+
+def local_mesh(cfg: ConfigDict, devices: list[Any] | None = None) -> Mesh:
+    """The run's mesh when it fits the devices here, else FSDP over all of them.
+
+    A checkpoint restores onto any mesh, so a run trained on many accelerators can be read back
+    on a workstation.
+    """
+    try:
+        return sharding.make_mesh(cfg.mesh, devices)
+    except sharding.MeshError:
+        return sharding.make_mesh({"ici_fsdp": -1, "dcn_data": -1}, devices)
+
+
+def restore_params(run_dir: str | Path, step: int | None = None,
+                   devices: list[Any] | None = None) -> RunParams:
+    """A checkpoint's parameters only (the optimizer state is not read); latest by default."""
     cfg = load_run_config(run_dir)
     spec = config_lib.validate(_without_data_checks(cfg))
-    checkpointer = Checkpointer(config_lib.checkpoint_dir(cfg), async_save=False)
+    checkpointer = Checkpointer(config_lib.checkpoint_dir(cfg), async_save=False, read_only=True)
     steps = checkpointer.all_steps()
     if not steps:
         raise CheckpointError(f"run {run_dir} has no complete checkpoint in "
@@ -41,14 +92,22 @@ def load_model(run_dir: str | Path, step: int | None = None) -> tuple[nnx.Module
     elif step not in steps:
         raise CheckpointError(f"run {run_dir} has no checkpoint at step {step}; saved steps: "
                               f"{steps}.")
-    mesh = sharding.make_mesh(cfg.mesh)
+    mesh = local_mesh(cfg, devices)
     rules = sharding.RULE_PRESETS[cfg.mesh.rules]
     tx = make_optimizer(cfg.optim, cfg.train.steps)
     with sharding.use_mesh(mesh, rules):
         layout = state_lib.state_layout(spec, tx, mesh, rules)
-    state, _, _ = checkpointer.restore(step, layout.abstract)
-    checkpointer.close()
-    return nnx.merge(layout.graphdef, state["params"]), cfg, step
+    try:
+        params = checkpointer.restore_params(step, layout.abstract["params"])
+    finally:
+        checkpointer.close()
+    return RunParams(params, cfg, spec, step, layout)
+
+
+def load_model(run_dir: str | Path, step: int | None = None) -> tuple[nnx.Module, ConfigDict, int]:
+    """(model with the checkpoint's parameters, run config, step) for sampling or export."""
+    restored = restore_params(run_dir, step)
+    return nnx.merge(restored.layout.graphdef, restored.params), restored.cfg, restored.step
 
 
 def _without_data_checks(cfg: ConfigDict) -> ConfigDict:

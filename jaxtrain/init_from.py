@@ -1,0 +1,150 @@
+"""Starting a run from another model's weights: `checkpoint.init_from` (Megatron's `finetune`).
+
+Used only when the run has no checkpoint of its own. The source is a Hugging Face folder
+(config.json + safetensors), a jaxtrain run directory, an Orbax checkpoint folder or one step
+folder of it (`checkpoint.init_step` picks the step; -1 = latest). Only the parameters are read
+(a partial restore: the source's optimizer state is never loaded); the optimizer state is
+initialised, the step is 0 and the data order starts from the beginning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxtrain.checkpoint import Checkpointer, CheckpointError
+from jaxtrain.interop.hf import INDEX_NAME, WEIGHTS_NAME, load_hf_params
+from jaxtrain.interop.hf_config import spec_from_hf_config
+from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.runs import find_checkpoints
+from jaxtrain.train.state import StateLayout, count_params
+
+# Fields that change which arrays exist or their shapes: a difference is an error.
+STRUCTURAL_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                     "head_dim", "intermediate_size", "tie_embeddings", "qkv_bias", "qk_norm",
+                     "num_experts", "moe_intermediate_size")
+# Fields that change the computation but not the weights (e.g. a longer RoPE base for context
+# extension): the run's value is used and the difference reported.
+NUMERICAL_FIELDS = ("family", "norm_eps", "rope_theta", "rope_scaling", "sliding_window",
+                    "num_experts_per_tok", "moe_score", "moe_norm_topk")
+ROPE_SCALING_FIELDS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                       "rope_original_max_len")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where initial weights come from."""
+
+    kind: str  # "hf" or "jaxtrain"
+    path: Path  # the Hugging Face folder, or the Orbax checkpoint folder
+    step: int | None = None  # the step a step folder names (jaxtrain only)
+
+
+def is_hf_folder(path: Path) -> bool:
+    """Whether a folder holds a Hugging Face checkpoint (config.json + safetensors)."""
+    return (path / "config.json").is_file() and (
+        (path / WEIGHTS_NAME).is_file() or (path / INDEX_NAME).is_file())
+
+
+def find_source(path: str | Path) -> Source:
+    """Classifies `path`; CheckpointError when it is none of the accepted kinds."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint.init_from={str(path)!r} does not exist.")
+    if is_hf_folder(path):
+        return Source("hf", path)
+    try:
+        root, step = find_checkpoints(path)
+    except CheckpointError:
+        raise CheckpointError(
+            f"checkpoint.init_from={str(path)!r} is neither a Hugging Face folder (config.json "
+            f"and {WEIGHTS_NAME} or {INDEX_NAME}), a jaxtrain run directory, nor an Orbax "
+            "checkpoint folder (numbered step folders).") from None
+    return Source("jaxtrain", root, step)
+
+
+def compare_specs(source: ModelSpec, run: ModelSpec, where: str) -> list[str]:
+    """Notes on numerical differences; CheckpointError naming structural ones."""
+    fields = STRUCTURAL_FIELDS + NUMERICAL_FIELDS
+    if source.rope_scaling != "none" or run.rope_scaling != "none":
+        fields += ROPE_SCALING_FIELDS
+    differ = [(f, getattr(source, f, None), getattr(run, f, None)) for f in fields
+              if getattr(source, f, None) != getattr(run, f, None)]
+    structural = [d for d in differ if d[0] in STRUCTURAL_FIELDS]
+    if structural:
+        lines = [f"checkpoint.init_from: the model in {where} does not match this run's model:"]
+        lines += [f"  model.{f}: source {a!r} vs run {b!r}" for f, a, b in structural]
+        lines.append("Set the run's model.* keys to the source's values (or use a preset "
+                     "config of the same architecture).")
+        raise CheckpointError("\n".join(lines))
+    return [f"model.{f}: source {a!r}, run uses {b!r}" for f, a, b in differ]
+
+
+def _place(params: Any, shardings: Any) -> Any:
+    """Host arrays -> global arrays, each device taking only its own slice."""
+    return jax.tree.map(
+        lambda x, s: jax.make_array_from_callback(x.shape, s, lambda index: x[index]),
+        params, shardings)
+
+
+def _from_hf(folder: Path, spec: ModelSpec, layout: StateLayout) -> tuple[Any, list[str], str]:
+    try:
+        notes = compare_specs(spec_from_hf_config(folder), spec, str(folder))
+        _, host_params = load_hf_params(folder, spec)
+    except ConfigError as e:
+        raise CheckpointError(f"checkpoint.init_from: {e}") from e
+    return _place(host_params, layout.shardings["params"]), notes, "Hugging Face checkpoint"
+
+
+def _from_jaxtrain(source: Source, init_step: int, spec: ModelSpec,
+                   layout: StateLayout) -> tuple[Any, list[str], str]:
+    checkpointer = Checkpointer(source.path, read_only=True, async_save=False)
+    try:
+        steps = checkpointer.all_steps()
+        if not steps:
+            raise CheckpointError(f"checkpoint.init_from: {source.path} holds no complete "
+                                  "checkpoint.")
+        step = source.step if source.step is not None else init_step
+        step = steps[-1] if step < 0 else step
+        if step not in steps:
+            raise CheckpointError(f"checkpoint.init_from: {source.path} has no step {step}; "
+                                  f"saved steps: {steps}.")
+        saved = checkpointer.restore_config(step)
+        notes = compare_specs(ModelSpec.from_config(saved["model"]), spec,
+                              str(checkpointer.step_dir(step)))
+        params = checkpointer.restore_params(step, layout.abstract["params"])
+    finally:
+        checkpointer.close()
+    return params, notes, f"jaxtrain checkpoint, step {step}"
+
+
+def load_params(path: str | Path, init_step: int, spec: ModelSpec,
+                layout: StateLayout) -> tuple[Any, str]:
+    """(parameters placed on the layout's shardings, a report of what was loaded)."""
+    source = find_source(path)
+    if source.kind == "hf":
+        params, notes, what = _from_hf(source.path, spec, layout)
+    else:
+        params, notes, what = _from_jaxtrain(source, init_step, spec, layout)
+    arrays = len(jax.tree.leaves(params))
+    report = (f"init_from: loaded {arrays} arrays ({count_params(params):,} params) from "
+              f"{source.path} ({what}); optimizer state initialised, step 0, data order from "
+              "the start")
+    if notes:
+        report += "\n  differences kept from this run's config: " + "; ".join(notes)
+    return params, report
+
+
+def initial_state(params: Any, tx: optax.GradientTransformation,
+                  layout: StateLayout) -> dict[str, Any]:
+    """A train state at step 0 around `params`, with a fresh optimizer state."""
+
+    def build(p: Any) -> dict[str, Any]:
+        return {"step": jnp.zeros((), jnp.int32), "params": p, "opt_state": tx.init(p)}
+
+    return jax.jit(build, out_shardings=layout.shardings, donate_argnums=0)(params)

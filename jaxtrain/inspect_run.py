@@ -1,0 +1,156 @@
+"""Inspecting a run's checkpoints: `python -m jaxtrain checkpoints RUN_DIR [--verify] [--step N]`.
+
+The listing reads only small files (Orbax metadata and the config saved with each step). A
+verification reads every array of a step onto the devices here (any mesh the run trained on),
+checks the shapes against the model described by the config saved with that step, the values
+against the checksums saved with them, and that every floating-point value is finite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from ml_collections import ConfigDict
+
+from jaxtrain import sharding
+from jaxtrain.checkpoint import Checkpointer, CheckpointError, unfinished_saves
+from jaxtrain.checksums import leaf_name
+from jaxtrain.models.spec import ModelSpec
+from jaxtrain.runs import find_checkpoints, local_mesh
+from jaxtrain.train import state as state_lib
+from jaxtrain.train.optimizer import make_optimizer
+
+
+@dataclasses.dataclass(frozen=True)
+class StepInfo:
+    """One complete checkpoint: when it was written, its size, what it holds."""
+
+    step: int
+    written: float | None  # seconds since the epoch
+    size_bytes: int
+    summary: str
+
+
+def folder_bytes(path: Path) -> int:
+    """Total size of the files under a folder."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def config_summary(saved: dict[str, Any]) -> str:
+    """One line on the model and run a saved config describes."""
+    model = saved.get("model", {})
+    try:
+        spec = ModelSpec.from_config(model)
+    except Exception as e:  # an old or hand-edited config: say so rather than fail the listing
+        return f"unreadable model config ({e})"
+    train = saved.get("train", {})
+    return (f"{model.get('preset', spec.family)}: d={spec.hidden_size} L={spec.num_layers} "
+            f"heads={spec.num_heads}/{spec.num_kv_heads} vocab={spec.vocab_size} "
+            f"{spec.num_params():,} params {spec.param_dtype}; train.steps={train.get('steps')}")
+
+
+def _human(num_bytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if num_bytes < 1000 or unit == "TB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1000
+    return ""
+
+
+def list_checkpoints(path: str | Path) -> tuple[Path, list[StepInfo], list[Path]]:
+    """(checkpoint folder, its complete steps oldest first, unfinished step folders)."""
+    root, _ = find_checkpoints(path)
+    checkpointer = Checkpointer(root, read_only=True, async_save=False)
+    try:
+        infos = []
+        for step in checkpointer.all_steps():
+            try:
+                summary = config_summary(checkpointer.restore_config(step))
+            except Exception as e:  # a damaged config must not hide the other steps
+                summary = f"config unreadable ({type(e).__name__})"
+            infos.append(StepInfo(step, checkpointer.written_at(step),
+                                  folder_bytes(checkpointer.step_dir(step)), summary))
+    finally:
+        checkpointer.close()
+    return root, infos, unfinished_saves(root)
+
+
+def format_listing(root: Path, infos: list[StepInfo], unfinished: list[Path]) -> str:
+    """The `checkpoints` command's table."""
+    lines = [f"{root}: {len(infos)} complete checkpoint(s)"]
+    if infos:
+        lines.append(f"{'step':>8}  {'written':19}  {'size':>9}  config")
+    for info in infos:
+        when = (datetime.datetime.fromtimestamp(info.written).strftime("%Y-%m-%d %H:%M:%S")
+                if info.written else "?")
+        lines.append(f"{info.step:>8}  {when:19}  {_human(info.size_bytes):>9}  {info.summary}")
+    for path in unfinished:
+        lines.append(f"unfinished (ignored on resume, removed by the next run): {path.name}")
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+    """What reading a step back found; `problems` is empty when the step is sound."""
+
+    step: int
+    arrays: int
+    values: int
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the step restores intact."""
+        return not self.problems
+
+    def __str__(self) -> str:
+        if self.ok:
+            return (f"step {self.step}: OK: {self.arrays} arrays ({self.values:,} values) read; "
+                    "shapes match the saved config's model; checksums match; all values finite")
+        return "\n".join([f"step {self.step}: FAILED"] + [f"  {p}" for p in self.problems])
+
+
+def _non_finite(state: Any) -> list[str]:
+    named = [(leaf_name(p), x) for p, x in jax.tree_util.tree_flatten_with_path(state)[0]
+             if jnp.issubdtype(x.dtype, jnp.floating)]
+    counts = jax.device_get(jax.jit(lambda xs: [jnp.sum(~jnp.isfinite(x)) for x in xs])(
+        [x for _, x in named]))
+    return [f"{name}: {int(c):,} non-finite values" for (name, _), c in zip(named, counts)
+            if int(c)]
+
+
+def verify(path: str | Path, step: int | None = None,
+           devices: list[Any] | None = None) -> Verification:
+    """Reads every array of `step` (latest by default) and checks it; see the module doc."""
+    root, named_step = find_checkpoints(path)
+    checkpointer = Checkpointer(root, read_only=True, async_save=False)
+    try:
+        steps = checkpointer.all_steps()
+        if not steps:
+            raise CheckpointError(f"{root} holds no complete checkpoint.")
+        step = step if step is not None else named_step if named_step is not None else steps[-1]
+        if step not in steps:
+            raise CheckpointError(f"{root} has no checkpoint at step {step}; saved steps: "
+                                  f"{steps}.")
+        saved = ConfigDict(checkpointer.restore_config(step))
+        spec = ModelSpec.from_config(saved.model)
+        tx = make_optimizer(saved.optim, saved.train.steps)
+        mesh = local_mesh(saved, devices)
+        rules = sharding.RULE_PRESETS[saved.mesh.rules]
+        with sharding.use_mesh(mesh, rules):
+            layout = state_lib.state_layout(spec, tx, mesh, rules)
+        arrays = len(jax.tree.leaves(layout.abstract))
+        values = state_lib.count_params(layout.abstract)
+        try:
+            state, _, _ = checkpointer.restore(step, layout.abstract)
+        except CheckpointError as e:
+            return Verification(step, arrays, values, str(e).splitlines())
+        return Verification(step, arrays, values, _non_finite(state))
+    finally:
+        checkpointer.close()
+

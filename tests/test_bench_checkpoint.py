@@ -1,0 +1,23 @@
+"""tools/bench_checkpoint.py runs end to end at a tiny size and prints its figures (the
+throughput itself is not checked: it depends on the disk)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from conftest import REPO
+
+
+def test_bench_checkpoint_prints_save_restore_and_plain_disk_figures(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("bench_checkpoint",
+                                                  REPO / "tools" / "bench_checkpoint.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--hidden", "64", "--layers", "2", "--heads", "4", "--intermediate",
+                       "128", "--vocab", "512", "--dir", str(tmp_path / "bench")]) == 0
+    out = capsys.readouterr().out
+    for label in ("orbax save", "orbax restore", "plain write", "plain read"):
+        line = next(line for line in out.splitlines() if line.startswith(label))
+        assert "GB/s" in line
+    assert "model: hidden 64, 2 layers, vocab 512: 147,776 params" in out
+    assert not (tmp_path / "bench").exists()
