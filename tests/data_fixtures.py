@@ -120,3 +120,26 @@ def datatrove_corpus(tmp_path_factory: pytest.TempPathFactory,
 
     eos_id = Tokenizer.from_file(str(tiny_tokenizer / "tokenizer.json")).token_to_id(EOS)
     return DatatroveCorpus(root / "shards", tiny_tokenizer, eos_id, texts)
+
+
+MEGATRON_FORMATS = {1: "B", 2: "b", 3: "h", 4: "i", 5: "q", 6: "d", 7: "f", 8: "H"}
+
+
+def write_raw_megatron(prefix: Path, docs: Sequence[Sequence[int]], code: int = 8,
+                       doc_index: Sequence[int] | None = None) -> Path:
+    """Writes prefix.bin / prefix.idx field by field as FORMATS.md describes (one sequence per
+    document unless `doc_index` groups them); returns the prefix."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    fmt = MEGATRON_FORMATS[code]
+    size = struct.calcsize(fmt)
+    tokens = [t for d in docs for t in d]
+    lengths = [len(d) for d in docs]
+    pointers = [size * sum(lengths[:i]) for i in range(len(docs))]
+    doc_index = list(range(len(docs) + 1)) if doc_index is None else list(doc_index)
+    Path(f"{prefix}.bin").write_bytes(struct.pack(f"<{len(tokens)}{fmt}", *tokens))
+    idx = (b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", code)
+           + struct.pack("<Q", len(docs)) + struct.pack("<Q", len(doc_index))
+           + struct.pack(f"<{len(docs)}i", *lengths) + struct.pack(f"<{len(docs)}q", *pointers)
+           + struct.pack(f"<{len(doc_index)}q", *doc_index))
+    Path(f"{prefix}.idx").write_bytes(idx)
+    return prefix

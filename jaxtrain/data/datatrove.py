@@ -68,8 +68,10 @@ class Shard:
     @property
     def doc_ends(self) -> np.ndarray:
         """Exclusive end offset (in tokens) of every document, uint64, memory-mapped."""
-        index = self.path.with_name(self.path.name + ".index")
-        return self._map("doc_ends", ".index", "<u8", index.stat().st_size // 8)
+        if "doc_ends" not in self._cache:  # the size needs a stat: only on first use
+            index = self.path.with_name(self.path.name + ".index")
+            self._map("doc_ends", ".index", "<u8", index.stat().st_size // 8)
+        return self._cache["doc_ends"]
 
     @property
     def loss_mask(self) -> np.ndarray | None:

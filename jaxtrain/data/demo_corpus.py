@@ -23,7 +23,7 @@ import shutil
 import sys
 import sysconfig
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,11 +147,13 @@ def _complete(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
-                    max_documents: int | None = None) -> dict[str, Any]:
+                    max_documents: int | None = None,
+                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Builds (or finds already built) the demo corpus, tokenizer and shards under `out_dir`.
 
     `max_documents` keeps only the first documents (the reference topics come first), for quick
-    smoke tests. Returns the manifest: paths (root, tokenizer, train, val), vocab_size, eos_id and
+    smoke tests. `progress` receives one line per stage of a build (a build takes 15-30 s).
+    Returns the manifest: paths (root, tokenizer, train, val), vocab_size, eos_id and
     counts (train/val documents, characters and tokens, seconds taken).
     """
     from jaxtrain.data.tokenize import eos_id_from_tokenizer, tokenize_files
@@ -161,6 +163,8 @@ def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
     if (done := _complete(out, settings)) is not None:
         return done
     start = time.perf_counter()
+    say = progress or (lambda _message: None)
+    say(f"building the demo corpus in {out}: reading the standard library's documentation...")
     for sub in ("tokenizer", "text", "train", "val"):
         shutil.rmtree(out / sub, ignore_errors=True)
     (out / "manifest.json").unlink(missing_ok=True)
@@ -172,12 +176,14 @@ def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
         splits["val" if is_validation(name, seed) else "train"].append((name, text))
     if not splits["val"] and len(splits["train"]) > 1:  # tiny builds: keep validation non-empty
         splits["val"].append(splits["train"].pop())
+    say(f"training a {vocab_size}-token BPE on {len(splits['train'])} documents...")
     train_tokenizer([t for _, t in splits["train"]], vocab_size, out / "tokenizer")
 
     manifest: dict[str, Any] = {"settings": settings, "root": str(out),
                                 "tokenizer": str(out / "tokenizer"),
                                 "eos_id": eos_id_from_tokenizer(out / "tokenizer")}
     for split, split_docs in splits.items():
+        say(f"tokenizing {split}: {len(split_docs)} documents...")
         _write_jsonl(out / "text" / f"{split}.jsonl", split_docs)
         tokenize_files([str(out / "text" / f"{split}.jsonl")], out / "tokenizer", out / split,
                        seed=seed, overwrite=True, backend="builtin")
@@ -193,4 +199,6 @@ def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
     manifest["seconds"] = round(time.perf_counter() - start, 1)
     # Written last: its presence marks a complete build.
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    say(f"demo corpus ready: {manifest['train_tokens']:,} train and {manifest['val_tokens']:,} "
+        f"val tokens in {manifest['seconds']}s")
     return manifest

@@ -1,38 +1,42 @@
 """The grain input pipeline: shuffled global batches, each process reading only its own rows.
 
-Order. Windows are visited epoch by epoch; epoch e is a permutation of all windows drawn by grain's
-index shuffle with seed `run.seed + e` (so every epoch has a new order, reproducible from the seed
-alone and computed per index, never materialised). Each epoch is cut into
-`num_windows // global_batch_size` global batches; the windows left over at the end of an epoch
-are skipped in that epoch only (the next permutation places them elsewhere).
-
-Processes. Global batch s is the windows at stream positions [s*G, (s+1)*G) of that order. Process
-p of P reads rows [p*G/P, (p+1)*G/P) of it and nothing else, so concatenating the processes' batches
-in process order gives exactly the batch one process would read alone.
+Sources. `data.kind` picks the shard format (datatrove `.ds`, Megatron `.bin/.idx`, or synthetic
+tokens). `data.paths` entries without weights form one token pool (`batches.LocalBatchSource`:
+epochs of whole global batches); with weights each entry is a source of a mixture
+(`mixture.MixtureBatchSource`: rows drawn in proportion, each source with its own epochs).
+See `sources` for the path, weight, blend and split syntax, `windows` for the windowing and
+`documents` for the document-boundary fields.
 
 State. The iterator is a grain `DatasetIterator` over global batch numbers; `get_state()` is a small
-dict and `set_state()` on a freshly built iterator continues with exactly the same batches.
+dict and `set_state()` on a freshly built iterator continues with exactly the same batches, since
+every row is a pure function of (config, batch number, process).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Callable
-from typing import Any, Protocol
 
 import grain
-import numpy as np
-from grain.experimental import index_shuffle
 from ml_collections import ConfigDict
 
 from jaxtrain.config import split_paths
-from jaxtrain.data.datatrove import find_shards
+from jaxtrain.data.batches import BatchPlan, LocalBatchSource, RowSource
+from jaxtrain.data.datatrove import find_shards, warn_if_no_eos
+from jaxtrain.data.documents import DocumentOptions
 from jaxtrain.data.errors import DataError
+from jaxtrain.data.mixture import Interleave, MixtureBatchSource
+from jaxtrain.data.sources import has_split_part, load_datasets, parse_sources
 from jaxtrain.data.synthetic import SyntheticSource
 from jaxtrain.data.tokenize import eos_id_from_tokenizer
+from jaxtrain.data.tokenizer_check import check_tokenizer
 from jaxtrain.data.windows import TokenPool, WindowSource
 from jaxtrain.models.spec import ConfigError
+
+__all__ = ["BatchPlan", "LocalBatchSource", "RowSource", "Sources", "build_sources",
+           "data_summary", "make_eval_batches", "make_train_iterator", "window_source"]
 
 # Pools up to this many tokens are scanned whole for out-of-vocabulary ids at start-up (about a
 # second from page cache); larger ones have each shard's head scanned.
@@ -40,69 +44,97 @@ FULL_VOCAB_SCAN_TOKENS = 1 << 28
 HEAD_VOCAB_SCAN_TOKENS = 1 << 22
 # Synthetic validation windows come from a different stream than the training ones.
 SYNTHETIC_EVAL_SEED_OFFSET = 1_000_003
+SHARD_KINDS = ("datatrove", "megatron")
 
 
-class RowSource(Protocol):
-    """A random-access source of windows that can stack a list of them into a batch."""
-
-    def __len__(self) -> int: ...
-
-    def read_rows(self, indices: Any) -> dict[str, np.ndarray]: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchPlan:
-    """How global batches are cut from a source and sliced among processes."""
-
-    num_windows: int
-    global_batch: int
-    process_index: int
-    process_count: int
-
-    @property
-    def local_batch(self) -> int:
-        """Rows of each global batch that one process reads."""
-        return self.global_batch // self.process_count
-
-    @property
-    def steps_per_epoch(self) -> int:
-        """Whole global batches in one pass over the windows."""
-        return self.num_windows // self.global_batch
+def _check_vocab(source: WindowSource, vocab_size: int | None) -> WindowSource:
+    if vocab_size is not None:
+        head = None if len(source.pool) <= FULL_VOCAB_SCAN_TOKENS else HEAD_VOCAB_SCAN_TOKENS
+        source.validate_vocab(vocab_size, head)
+    return source
 
 
-class LocalBatchSource:
-    """Random-access source: global batch number -> this process's rows of that batch.
+def window_source(paths: str | list[str], seq_len: int, vocab_size: int | None = None,
+                  eos_id: int | None = None) -> WindowSource:
+    """Windows over every datatrove shard under `paths` (one pool), checked against the vocab."""
+    return _check_vocab(WindowSource(TokenPool(find_shards(split_paths(paths), eos_id)),
+                                     seq_len), vocab_size)
 
-    Infinite (length sys.maxsize): batch s lies in epoch s // steps_per_epoch. With `shuffle`, the
-    window at position i of epoch e is grain's `index_shuffle(i, seed=seed + e, rounds=4)`: the
-    same order `grain.MapDataset.range(n).shuffle(seed).repeat()` gives, computed per index.
+
+@dataclasses.dataclass
+class Sources:
+    """The window sources of training or validation data, and their mixture weights if any."""
+
+    sources: list[WindowSource]
+    weights: list[float] | None
+    what: str
+    names: list[str]
+
+
+def _eos_id(cfg: ConfigDict) -> int | None:
+    return eos_id_from_tokenizer(cfg.data.tokenizer) if cfg.data.tokenizer else None
+
+
+def build_sources(cfg: ConfigDict, vocab_size: int | None, which: str = "train"
+                  ) -> Sources | None:
+    """The sources `which` ("train" or "valid") reads; None when there is no validation data.
+
+    Validation is `data.val_paths` (whole datasets) or else the valid part of `data.split`.
     """
+    d = cfg.data
+    if d.kind not in SHARD_KINDS:
+        raise ConfigError(f"data.kind={d.kind!r} is not one of {SHARD_KINDS + ('synthetic',)}.")
+    if which == "train":
+        specs, split, part, key = parse_sources(d.paths, d.kind, d.weights), d.split, "train", \
+            "data.paths"
+    elif split_paths(d.val_paths):
+        specs = parse_sources(d.val_paths, d.kind, key="data.val_paths")
+        split, part, key = "", "train", "data.val_paths"
+    elif has_split_part(d.split, "valid"):
+        specs, split, part = parse_sources(d.paths, d.kind, d.weights), d.split, "valid"
+        key = f"the valid part of data.split={d.split!r} of data.paths"
+    else:
+        return None
+    if not specs:
+        raise ConfigError(f"data.kind={d.kind!r} needs data.paths: the shard folders (or "
+                          "Megatron prefixes) to train on.")
+    datasets = load_datasets(specs, d.kind, split, part)
+    shards = [s for ds in datasets for s in ds.shards]
+    if d.tokenizer:
+        # First: with another tokenizer's shards, a missing-EOS warning would only mislead.
+        check_tokenizer(shards, d.tokenizer)
+        eos_id = _eos_id(cfg)
+        for shard in shards if eos_id is not None else ():
+            warn_if_no_eos(shard, eos_id)
+    documents = DocumentOptions.from_config(d)
+    seq_len, windowing = cfg.train.seq_len, d.windowing
+    what = f"{key} ({', '.join(s.path for s in specs)})"
+    if specs[0].weight is None:
+        pool = TokenPool([s for ds in datasets for s in ds.shards],
+                         [r for ds in datasets for r in ds.ranges])
+        source = WindowSource(pool, seq_len, windowing, documents)
+        return Sources([_check_vocab(source, vocab_size)], None, what, [what])
+    sources = [_check_vocab(WindowSource(TokenPool(ds.shards, ds.ranges), seq_len, windowing,
+                                         documents), vocab_size) for ds in datasets]
+    return Sources(sources, [ds.spec.weight for ds in datasets], what,
+                   [ds.spec.path for ds in datasets])
 
-    def __init__(self, source: RowSource, plan: BatchPlan, *, shuffle: bool, seed: int,
-                 length: int = sys.maxsize) -> None:
-        self.source = source
-        self.plan = plan
-        self.shuffle = shuffle
-        self.seed = int(seed)
-        self._len = length
 
-    def __len__(self) -> int:
-        return self._len
+def _read_options(cfg: ConfigDict) -> grain.ReadOptions:
+    prefetch = max(0, int(cfg.data.prefetch))
+    # Each element is a whole local batch, so a few threads keep `prefetch` batches in flight.
+    # More reader threads than half the cores only fight over them (and the GIL): on a 2-core
+    # machine 4 threads read 2.7x slower than 1 (tools/bench_loader.py).
+    threads = min(prefetch, 8, max(1, (os.cpu_count() or 1) // 2))
+    return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=prefetch)
 
-    def window_indices(self, step: int) -> list[int]:
-        """The windows of this process's rows of global batch `step`."""
-        p = self.plan
-        epoch, batch_in_epoch = divmod(int(step), p.steps_per_epoch)
-        first = batch_in_epoch * p.global_batch + p.process_index * p.local_batch
-        positions = range(first, first + p.local_batch)
-        if not self.shuffle:
-            return list(positions)
-        seed = (self.seed + epoch) % 2**32
-        return [index_shuffle(i, max_index=p.num_windows - 1, seed=seed, rounds=4)
-                for i in positions]
 
-    def __getitem__(self, step: int) -> dict[str, np.ndarray]:
-        return self.source.read_rows(self.window_indices(step))
+def _allow_worker_processes() -> None:
+    """grain <= 0.2.18 worker processes read absl flags; mark them parsed outside absl.app."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
 
 
 def _plan(cfg: ConfigDict, num_windows: int, process_index: int, process_count: int,
@@ -123,54 +155,9 @@ def _plan(cfg: ConfigDict, num_windows: int, process_index: int, process_count: 
     return BatchPlan(num_windows, g, process_index, process_count)
 
 
-def window_source(paths: str | list[str], seq_len: int, vocab_size: int | None = None,
-                  eos_id: int | None = None) -> WindowSource:
-    """Windows over every datatrove shard under `paths`, checked against the vocabulary."""
-    source = WindowSource(TokenPool(find_shards(split_paths(paths), eos_id)), seq_len)
-    if vocab_size is not None:
-        head = None if len(source.pool) <= FULL_VOCAB_SCAN_TOKENS else HEAD_VOCAB_SCAN_TOKENS
-        source.validate_vocab(vocab_size, head)
-    return source
-
-
-def _eos_id(cfg: ConfigDict) -> int | None:
-    return eos_id_from_tokenizer(cfg.data.tokenizer) if cfg.data.tokenizer else None
-
-
-def _read_options(cfg: ConfigDict) -> grain.ReadOptions:
-    prefetch = max(0, int(cfg.data.prefetch))
-    # Each element is a whole local batch, so a few threads keep `prefetch` batches in flight.
-    return grain.ReadOptions(num_threads=min(prefetch, 8), prefetch_buffer_size=prefetch)
-
-
-def _allow_worker_processes() -> None:
-    """grain <= 0.2.18 worker processes read absl flags; mark them parsed outside absl.app."""
-    from absl import flags
-
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
-
-
-def make_train_iterator(cfg: ConfigDict, vocab_size: int, *, process_index: int = 0,
-                        process_count: int = 1) -> grain.DatasetIterator:
-    """The training batch iterator of one process: an endless, checkpointable grain iterator.
-
-    Each element is {"inputs", "targets": int32, "loss_mask": float32}, all of shape
-    [train.global_batch_size // process_count, train.seq_len].
-    """
-    seq_len = cfg.train.seq_len
-    if cfg.data.kind == "synthetic":
-        source: RowSource = SyntheticSource(vocab_size, seq_len, seed=cfg.run.seed)
-        shuffle, what = False, "synthetic data"
-    elif cfg.data.kind == "datatrove":
-        source = window_source(cfg.data.paths, seq_len, vocab_size, _eos_id(cfg))
-        shuffle, what = cfg.data.shuffle, f"the training shards ({cfg.data.paths})"
-    else:
-        raise ConfigError(f"data.kind={cfg.data.kind!r} is not one of ('datatrove', 'synthetic').")
-    plan = _plan(cfg, len(source), process_index, process_count, what)
-    batches = LocalBatchSource(source, plan, shuffle=shuffle, seed=cfg.run.seed)
+def _iterator(cfg: ConfigDict, batches: object, workers: bool) -> grain.DatasetIterator:
     ds = grain.MapDataset.source(batches).to_iter_dataset(_read_options(cfg))
-    if cfg.data.worker_count > 0:
+    if workers and cfg.data.worker_count > 0:
         _allow_worker_processes()
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(
             num_workers=cfg.data.worker_count,
@@ -178,32 +165,67 @@ def make_train_iterator(cfg: ConfigDict, vocab_size: int, *, process_index: int 
     return iter(ds)
 
 
+def make_train_iterator(cfg: ConfigDict, vocab_size: int, *, process_index: int = 0,
+                        process_count: int = 1) -> grain.DatasetIterator:
+    """The training batch iterator of one process: an endless, checkpointable grain iterator.
+
+    Each element is {"inputs", "targets": int32, "loss_mask": float32} and, when the document
+    options ask, "segment_ids" / "positions" int32, all of shape
+    [train.global_batch_size // process_count, train.seq_len].
+    """
+    if cfg.data.kind == "synthetic":
+        source = SyntheticSource(vocab_size, cfg.train.seq_len, seed=cfg.run.seed)
+        plan = _plan(cfg, len(source), process_index, process_count, "synthetic data")
+        return _iterator(cfg, LocalBatchSource(source, plan, shuffle=False, seed=cfg.run.seed),
+                         True)
+    built = build_sources(cfg, vocab_size, "train")
+    if built.weights is None:
+        (source,) = built.sources
+        plan = _plan(cfg, len(source), process_index, process_count, built.what)
+        batches: object = LocalBatchSource(source, plan, shuffle=cfg.data.shuffle,
+                                           seed=cfg.run.seed)
+    else:
+        # Sources repeat independently, so even a tiny one can fill any number of batches.
+        plan = _plan(cfg, sys.maxsize, process_index, process_count, built.what)
+        batches = MixtureBatchSource(built.sources, built.weights, plan,
+                                     shuffle=cfg.data.shuffle, seed=cfg.run.seed)
+    return _iterator(cfg, batches, True)
+
+
 def make_eval_batches(cfg: ConfigDict, vocab_size: int, *, process_index: int = 0,
                       process_count: int = 1) -> Callable[[], grain.DatasetIterator] | None:
     """A function returning a fresh iterator over the same validation batches every call.
 
     The batches are the first `train.eval_batches` global batches of the validation windows in
-    file order (fewer when the validation data holds fewer), sliced among processes like training
-    batches. Synthetic data gets a synthetic stream with another seed. None when there is no
-    validation data or `train.eval_batches` is 0.
+    file order (a mixture interleaves its sources' windows in file order), never more than the
+    data holds without repeating, sliced among processes like training batches. Synthetic data
+    gets a synthetic stream with another seed. None when there is no validation data or
+    `train.eval_batches` is 0.
     """
-    seq_len = cfg.train.seq_len
     if cfg.train.eval_batches <= 0:
         return None
+    g = cfg.train.global_batch_size
     if cfg.data.kind == "synthetic":
         source: RowSource = SyntheticSource(
-            vocab_size, seq_len, seed=cfg.run.seed + SYNTHETIC_EVAL_SEED_OFFSET)
-        what = "synthetic data"
-    elif not split_paths(cfg.data.val_paths):
+            vocab_size, cfg.train.seq_len, seed=cfg.run.seed + SYNTHETIC_EVAL_SEED_OFFSET)
+        plan = _plan(cfg, len(source), process_index, process_count, "synthetic data")
+        batches: object = LocalBatchSource(source, plan, shuffle=False, seed=0,
+                                           length=cfg.train.eval_batches)
+        return lambda: _iterator(cfg, batches, False)
+    built = build_sources(cfg, vocab_size, "valid")
+    if built is None:
         return None
+    if built.weights is None:
+        (source,) = built.sources
+        plan = _plan(cfg, len(source), process_index, process_count, built.what)
+        num_batches = min(cfg.train.eval_batches, plan.steps_per_epoch)
+        batches = LocalBatchSource(source, plan, shuffle=False, seed=0, length=num_batches)
     else:
-        source = window_source(cfg.data.val_paths, seq_len, vocab_size, _eos_id(cfg))
-        what = f"the validation shards ({cfg.data.val_paths})"
-    plan = _plan(cfg, len(source), process_index, process_count, what)
-    num_batches = min(cfg.train.eval_batches, plan.steps_per_epoch)
-    batches = LocalBatchSource(source, plan, shuffle=False, seed=0, length=num_batches)
-    ds = grain.MapDataset.source(batches).to_iter_dataset(_read_options(cfg))
-    return lambda: iter(ds)
+        plan = _plan(cfg, sys.maxsize, process_index, process_count, built.what)
+        rows = Interleave(built.weights).rows_before_wrap([len(s) for s in built.sources])
+        batches = MixtureBatchSource(built.sources, built.weights, plan, shuffle=False, seed=0,
+                                     length=max(1, min(cfg.train.eval_batches, rows // g)))
+    return lambda: _iterator(cfg, batches, False)
 
 
 def _count(n: float) -> str:
@@ -213,21 +235,34 @@ def _count(n: float) -> str:
     return f"{n:.0f}"
 
 
+def _describe(source: WindowSource, cfg: ConfigDict, rows_per_step: float) -> str:
+    t = cfg.train
+    epochs = t.steps * rows_per_step / len(source)
+    return (f"{len(source.pool.shards)} shards, {_count(len(source.pool))} tokens, "
+            f"{_count(len(source))} windows of {t.seq_len + 1}, {epochs:.3g} epochs in "
+            f"{t.steps} steps")
+
+
 def data_summary(cfg: ConfigDict) -> str:
     """One line for the run log: shards, tokens, windows and how many epochs the run covers."""
     t = cfg.train
     if cfg.data.kind == "synthetic":
         return (f"data: synthetic tokens, {t.global_batch_size} x {t.seq_len} per step, "
                 f"{_count(t.steps * t.global_batch_size * t.seq_len)} tokens in {t.steps} steps")
-    shards = find_shards(split_paths(cfg.data.paths))
-    pool = TokenPool(shards)
-    windows = (len(pool) - 1) // t.seq_len
-    steps_per_epoch = windows // t.global_batch_size
-    epochs = t.steps / steps_per_epoch if steps_per_epoch else float("inf")
-    text = (f"data: {len(shards)} shards, {_count(len(pool))} tokens, {_count(windows)} windows "
-            f"of {t.seq_len + 1}, {steps_per_epoch} steps/epoch, {epochs:.3g} epochs in "
-            f"{t.steps} steps")
-    if split_paths(cfg.data.val_paths):
-        val = find_shards(split_paths(cfg.data.val_paths))
-        text += f"; val: {len(val)} shards, {_count(sum(s.num_tokens for s in val))} tokens"
+    train = build_sources(cfg, None, "train")
+    if train.weights is None:
+        (source,) = train.sources
+        steps_per_epoch = len(source) // t.global_batch_size
+        text = f"data: {_describe(source, cfg, t.global_batch_size)}, " \
+               f"{steps_per_epoch} steps/epoch"
+    else:
+        total = sum(train.weights)
+        parts = [f"{w / total:.3g} x {name} ({_describe(s, cfg, t.global_batch_size * w / total)})"
+                 for name, s, w in zip(train.names, train.sources, train.weights)]
+        text = "data: mixture of " + "; ".join(parts)
+    val = build_sources(cfg, None, "valid")
+    if val is not None:
+        tokens = sum(len(s.pool) for s in val.sources)
+        text += f"; val: {sum(len(s.pool.shards) for s in val.sources)} shards, " \
+                f"{_count(tokens)} tokens"
     return text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ml_collections import ConfigDict
@@ -12,8 +13,11 @@ from jaxtrain.models.spec import ConfigError
 PREPARERS = ("", "demo")
 
 
-def prepare_data(cfg: ConfigDict) -> None:
-    """Builds the shards `data.prepare` names when they are missing; a no-op otherwise."""
+def prepare_data(cfg: ConfigDict, progress: Callable[[str], None] | None = None) -> None:
+    """Builds the shards `data.prepare` names when they are missing; a no-op otherwise.
+
+    `progress` receives one line per stage of a build (nothing when the data is already there).
+    """
     kind = cfg.data.prepare
     if kind not in PREPARERS:
         raise ConfigError(f"data.prepare={kind!r} is not one of {PREPARERS}.")
@@ -26,4 +30,5 @@ def prepare_data(cfg: ConfigDict) -> None:
     from jaxtrain.data.demo_corpus import build_demo_data
 
     root = Path(paths[0]).parent
-    build_demo_data(root, vocab_size=cfg.model.vocab_size, seed=cfg.run.seed)
+    build_demo_data(root, vocab_size=cfg.model.vocab_size, seed=cfg.run.seed,
+                    progress=progress)

@@ -1,9 +1,11 @@
-"""Tokenizing text, JSONL and Parquet files into datatrove shards, with EOS after each document.
+"""Tokenizing text, JSONL and Parquet files into shards, with EOS after each document.
 
-datatrove's own `DocumentTokenizer` writes the shards when datatrove is installed; otherwise a
-built-in writer produces the same files byte for byte in layout (X.ds, X.ds.index, X.ds.metadata;
-uint16 tokens when the vocabulary fits in 65536 ids, else uint32). Input files are shared among
-`tasks` by position (file i goes to task i % tasks), one shard per task, as datatrove's readers do.
+datatrove's own `DocumentTokenizer` writes datatrove shards when datatrove is installed; otherwise
+the built-in writer (`tokenize_tasks`) produces the same files byte for byte in layout (X.ds,
+X.ds.index, X.ds.metadata; uint16 tokens when the vocabulary fits in 65536 ids, else uint32). The
+built-in writer also writes Megatron datasets (prefix.bin/.idx). Input files are shared among
+`tasks` by position (file i goes to task i % tasks), one output file per task, as datatrove's
+readers do; inputs are read document by document, so corpora larger than memory stream through.
 """
 
 from __future__ import annotations
@@ -11,21 +13,18 @@ from __future__ import annotations
 import functools
 import glob
 import gzip
-import itertools
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-
-import numpy as np
 
 from jaxtrain.data.errors import DataError
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst")  # a whole file is one document
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")  # one JSON object per line (optionally .gz)
 PARQUET_SUFFIXES = (".parquet",)
-SHARD_SUFFIXES = (".ds", ".ds.index", ".ds.metadata", ".ds.loss")
+SHARD_SUFFIXES = (".ds", ".ds.index", ".ds.metadata", ".ds.loss", ".bin", ".idx", ".spool")
 ENCODE_BATCH = 1000  # documents per tokenizer call
 
 
@@ -74,11 +73,14 @@ def iter_texts(path: Path, text_key: str = "text") -> Iterator[str]:
         except ImportError:
             hint = "pip install pyarrow"
             raise DataError(f"{path}: reading Parquet needs pyarrow ({hint}).") from None
-        table = pq.read_table(path)
-        if text_key not in table.column_names:
+        parquet = pq.ParquetFile(path)
+        columns = parquet.schema_arrow.names
+        if text_key not in columns:
             raise DataError(f"{path}: no {text_key!r} column (columns: "
-                            f"{', '.join(table.column_names)}); pass the right --text-key.")
-        yield from (t for t in table.column(text_key).to_pylist() if t)
+                            f"{', '.join(columns)}); pass the right --text-key.")
+        # Row batches, not the whole table: files larger than memory stream through.
+        for batch in parquet.iter_batches(batch_size=ENCODE_BATCH, columns=[text_key]):
+            yield from (t for t in batch.column(0).to_pylist() if t)
     else:
         with opener(path, "rt", encoding="utf-8") as f:
             text = f.read()
@@ -130,71 +132,14 @@ def _clear_output(output: Path, overwrite: bool) -> None:
         f.unlink()
 
 
-def _human_count(n: int) -> str:
-    """The third metadata line, as datatrove writes it (humanize.metric, 3 digits): '1.40 kT'."""
-    exponent = len(str(n)) - 1 if n > 0 else 0
-    value = n / 10 ** (exponent // 3 * 3)
-    digits = 2 - exponent % 3
-    if round(value, digits) >= 10 ** (exponent % 3 + 1):  # 999.6 -> 1.00 k
-        exponent += 1
-        value, digits = n / 10 ** (exponent // 3 * 3), 2 - exponent % 3
-    prefix = "kMGTPEZY"[exponent // 3 - 1] if exponent >= 3 else ""
-    return f"{value:.{digits}f} {prefix}T"
-
-
 def write_shard(output: Path, name: str, docs: Sequence[Sequence[int]], token_size: int,
                 tokenizer_name: str) -> Path:
     """Writes one shard (X.ds, X.ds.index, X.ds.metadata) in datatrove's layout; returns X.ds."""
-    dtype = {2: "<u2", 4: "<u4"}[token_size]
-    lengths = np.fromiter((len(d) for d in docs), np.uint64, len(docs))
-    ends = np.cumsum(lengths, dtype=np.uint64)
-    ds = output / name
-    with open(ds, "wb") as f:
-        for doc in docs:
-            np.asarray(doc, dtype).tofile(f)
-    ends.astype("<u8").tofile(ds.with_name(name + ".index"))
-    total = int(ends[-1]) if len(ends) else 0
-    ds.with_name(name + ".metadata").write_text(
-        f"{tokenizer_name}|{token_size}\n{total}\n{_human_count(total)}", encoding="utf-8")
-    return ds
+    from jaxtrain.data.shard_writers import DatatroveWriter
 
-
-def _builtin_task(files: list[Path], tokenizer: str, output: Path, rank: int, text_key: str,
-                  eos_token: str, shuffle: bool, seed: int) -> Path | None:
-    """One task of the built-in writer: tokenize `files` into the shard of `rank`.
-
-    The task's token ids are held in memory until written; corpora too large for that are
-    datatrove's job (it streams to disk).
-    """
-    json_file = tokenizer_json(tokenizer)
-    if json_file is not None:
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(json_file))
-        vocab, eos_id = tok.get_vocab_size(), tok.token_to_id(eos_token)
-        encode = lambda texts: [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
-        name = str(json_file)
-    else:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(tokenizer)
-        vocab, eos_id = len(tok), tok.convert_tokens_to_ids(eos_token)
-        encode = lambda texts: tok(texts, add_special_tokens=False)["input_ids"]
-        name = str(tokenizer)
-    if eos_id is None:
-        raise DataError(f"EOS token {eos_token!r} is not in the vocabulary of {tokenizer}.")
-    docs: list[list[int]] = []
-    texts = (t for f in files for t in iter_texts(f, text_key))
-    while batch := list(itertools.islice(texts, ENCODE_BATCH)):
-        docs.extend(ids + [eos_id] for ids in encode(batch))
-    if not docs:
-        return None
-    if shuffle:  # datatrove's default: documents in a seeded random order inside the file
-        order = np.random.default_rng(seed).permutation(len(docs))
-        docs = [docs[i] for i in order]
-    stem = f"{rank:05d}_00000_doc_shuffled.ds" if shuffle else f"{rank:05d}_unshuffled.ds"
-    token_size = 4 if vocab > 65536 else 2
-    return write_shard(output, stem, docs, token_size, name)
+    writer = DatatroveWriter(output / name, token_size, tokenizer_name)
+    writer.add_many(docs)
+    return writer.close() or output / name
 
 
 def _datatrove_documents(files: list[Path], text_key: str, data: object, rank: int = 0,
@@ -239,16 +184,27 @@ def datatrove_available() -> bool:
 def tokenize_files(inputs: Sequence[str], tokenizer: str | os.PathLike, output: str | os.PathLike,
                    *, text_key: str = "text", eos_token: str | None = None, tasks: int = 1,
                    shuffle_documents: bool = True, seed: int = 0, backend: str = "auto",
-                   overwrite: bool = False, workers: int | None = None) -> list[Path]:
-    """Tokenizes `inputs` into datatrove shards in `output`; returns the non-empty shards written.
+                   overwrite: bool = False, workers: int | None = None,
+                   progress: Callable[[int, int], None] | None = None,
+                   fmt: str = "datatrove", merge: bool = False) -> list[Path]:
+    """Tokenizes `inputs` into shards in `output`; returns the non-empty files written.
 
-    `backend` is "datatrove", "builtin" or "auto" (datatrove when it is installed and the tokenizer
-    has a tokenizer.json). `eos_token` defaults to the one in the tokenizer's tokenizer_config.json.
-    `workers` is how many datatrove tasks run at once (default: one per task, up to the CPU
-    count); the built-in writer runs its tasks one after another. datatrove draws each task's
-    document shuffle from one generator when workers == 1 and from a fresh one per task otherwise,
-    so only the contents, not the in-shard order, are independent of `workers`.
+    `fmt` is "datatrove" (X.ds shards; the files returned) or "megatron" (one
+    `<rank>_<text_key>_document.bin/.idx` dataset per task, uint16 tokens when the vocabulary is
+    below 65500 ids else int32; the .bin files returned). `merge` (megatron only) concatenates the
+    tasks' datasets into `<output>/<text_key>_document`.
+    `backend` is "datatrove", "builtin" or "auto" (datatrove when it is installed, the tokenizer
+    has a tokenizer.json and the format is datatrove). `eos_token` defaults to the one in the
+    tokenizer's tokenizer_config.json. Both backends stream documents, so inputs may be far
+    larger than memory. `workers` is how many tasks run at once (default: one per task, up to the
+    CPU count). datatrove draws each task's document shuffle from one generator when workers == 1
+    and from a fresh one per task otherwise, so only the contents, not the in-shard order, are
+    independent of `workers`; the built-in writer's order never depends on it.
+    `progress(documents, tokens)` receives the counts of each batch the built-in writer encodes
+    (datatrove reports its own progress in its log).
     """
+    from jaxtrain.data.tokenize_tasks import FORMATS, Task, run_tasks
+
     files = expand_inputs(inputs)
     output = Path(output)
     eos = eos_token or eos_token_of(tokenizer)
@@ -257,21 +213,38 @@ def tokenize_files(inputs: Sequence[str], tokenizer: str | os.PathLike, output: 
                         "text (--eos-token), which is appended after every document.")
     if tasks <= 0:
         raise DataError(f"tasks={tasks} must be positive.")
+    if fmt not in FORMATS:
+        raise DataError(f"format {fmt!r} is not one of {FORMATS}.")
+    if merge and fmt != "megatron":
+        raise DataError("merge applies to the megatron format (datatrove shards are read as a "
+                        "folder; datatrove's DocumentTokenizerMerger merges them).")
     json_file = tokenizer_json(tokenizer)
     if backend == "auto":
-        backend = "datatrove" if datatrove_available() and json_file is not None else "builtin"
+        backend = "datatrove" if (datatrove_available() and json_file is not None
+                                  and fmt == "datatrove") else "builtin"
+    workers = workers or min(tasks, os.cpu_count() or 1)
     _clear_output(output, overwrite)
     if backend == "datatrove":
-        if json_file is None:
-            raise DataError(f"{tokenizer}: datatrove needs a tokenizer.json (a fast tokenizer); "
-                            "use backend='builtin' for other tokenizers.")
-        workers = workers or min(tasks, os.cpu_count() or 1)
+        if json_file is None or fmt != "datatrove":
+            raise DataError(f"{tokenizer}: datatrove's writer needs a tokenizer.json (a fast "
+                            "tokenizer) and writes datatrove shards only; use backend='builtin' "
+                            "for other tokenizers or the megatron format.")
         _run_datatrove(files, json_file, output, text_key, eos, tasks, workers,
                        shuffle_documents, seed)
     elif backend == "builtin":
-        for rank in range(tasks):
-            _builtin_task(files[rank::tasks], str(tokenizer), output, rank, text_key, eos,
-                          shuffle_documents, seed)
+        output.mkdir(parents=True, exist_ok=True)
+        jobs = [Task(tuple(map(str, files[rank::tasks])), str(tokenizer), str(output), rank,
+                     text_key, eos, shuffle_documents, seed, fmt) for rank in range(tasks)]
+        written = [p for p in run_tasks(jobs, workers, progress) if p is not None]
+        if fmt == "megatron":
+            if merge and written:
+                from jaxtrain.data.megatron import merge_megatron
+                from jaxtrain.data.tokenize_tasks import megatron_prefix
+
+                out = merge_megatron([p.with_suffix("") for p in written],
+                                     megatron_prefix(output, None, text_key), delete_inputs=True)
+                return [out.with_name(out.name + ".bin")]
+            return sorted(written)
     else:
         raise DataError(f"backend={backend!r} is not one of 'auto', 'datatrove', 'builtin'.")
     shards = sorted(output.glob("*.ds"))

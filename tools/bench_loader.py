@@ -1,0 +1,209 @@
+"""Is the data loader fast enough? Raw disk rate vs loader rate vs the training step's own rate.
+
+    python tools/bench_loader.py --gb 2 [--dir /tmp/jaxtrain-bench] [--token-bytes 2] \
+        [--workers 2] [--batches 40] [--train-steps 4] [--keep]
+
+1. Writes a synthetic datatrove shard set of `--gb` GB (random tokens, documents of random
+   length each ending in EOS, valid .ds.index/.ds.metadata) with numpy, unless it is already there.
+2. Raw rate: the same bytes copied out of np.memmap in 64 MB chunks (GB/s and tokens/s), and
+   random seq_len + 1 windows copied out of the memmap with numpy alone.
+3. Loader rate: tokens/s of the real grain pipeline (shuffle on) for 16 x 2048 and 8 x 4096
+   batches, with worker_count 0 and `--workers`, data.prefetch 4 (the default) and 1, and with
+   document fields (segment_ids and positions).
+4. Training rate: tokens/s of the jaxtrain Trainer on synthetic data with a ~5M-parameter Llama
+   (llama-debug widened), timed after compilation.
+
+Prints one markdown table; docs/data.md holds the figures of a run.
+"""
+
+import os
+import sys
+
+# tools/tokenize.py shadows the standard library's `tokenize` (imported by numpy through
+# linecache): keep this folder off the import path and put the repository on it instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+SHARD_TOKENS = 1 << 27  # 128M tokens per shard (256 MB of uint16)
+CHUNK_TOKENS = 1 << 24  # tokens generated and written per numpy call
+VOCAB = 50_000
+EOS = VOCAB - 1
+MEAN_DOC = 1200  # tokens per document, on average
+
+
+def write_shards(folder: Path, gigabytes: float, token_bytes: int, seed: int = 0) -> int:
+    """Writes the shard set (skipped when a complete one is there); returns its token count."""
+    done = folder / "bench.json"
+    settings = {"gb": gigabytes, "token_bytes": token_bytes, "seed": seed}
+    if done.is_file() and json.loads(done.read_text())["settings"] == settings:
+        return json.loads(done.read_text())["tokens"]
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    dtype = {2: np.dtype("<u2"), 4: np.dtype("<u4")}[token_bytes]
+    total = int(gigabytes * 1e9) // token_bytes
+    rng = np.random.default_rng(seed)
+    written, k = 0, 0
+    while written < total:
+        n = min(SHARD_TOKENS, total - written)
+        ds = folder / f"{k:05d}_unshuffled.ds"
+        # Document ends first, so every chunk can put an EOS at each end inside it.
+        lengths = rng.integers(MEAN_DOC // 4, MEAN_DOC * 7 // 4, n // (MEAN_DOC // 4) + 2)
+        ends = np.cumsum(lengths)
+        ends = np.append(ends[ends < n], n).astype("<u8")
+        with open(ds, "wb") as f:
+            for lo in range(0, n, CHUNK_TOKENS):
+                hi = min(n, lo + CHUNK_TOKENS)
+                chunk = rng.integers(0, VOCAB - 1, hi - lo, dtype=dtype)
+                inside = ends[(ends > lo) & (ends <= hi)].astype(np.int64) - 1 - lo
+                chunk[inside] = EOS
+                chunk.tofile(f)
+        ends.tofile(ds.with_name(ds.name + ".index"))
+        ds.with_name(ds.name + ".metadata").write_text(f"bench-tokenizer|{token_bytes}\n{n}\n"
+                                                       f"{n / 1e6:.1f} MT")
+        written, k = written + n, k + 1
+    done.write_text(json.dumps({"settings": settings, "tokens": written}))
+    return written
+
+
+def raw_rates(folder: Path, seq_len: int = 2048, windows: int = 20_000) -> dict[str, float]:
+    """Sequential memmap copy (GB/s, tokens/s) and numpy-only random window reads (tokens/s)."""
+    files = sorted(folder.glob("*.ds"))
+    width = int((files[0].with_name(files[0].name + ".metadata")).read_text()
+                .split("\n")[0].rpartition("|")[2])
+    dtype = {2: "<u2", 4: "<u4"}[width]
+    maps = [np.memmap(f, dtype, "r") for f in files]
+    out = np.empty(CHUNK_TOKENS // 4, np.int32)
+    start, tokens = time.perf_counter(), 0
+    for m in maps:
+        for lo in range(0, m.size, out.size):
+            piece = m[lo:lo + out.size]
+            out[:piece.size] = piece
+            tokens += piece.size
+    seconds = time.perf_counter() - start
+    rng = np.random.default_rng(1)
+    window = np.empty(seq_len + 1, np.int32)
+    start = time.perf_counter()
+    for _ in range(windows):
+        m = maps[int(rng.integers(len(maps)))]
+        lo = int(rng.integers(0, m.size - seq_len - 1))
+        window[:] = m[lo:lo + seq_len + 1]
+    random_seconds = time.perf_counter() - start
+    return {"gb_per_s": tokens * width / seconds / 1e9, "tokens_per_s": tokens / seconds,
+            "random_window_tokens_per_s": windows * seq_len / random_seconds}
+
+
+def _rate(tokens_per_s: float) -> str:
+    return f"{tokens_per_s / 1e6:,.1f}M" if tokens_per_s >= 1e6 else f"{tokens_per_s:,.0f}"
+
+
+def _config(overrides: dict):
+    from jaxtrain.config import load_config
+
+    return load_config(os.path.join(os.path.dirname(_HERE), "configs", "base.py"), overrides)
+
+
+def loader_rate(folder: Path, batch: int, seq_len: int, workers: int, batches: int,
+                documents: bool = False, prefetch: int = 4) -> float:
+    """Tokens/s of the training iterator (shuffle on), after its first batch."""
+    from jaxtrain.data.pipeline import make_train_iterator
+
+    cfg = _config({"data.kind": "datatrove", "data.paths": str(folder), "train.seq_len": seq_len,
+                   "train.global_batch_size": batch, "data.worker_count": workers,
+                   "data.reset_attention_mask": documents, "data.reset_position_ids": documents,
+                   "data.prefetch": prefetch, "model.max_seq_len": max(seq_len, 4096)})
+    it = make_train_iterator(cfg, VOCAB)
+    try:
+        next(it)  # starts worker processes and threads
+        start = time.perf_counter()
+        for _ in range(batches):
+            next(it)
+        seconds = time.perf_counter() - start
+    finally:
+        if hasattr(it, "close"):
+            it.close()
+    return batches * batch * seq_len / seconds
+
+
+def training_rate(steps: int, batch: int, seq_len: int) -> tuple[float, int]:
+    """(tokens/s, parameters) of the Trainer on synthetic data with a ~5M-parameter Llama."""
+    import jax
+
+    from jaxtrain.train.trainer import Trainer
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        cfg = _config({
+            "run.dir": run_dir, "data.kind": "synthetic", "train.seq_len": seq_len,
+            "train.global_batch_size": batch, "train.steps": 1000, "train.eval_batches": 0,
+            "train.progress": False, "checkpoint.every": 0, "checkpoint.resume": False,
+            "model.vocab_size": 4096, "model.hidden_size": 256, "model.num_layers": 4,
+            "model.num_heads": 4, "model.num_kv_heads": 4, "model.head_dim": 64,
+            "model.intermediate_size": 768, "model.max_seq_len": max(seq_len, 1024)})
+        trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
+        try:
+            trainer.run(2)  # compiles
+            start = time.perf_counter()
+            trainer.run(steps)
+            seconds = time.perf_counter() - start
+            return steps * batch * seq_len / seconds, trainer.num_params
+        finally:
+            trainer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the benchmark and prints the table."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--gb", type=float, default=2.0, help="size of the shard set in GB")
+    p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "jaxtrain-bench"),
+                   help="where the shard set is written (reused when complete)")
+    p.add_argument("--token-bytes", type=int, choices=(2, 4), default=2)
+    p.add_argument("--workers", type=int, default=2, help="grain worker processes to compare")
+    p.add_argument("--batches", type=int, default=40, help="batches timed per loader setting")
+    p.add_argument("--train-steps", type=int, default=4, help="train steps timed")
+    p.add_argument("--train-batch", type=int, default=8)
+    p.add_argument("--train-seq", type=int, default=512)
+    p.add_argument("--keep", action="store_true", help="keep the shard set afterwards")
+    args = p.parse_args(argv)
+    folder = Path(args.dir)
+    start = time.perf_counter()
+    tokens = write_shards(folder, args.gb, args.token_bytes)
+    print(f"shard set: {folder}, {tokens / 1e6:.0f}M tokens, {tokens * args.token_bytes / 1e9:.2f}"
+          f" GB, ready in {time.perf_counter() - start:.1f}s", flush=True)
+    raw = raw_rates(folder)
+    rows = [("raw np.memmap sequential copy", "-", _rate(raw["tokens_per_s"]),
+             f"{raw['gb_per_s']:.2f} GB/s"),
+            ("raw np.memmap random 2049-token windows", "-",
+             _rate(raw["random_window_tokens_per_s"]), "")]
+    # (batch, seq_len, worker_count, document fields, data.prefetch); prefetch 4 is the default.
+    settings = [(16, 2048, 0, False, 4), (8, 4096, 0, False, 4), (16, 2048, 0, False, 1),
+                (8, 4096, 0, False, 1), (16, 2048, args.workers, False, 4),
+                (8, 4096, args.workers, False, 4), (16, 2048, 0, True, 4),
+                (16, 2048, 0, True, 1)]
+    for batch, seq_len, workers, documents, prefetch in settings:
+        rate = loader_rate(folder, batch, seq_len, workers, args.batches, documents, prefetch)
+        what = "loader, shuffled" + (" + segment_ids/positions" if documents else "")
+        rows.append((what, f"{batch} x {seq_len}, workers={workers}, prefetch={prefetch}",
+                     _rate(rate), ""))
+        print(f"  {rows[-1]}", flush=True)
+    rate, params = training_rate(args.train_steps, args.train_batch, args.train_seq)
+    rows.append((f"train step, {params / 1e6:.1f}M-param Llama (synthetic data)",
+                 f"{args.train_batch} x {args.train_seq}", _rate(rate), ""))
+    print("\n| what | batch | tokens/s | bytes/s |\n|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    if not args.keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
