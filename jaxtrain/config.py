@@ -2,6 +2,8 @@
 
 A config file defines `get_config(arg=None) -> ConfigDict`; `path.py:arg` passes `arg`. Configs
 are locked: a key that does not exist is an error that names it, never a silent new setting.
+Foreign configs (Primus/MaxText YAML, TorchTitan/prime-rl TOML, HF config.json) go through
+`jaxtrain.compat`.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from ml_collections import ConfigDict
 
 from jaxtrain.models.spec import ConfigError, ModelSpec
 
-SCHEDULES = ("cosine", "linear", "constant")
-DATA_KINDS = ("datatrove", "synthetic")
+SCHEDULES = ("cosine", "linear", "sqrt", "constant")
+DATA_KINDS = ("datatrove", "megatron", "synthetic")
 
 
 def load_py_config(spec: str) -> ConfigDict:
@@ -96,8 +98,25 @@ def apply_overrides(cfg: ConfigDict, overrides: Mapping[str, Any] | Iterable[str
     return cfg
 
 
-def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) -> ConfigDict:
-    """Loads a config file and applies overrides; the notebook and CLI entry point."""
+def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = (), *,
+                native_overrides: Iterable[str] = (), allow_unsupported: bool = False
+                ) -> ConfigDict:
+    """Loads a config file and applies overrides; the notebook and CLI entry point.
+
+    `.py` files are jaxtrain configs; `.yaml`/`.yml`/`.toml`/`.json` are Primus, MaxText,
+    TorchTitan, prime-rl or Hugging Face configs mapped by `jaxtrain.compat` (which errors on
+    keys it cannot reproduce unless `allow_unsupported`); `native_overrides` are `key=value`
+    settings in the foreign file's own terms, applied before the mapping.
+    """
+    from jaxtrain import compat  # the adapters import this module
+
+    if compat.is_foreign(spec):
+        cfg, _ = compat.load_foreign(spec, overrides, allow_unsupported,
+                                     native_overrides=list(native_overrides))
+        return cfg
+    if list(native_overrides):
+        raise ConfigError(f"{spec}: `key=value` overrides without --config. apply only to "
+                          "foreign (YAML/TOML/JSON) configs; use --config.section.key=value.")
     return apply_overrides(load_py_config(spec), overrides)
 
 
@@ -147,25 +166,25 @@ def validate(cfg: ConfigDict, check_data: bool = True) -> ModelSpec:
         raise ConfigError(f"optim.schedule={o.schedule!r} is not one of {SCHEDULES}.")
     # A warmup longer than the run is allowed: a shortened smoke run of a real recipe simply
     # never leaves its warmup.
-    if o.warmup_steps < 0 or o.decay_steps < 0:
+    if o.warmup_steps < 0 or o.decay_steps < 0 or o.get("stable_steps", 0) < 0:
         raise ConfigError(f"optim.warmup_steps={o.warmup_steps} / optim.decay_steps="
-                          f"{o.decay_steps} must be >= 0.")
+                          f"{o.decay_steps} / optim.stable_steps={o.get('stable_steps', 0)} "
+                          "must be >= 0.")
+    if o.get("warmup_offset", 1) not in (0, 1):
+        raise ConfigError(f"optim.warmup_offset={o.warmup_offset} must be 0 (the first step "
+                          "runs at warmup_init) or 1 (it already moves toward lr).")
+    if o.get("after_decay", "min_lr") not in ("min_lr", "zero"):
+        raise ConfigError(f"optim.after_decay={o.after_decay!r} is not one of ('min_lr', "
+                          "'zero').")
+    if not 0 <= o.get("warmup_init", 0.0) <= o.lr:
+        raise ConfigError(f"optim.warmup_init={o.warmup_init} must lie in [0, optim.lr].")
     if o.lr <= 0 or o.min_lr < 0 or o.min_lr > o.lr:
         raise ConfigError(f"optim.lr={o.lr} / optim.min_lr={o.min_lr}: need 0 <= min_lr <= lr "
                           "and lr > 0.")
     if d.kind not in DATA_KINDS:
         raise ConfigError(f"data.kind={d.kind!r} is not one of {DATA_KINDS}.")
-    if d.kind != "synthetic" and check_data:
-        paths = split_paths(d.paths)
-        if not paths:
-            raise ConfigError(f"data.kind={d.kind!r} needs data.paths: the shard folders to "
-                              "train on (comma-separated), e.g. --config.data.paths=data/train.")
-        for p in paths + split_paths(d.val_paths):
-            if not Path(p).exists():
-                raise ConfigError(f"data path {p!r} (data.paths / data.val_paths) does not "
-                                  "exist; tokenize a corpus first (tools/tokenize.py) or fix "
-                                  "the path.")
-    if t.eval_every and check_data and not split_paths(d.val_paths) and d.kind != "synthetic":
-        raise ConfigError(f"train.eval_every={t.eval_every} but data.val_paths is empty; set "
-                          "validation shard folders or train.eval_every=0.")
+    # Imported here: the data layer imports this module.
+    from jaxtrain.data.sources import validate_data_config
+
+    validate_data_config(cfg, check_data)
     return spec

@@ -1,10 +1,13 @@
-"""AdamW with warmup + cosine/linear/constant decay, gradient clipping and a decay mask.
+"""AdamW with warmup + cosine/linear/sqrt/constant decay, gradient clipping and a decay mask.
 
-Schedule (step s counted from 0, W warmup steps, T = decay horizon, lr / min_lr from config):
-  s < W:        lr * (s + 1) / W            (Megatron's linear warmup, never exactly 0)
-  W <= s < T:   min_lr + (lr - min_lr) * f((s - W) / (T - W)),  f = cosine: (1 + cos(pi p)) / 2,
-                linear: 1 - p, constant: 1
-  s >= T:       min_lr (constant schedule: lr)
+Schedule (step s counted from 0, W warmup steps, S stable steps, T = decay horizon, lr / min_lr
+/ warmup_init = i / warmup_offset = o from config):
+  s < W:            i + (lr - i) * (s + o) / W      (o=1: never exactly i; o=0: Megatron, MaxText)
+  W <= s < T:       min_lr + (lr - min_lr) * f(p),  p = clip((s - W - S) / (T - W - S), 0, 1),
+                    f = cosine: (1 + cos(pi p)) / 2, linear: 1 - p, sqrt: 1 - sqrt(p), constant: 1
+                    (so the rate holds at lr for S steps: warmup-stable-decay)
+  s >= T:           min_lr (constant schedule: lr); 0 with after_decay="zero" (MaxText)
+The defaults (i=0, o=1, S=0) give lr * (s + 1) / W, then decay from W to T.
 """
 
 from __future__ import annotations
@@ -23,17 +26,26 @@ def learning_rate_schedule(optim: ConfigDict, total_steps: int) -> optax.Schedul
     warmup = int(optim.warmup_steps)
     horizon = int(optim.decay_steps or total_steps)
     kind = optim.schedule
+    # Configs written before these keys existed read as jaxtrain's original schedule.
+    init = float(optim.get("warmup_init", 0.0))
+    offset = int(optim.get("warmup_offset", 1))
+    decay_start = warmup + int(optim.get("stable_steps", 0))
+    zero_after = optim.get("after_decay", "min_lr") == "zero"
 
     def schedule(step: jax.Array) -> jax.Array:
         step = jnp.asarray(step, jnp.float32)
-        warm = lr * (step + 1) / max(warmup, 1)
-        progress = jnp.clip((step - warmup) / max(horizon - warmup, 1), 0.0, 1.0)
+        warm = init + (lr - init) * (step + offset) / max(warmup, 1)
+        progress = jnp.clip((step - decay_start) / max(horizon - decay_start, 1), 0.0, 1.0)
         if kind == "cosine":
             decayed = min_lr + (lr - min_lr) * 0.5 * (1 + jnp.cos(jnp.pi * progress))
         elif kind == "linear":
             decayed = min_lr + (lr - min_lr) * (1 - progress)
+        elif kind == "sqrt":
+            decayed = min_lr + (lr - min_lr) * (1 - jnp.sqrt(progress))
         else:
             decayed = jnp.full_like(progress, lr)
+        if zero_after and kind != "constant":
+            decayed = jnp.where(step >= horizon, 0.0, decayed)
         return jnp.where(step < warmup, warm, decayed)
 
     return schedule

@@ -1,0 +1,332 @@
+"""MaxText configs (native YAML, or a Primus `framework: maxtext` module) -> jaxtrain settings.
+
+MaxText's schedule at 0-based step s, with L = learning_rate_schedule_steps (-1: steps) and
+W = int(L x warmup_steps_fraction): optax.linear_schedule(0, lr, W) (lr * s / W), then cosine
+from lr to lr x final fraction over L - W steps, then 0 after L. That is jaxtrain's cosine with
+warmup_offset=0, decay_steps=L and after_decay="zero". The global batch is per_device_batch_size
+x devices x gradient_accumulation_steps.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jaxtrain.compat import known
+from jaxtrain.compat.report import KeyReport, is_off
+from jaxtrain.models.presets import model_config
+from jaxtrain.models.spec import ConfigError
+
+# MaxText model_name -> jaxtrain preset, for when MaxText's models/<name>.yml is not at hand.
+MODELS = {
+    "llama2-7b": "llama2-7b", "llama2-13b": "llama2-13b", "llama2-70b": "llama2-70b",
+    "llama3-8b": "llama3-8b", "llama3-70b": "llama3-70b", "llama3.1-8b": "llama3.1-8b",
+    "llama3.1-70b": "llama3.1-70b", "llama3.1-405b": "llama3.1-405b",
+    "llama3.3-70b": "llama3.3-70b", "mistral-7b": "mistral-7b", "qwen3-0.6b": "qwen3-0.6b",
+    "qwen3-4b": "qwen3-4b", "qwen3-8b": "qwen3-8b", "qwen3-14b": "qwen3-14b",
+    "qwen3-32b": "qwen3-32b",
+}
+FAMILIES = {"llama2": "llama", "mistral": "mistral", "qwen3": "qwen3", "qwen2": "qwen2"}
+REMAT = {"full": "full", "minimal": "minimal", "minimal_flash": "minimal",
+         "minimal_with_context": "minimal", "save_dot_except_mlpwi": "dots",
+         "save_dot_except_mlp": "dots", "save_qkv_proj": "dots", "qkv_proj_offloaded": "dots",
+         "minimal_offloaded": "minimal", "none": "none"}
+# jaxtrain mesh axis <- MaxText axis names (several MaxText axes may fold into one).
+AXES = {"data": ("data",), "fsdp": ("fsdp",), "context": ("sequence", "context"),
+        "expert": ("expert",), "tensor": ("tensor",)}
+NO_AXIS = ("diloco", "fsdp_transpose", "context_usp_ulysses", "context_autoregressive",
+           "tensor_sequence", "autoregressive", "pipeline")
+NEUTRAL: tuple[tuple[str, Any, str], ...] = (
+    ("num_experts", 1, "mixture of experts is not implemented yet"),
+    ("global_parameter_scale", 1, "scaled model sizes are not implemented; set base_* dims"),
+    ("mlp_activations", ["silu", "linear"], "only the SwiGLU MLP exists"),
+    ("mtp_num_layers", 0, "multi-token prediction is not implemented"),
+    ("use_post_attn_norm", False, "post-attention norms are not implemented"),
+    ("use_post_ffw_norm", False, "post-MLP norms are not implemented"),
+    ("final_logits_soft_cap", 0.0, "logit soft-capping is not implemented"),
+    ("attn_logits_soft_cap", 0.0, "logit soft-capping is not implemented"),
+    ("quantization", "", "quantized matmuls are not implemented"),
+    ("use_multimodal", False, "multimodal models are not implemented"),
+    ("training_objective", "causal_lm", "only next-token prediction exists"),
+    ("partial_rotary_factor", 1.0, "partial rotary embeddings are not implemented"),
+    ("num_kv_shared_layers", 0, "shared KV layers are not implemented"),
+    ("mhc_expansion_rate", 1, "hyper-connections are not implemented"),
+    ("engram_layers", [], "Engram layers are not implemented"),
+    ("share_kv_projections", False, "shared K/V projections are not implemented"),
+    ("attention_sink", False, "attention sinks are not implemented"),
+    ("use_dpo", False, "DPO is not pretraining"), ("use_sft", False, "SFT is not pretraining"),
+    ("skip_step_on_spikes", False, "spike skipping is not implemented"),
+    ("trainable_parameters_mask", [], "freezing parameters is not implemented"),
+    ("reuse_example_batch", 0, "repeating one batch is not implemented"),
+    ("enable_diloco", False, "DiLoCo is not implemented"),
+    ("opt_type", "adamw", "only AdamW exists"), ("adam_eps_root", 0.0, "eps inside the "
+                                                                       "root is not implemented"),
+    ("rope_min_timescale", 1, "a rotary minimum timescale other than 1 is not implemented"),
+    ("load_parameters_path", "", "starting from another run's weights is not implemented"),
+    ("load_full_state_path", "", "starting from another run's state is not implemented"),
+    ("use_qk_clip", False, "QK-clip is not implemented"),
+)
+_WHY = {"profil": "profiling", "dump_": "debug dumps", "log_": "logging",
+        "hf_": "Hugging Face dataset/hub access (only with dataset_type=hf)",
+        "grain_": "grain data input (only with dataset_type=grain)",
+        "checkpoint_": "checkpoint writer detail", "sa_": "attention kernel block sizes",
+        "local_sa_": "attention kernel block sizes", "jax_": "JAX runtime setting"}
+IGNORE_RULES: tuple[tuple[str, str], ...] = tuple(
+    (f"{prefix}*", why) for prefix, why in _WHY.items()) + (
+    ("async_checkpointing", "checkpoint writer detail"), ("enable_tensorboard", "logging"),
+    ("metrics_file", "logging"), ("gcs_metrics", "logging"), ("enable_wandb", "logging"),
+    ("wandb_*", "logging"), ("upload_all_profiler_results", "profiling"),
+    ("hardware", "device kind; jaxtrain uses the JAX backend it finds"),
+    ("attention", "attention kernel choice (the numbers are the same)"),
+    ("use_iota_embed", "embedding kernel choice"), ("shardy", "XLA partitioner choice"),
+    ("logical_axis_rules", "jaxtrain has its own rule table (mesh.rules)"),
+    ("data_sharding", "jaxtrain's rule table shards the batch"), ("mesh_axes", "mesh layout"),
+    ("param_scan_axis", "layout of stacked layers"), ("logits_dot_in_fp32", "precision detail"),
+    ("cast_logits_to_fp32", "the loss is computed in float32"), ("float32_*", "precision"),
+    ("kv_quant_*", "inference KV cache"), ("quantize_kvcache", "inference KV cache"),
+    ("checkpoint_is_quantized", "inference"), ("packing", "jaxtrain packs documents always"),
+    ("max_segments_per_seq", "packing detail"), ("tokenizer_type", "tokenizer loading detail"),
+    ("add_bos", "tokenization detail"), ("add_eos", "tokenization detail"),
+    ("optimizer_memory_host_offload", "memory placement"), ("grad_dtype", "float32 grads"),
+    ("mu_dtype", "Adam's first moment follows the parameter dtype, as in jaxtrain"),
+    ("data_shuffle_seed", "jaxtrain shuffles with run.seed"), ("trainable", "Primus runtime"),
+    ("*sink_level", "logging"), ("model", "Primus' model preset name"),
+    ("override_model_config", "decides how the model file merges (already applied)"),
+    ("base_config", "the MaxText base file (already merged)"),
+    ("skip_first_n_steps_for_profiler", "profiling"), ("profiler_steps", "profiling"),
+)
+
+
+def _mesh(r: KeyReport, s: dict[str, Any]) -> None:
+    for side in ("ici", "dcn"):
+        for axis, names in AXES.items():
+            size, keys = 1, []
+            for name in names:
+                key = f"{side}_{name}_parallelism"
+                if r.has(key):
+                    keys.append(key)
+                    value = int(r.get(key))
+                    size = value if size == 1 else (size * value if value != -1 else -1)
+            s[f"mesh.{side}_{axis}"] = size
+            for key in keys:
+                r.mapped(key, f"mesh.{side}_{axis}")
+        for name in NO_AXIS:
+            key = f"{side}_{name}_parallelism"
+            if r.has(key) and int(r.get(key)) != 1:
+                r.unsupported(key, f"MaxText's {name!r} mesh axis has no jaxtrain counterpart")
+            elif r.has(key):
+                r.ignored(key, "1: axis unused")
+    if r.has("num_slices"):
+        r.ignored("num_slices", "slices are processes; dcn_* sizes decide")
+
+
+def _model(r: KeyReport, s: dict[str, Any], from_table: str) -> None:
+    seq = int(r.get("max_target_length"))
+    if from_table:
+        if from_table not in MODELS:
+            raise ConfigError(f"{r.source}: model_name={from_table!r} has no models/*.yml at "
+                              "hand and is not in jaxtrain's MaxText table; known: "
+                              f"{', '.join(sorted(MODELS))}. Pass --maxtext-root.")
+        preset = MODELS[from_table]
+        fields = dict(model_config(preset, max_seq_len=max(seq, 1)))
+        r.mapped("model_name", "model.*", f"jaxtrain preset {preset} (offline table)")
+        r.note(f"architecture of {from_table} from jaxtrain's offline table ({preset})")
+    else:
+        block = r.get("decoder_block")
+        if block not in FAMILIES:
+            r.unsupported("decoder_block", f"{block!r} has no jaxtrain architecture "
+                                           f"({', '.join(FAMILIES)} do)")
+        fields = {
+            "family": FAMILIES.get(block, "llama"), "hidden_size": int(r.get("base_emb_dim")),
+            "num_heads": int(r.get("base_num_query_heads")),
+            "num_kv_heads": int(r.get("base_num_kv_heads")),
+            "intermediate_size": int(r.get("base_mlp_dim")),
+            "num_layers": int(r.get("base_num_decoder_layers")),
+            "head_dim": int(r.get("head_dim")), "vocab_size": int(r.get("vocab_size")),
+            "norm_eps": float(r.get("normalization_layer_epsilon")),
+            "tie_embeddings": bool(r.get("logits_via_embedding")),
+            "rope_theta": float(r.get("rope_max_timescale")),
+            "qk_norm": bool(r.get("use_qk_norm")), "qkv_bias": bool(r.get("attention_bias")),
+            "max_seq_len": seq, "rope_scaling": "none", "rope_factor": 1.0,
+            "sliding_window": 0,
+        }
+        for key, target in (("decoder_block", "family"), ("base_emb_dim", "hidden_size"),
+                            ("base_num_query_heads", "num_heads"),
+                            ("base_num_kv_heads", "num_kv_heads"),
+                            ("base_mlp_dim", "intermediate_size"),
+                            ("base_num_decoder_layers", "num_layers"),
+                            ("head_dim", "head_dim"), ("vocab_size", "vocab_size"),
+                            ("normalization_layer_epsilon", "norm_eps"),
+                            ("logits_via_embedding", "tie_embeddings"),
+                            ("rope_max_timescale", "rope_theta"), ("use_qk_norm", "qk_norm"),
+                            ("attention_bias", "qkv_bias")):
+            if not r.handled(key):
+                r.mapped(key, f"model.{target}")
+        _rope_and_attention(r, fields)
+        if r.has("model_name"):
+            r.mapped("model_name", "model.*", "its models/*.yml was merged")
+    fields["max_seq_len"] = seq
+    if r.get("logits_via_embedding") and r.get("normalize_embedding_logits"):
+        r.unsupported("normalize_embedding_logits", "tied logits divided by sqrt(emb_dim) "
+                                                    "are not implemented")
+    elif r.has("normalize_embedding_logits"):
+        r.ignored("normalize_embedding_logits", "applies only with logits_via_embedding")
+    s.update({f"model.{k}": v for k, v in fields.items() if k != "preset"})
+    s["model.dtype"] = str(r.get("dtype"))
+    s["model.param_dtype"] = str(r.get("weight_dtype"))
+    s["model.scan_layers"] = bool(r.get("scan_layers", True))
+    policy = str(r.get("remat_policy"))
+    s["model.remat"] = REMAT.get(policy, "full")
+    r.mapped("dtype", "model.dtype")
+    r.mapped("weight_dtype", "model.param_dtype")
+    r.mapped("remat_policy", "model.remat", "memory/speed only" + (
+        "" if policy in REMAT else f"; {policy!r} approximated by full remat"))
+    if r.has("scan_layers"):
+        r.mapped("scan_layers", "model.scan_layers")
+    dropout = bool(r.get("enable_dropout")) and bool(r.get("dropout_rate"))
+    for key in ("dropout_rate", "enable_dropout"):
+        if r.has(key) and dropout:
+            r.unsupported(key, "dropout is not implemented")
+        elif r.has(key):
+            r.ignored(key, "no dropout: enable_dropout is false or dropout_rate is 0")
+
+
+def _rope_and_attention(r: KeyReport, fields: dict[str, Any]) -> None:
+    kind = r.get("rope_type", "default")
+    linear = float(r.get("rope_linear_scaling_factor", 1.0) or 1.0)
+    if kind == "llama3.1" and r.get("rope_use_scale", True):
+        fields.update(rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=1.0,
+                      rope_high_freq_factor=4.0, rope_original_max_len=8192)
+        r.mapped("rope_type", "model.rope_scaling", "llama3 scaling with MaxText's fixed "
+                 "factor 8 and original length 8192")
+    elif kind in ("default", "llama3.1"):
+        r.mapped("rope_type", "model.rope_scaling")
+        if linear != 1.0:
+            fields.update(rope_scaling="linear", rope_factor=linear)
+            r.mapped("rope_linear_scaling_factor", "model.rope_factor")
+    else:
+        r.unsupported("rope_type", f"{kind!r} rotary embeddings are not implemented")
+    attention = r.get("attention_type", "global")
+    if attention == "local_sliding":
+        fields["sliding_window"] = int(r.get("sliding_window_size"))
+        r.mapped("attention_type", "model.sliding_window")
+        r.mapped("sliding_window_size", "model.sliding_window")
+    elif attention not in ("global", "full"):
+        r.unsupported("attention_type", f"{attention!r} attention is not implemented")
+
+
+def _training(r: KeyReport, s: dict[str, Any]) -> None:
+    steps = int(r.get("steps"))
+    horizon = int(r.get("learning_rate_schedule_steps"))
+    horizon = steps if horizon == -1 else horizon
+    steps = horizon if steps == -1 else steps
+    lr = float(r.get("learning_rate"))
+    warmup = int(horizon * float(r.get("warmup_steps_fraction")))
+    final_key = "learning_rate_final_fraction"
+    old = "cosine_learning_rate_final_fraction"
+    if r.has(old) and (not r.has(final_key) or r.origins.get(final_key, "").startswith(
+            tuple(getattr(r, "default_origins", ())))):
+        final_key = old
+    final = float(r.get(final_key, 0.1))
+    if r.get("lr_schedule_type", "cosine") != "cosine":
+        r.unsupported("lr_schedule_type", f"{r.get('lr_schedule_type')!r}: only MaxText's "
+                      "cosine schedule is mapped (set optim.* directly for others)")
+    s.update({"train.steps": steps, "optim.lr": lr, "optim.min_lr": lr * final,
+              "optim.warmup_steps": warmup, "optim.warmup_offset": 0, "optim.warmup_init": 0.0,
+              "optim.decay_steps": horizon, "optim.stable_steps": 0, "optim.schedule": "cosine",
+              "optim.after_decay": "zero"})
+    r.mapped("steps", "train.steps")
+    r.mapped("learning_rate", "optim.lr")
+    r.mapped("warmup_steps_fraction", "optim.warmup_steps", f"int({horizon} x fraction) = "
+             f"{warmup}")
+    r.mapped("learning_rate_schedule_steps", "optim.decay_steps, optim.after_decay",
+             f"{horizon}; the rate is 0 after it")
+    for key in ("learning_rate_final_fraction", old):
+        if r.has(key) and key == final_key:
+            r.mapped(key, "optim.min_lr", f"min_lr = lr x {final}")
+        elif r.has(key):
+            r.ignored(key, f"{final_key} is used (the other MaxText spelling)")
+    if not r.handled("lr_schedule_type"):
+        r.mapped("lr_schedule_type", "optim.schedule")
+    for key, target in (("adam_b1", "optim.b1"), ("adam_b2", "optim.b2"),
+                        ("adam_eps", "optim.eps"), ("adam_weight_decay", "optim.weight_decay"),
+                        ("gradient_clipping_threshold", "optim.clip_grad_norm"),
+                        ("z_loss_multiplier", "train.z_loss")):
+        s[target] = float(r.get(key))
+        r.mapped(key, target, "MaxText (adamw_mask empty) also decays norm scales; jaxtrain "
+                 "does not" if key == "adam_weight_decay" and not r.get("adamw_mask") else "")
+    devices, gas = r.world_size, int(r.get("gradient_accumulation_steps", 1))
+    micro = int(float(r.get("per_device_batch_size")) * devices)
+    s["train.micro_batch_size"], s["train.global_batch_size"] = micro, micro * gas
+    s["train.seq_len"] = int(r.get("max_target_length"))
+    r.mapped("per_device_batch_size", "train.micro_batch_size, train.global_batch_size",
+             f"x {devices} devices x {gas} accumulation steps")
+    r.mapped("gradient_accumulation_steps", "train.global_batch_size")
+    r.mapped("max_target_length", "train.seq_len, model.max_seq_len")
+    s["run.seed"] = int(r.get("init_weights_seed", 0))
+    r.mapped("init_weights_seed", "run.seed")
+
+
+def _data_eval_checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
+    kind = r.get("dataset_type")
+    if kind == "synthetic":
+        s["data.kind"] = "synthetic"
+        r.mapped("dataset_type", "data.kind")
+    else:
+        r.unsupported("dataset_type", f"{kind!r} input pipelines are not read; tokenize into "
+                      "datatrove shards (tools/tokenize.py) and set --config.data.paths",
+                      target="data.paths")
+    for key in ("dataset_path", "dataset_name", "eval_dataset_name", "train_split",
+                "eval_split"):
+        if r.has(key) and not r.handled(key):
+            r.ignored(key, f"dataset_type={kind}: this source is not read")
+    interval, steps = int(r.get("eval_interval", -1)), int(r.get("eval_steps", -1))
+    s["train.eval_every"] = interval if interval > 0 else 0
+    r.mapped("eval_interval", "train.eval_every", "" if interval > 0 else "-1: no validation")
+    if interval > 0 and steps > 0:
+        s["train.eval_batches"] = steps
+        r.mapped("eval_steps", "train.eval_batches")
+    elif r.has("eval_steps"):
+        r.ignored("eval_steps", "no validation" if interval <= 0 else "-1: jaxtrain's default")
+    enabled = bool(r.get("enable_checkpointing"))
+    s["checkpoint.every"] = int(r.get("checkpoint_period")) if enabled else 0
+    s["checkpoint.resume"] = enabled  # MaxText resumes the run's own checkpoints when enabled
+    r.mapped("enable_checkpointing", "checkpoint.every, checkpoint.resume", "" if enabled else
+             "false: jaxtrain still writes one checkpoint at the end")
+    if enabled:
+        r.mapped("checkpoint_period", "checkpoint.every")
+    keep = r.get("max_num_checkpoints_to_keep")
+    if not is_off(keep):
+        s["checkpoint.keep"] = int(keep)
+        r.mapped("max_num_checkpoints_to_keep", "checkpoint.keep")
+    name, out = r.get("run_name"), r.get("base_output_directory")
+    if name:
+        s["run.name"] = str(name)
+        r.mapped("run_name", "run.name")
+        if out:
+            s["run.dir"] = os.path.join(str(out), str(name))
+            r.mapped("base_output_directory", "run.dir", "<base_output_directory>/<run_name>")
+    folder = known.local_tokenizer_folder(r.get("tokenizer_path"))
+    if folder:
+        s["data.tokenizer"] = folder
+        r.mapped("tokenizer_path", "data.tokenizer")
+    elif r.has("tokenizer_path"):
+        r.ignored("tokenizer_path", "not a local tokenizer folder; only sampling needs it")
+
+
+def to_jaxtrain(r: KeyReport, from_table: str = "") -> dict[str, Any]:
+    """Settings for a resolved MaxText config; fills the report."""
+    s: dict[str, Any] = {}
+    _model(r, s, from_table)
+    _training(r, s)
+    _mesh(r, s)
+    _data_eval_checkpoint(r, s)
+    for key, neutral, why in NEUTRAL:
+        if r.has(key) and not r.handled(key):
+            value = r.get(key)
+            if value == neutral or (is_off(neutral) and is_off(value)):
+                r.ignored(key, "matches jaxtrain's fixed behaviour")
+            else:
+                r.unsupported(key, why)
+    r.finish(IGNORE_RULES, getattr(r, "default_origins", ()))
+    return s

@@ -1,0 +1,66 @@
+"""The jaxtrain side of a mapping: configs/base.py with an adapter's settings applied.
+
+Adapters produce flat `{"section.key": value}` settings; `build` coerces each to the type of the
+default it replaces, so a locked, type-checked ConfigDict comes out. `has_key` lets an adapter
+map a source key only where this checkout's config has a home for it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ml_collections import ConfigDict
+
+from jaxtrain import config as config_lib
+from jaxtrain.models.spec import ConfigError
+
+BASE_CONFIG = Path(__file__).resolve().parent.parent.parent / "configs" / "base.py"
+
+
+@functools.lru_cache(maxsize=1)
+def _base_keys() -> frozenset[str]:
+    cfg = base_config()
+    return frozenset(f"{section}.{key}" for section in cfg for key in cfg[section])
+
+
+def base_config() -> ConfigDict:
+    """A fresh copy of configs/base.py (the defaults every setting starts from)."""
+    if not BASE_CONFIG.is_file():
+        raise ConfigError(f"{BASE_CONFIG} (the jaxtrain defaults) is missing.")
+    return config_lib.load_py_config(str(BASE_CONFIG))
+
+
+def has_key(key: str) -> bool:
+    """Whether `section.key` exists in jaxtrain's config."""
+    return key in _base_keys()
+
+
+def coerce(value: Any, current: Any, key: str) -> Any:
+    """`value` as the type of the default it replaces (bool, int, float or str)."""
+    if isinstance(current, bool):
+        return bool(value)
+    if isinstance(current, int):
+        if isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{key}={value!r}: expected an integer.")
+        return int(value)
+    if isinstance(current, float):
+        return float(value)
+    if isinstance(current, str):
+        return "" if value is None else str(value)
+    return value
+
+
+def build(settings: Mapping[str, Any], name: str) -> ConfigDict:
+    """configs/base.py with the settings applied (run.name defaults to `name`)."""
+    cfg = base_config()
+    for key, value in {"run.name": name, **settings}.items():
+        section, _, leaf = key.partition(".")
+        node = cfg.get(section)
+        if node is None or leaf not in node:
+            raise ConfigError(f"adapter setting {key!r} is not a jaxtrain config key.")
+        with node.unlocked():
+            node[leaf] = coerce(value, node[leaf], key)
+    return cfg

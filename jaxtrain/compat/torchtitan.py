@@ -1,0 +1,360 @@
+"""TorchTitan job configs (native TOML, or a Primus `framework: torchtitan` module) -> jaxtrain.
+
+TorchTitan (v0.2.2) runs LambdaLR with, at 0-based step s, T = training.steps, W warmup steps,
+D = round(T x decay_ratio) decay steps (T - W without a ratio) and m = min_lr_factor:
+  s < W:  (s + 1) / W
+  else:   m + (1 - m) * f(clip((s - (T - D)) / D, 0, 1)),  f = linear 1-p | sqrt 1-sqrt(p) | cosine
+which is jaxtrain's schedule with warmup_offset=1, stable_steps = T - D - W, decay_steps = T and
+min_lr = m x lr. Model flavours are the dims of torchtitan/models/*/__init__.py at that release.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jaxtrain.compat import known
+from jaxtrain.compat.report import KeyReport
+from jaxtrain.compat.target import has_key
+from jaxtrain.models.presets import model_config
+from jaxtrain.models.spec import ConfigError
+
+# (name, flavor) -> (jaxtrain preset, field overrides). Llama 3 flavours always apply the
+# llama3 RoPE scaling (factor 8, original length 8192), i.e. the Llama 3.1 architecture.
+_LLAMA3_SCALING = dict(rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=1.0,
+                       rope_high_freq_factor=4.0, rope_original_max_len=8192)
+FLAVORS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
+    ("llama3", "debugmodel"): ("llama-debug", dict(
+        _LLAMA3_SCALING, family="llama", vocab_size=2048, hidden_size=256, num_layers=6,
+        num_heads=16, num_kv_heads=16, head_dim=16, intermediate_size=768,
+        rope_theta=500000.0, norm_eps=1e-5)),
+    ("llama3", "8B"): ("llama3.1-8b", {}),
+    ("llama3", "70B"): ("llama3.1-70b", {}),
+    ("llama3", "405B"): ("llama3.1-405b", {}),
+    ("qwen3", "debugmodel"): ("qwen3-debug", dict(
+        vocab_size=2048, hidden_size=256, num_layers=8, num_heads=16, num_kv_heads=8,
+        head_dim=128, intermediate_size=3072, rope_theta=1000000.0, norm_eps=1e-6,
+        tie_embeddings=True)),
+    ("qwen3", "0.6B"): ("qwen3-0.6b", {}), ("qwen3", "1.7B"): ("qwen3-1.7b", {}),
+    ("qwen3", "4B"): ("qwen3-4b", {}), ("qwen3", "8B"): ("qwen3-8b", {}),
+    ("qwen3", "14B"): ("qwen3-14b", {}), ("qwen3", "32B"): ("qwen3-32b", {}),
+}
+UNSUPPORTED_FLAVORS = {
+    ("qwen3", f): "mixture of experts is not implemented yet" for f in
+    ("debugmodel_moe", "30B-A3B", "235B-A22B")} | {
+    ("llama3", f): "block-causal (document) attention masks are not implemented" for f in
+    ("debugmodel_flex_attn", "debugmodel_varlen_attn", "8B_flex", "8B_varlen")}
+UNSUPPORTED_MODELS = {
+    "deepseek_v3": "DeepSeek-V3 (MLA attention and mixture of experts) is not implemented",
+    "llama4": "Llama 4 (mixture of experts, chunked attention) is not implemented",
+    "qwen3_moe": "mixture of experts is not implemented yet",
+    "gpt_oss": "GPT-OSS (mixture of experts, attention sinks) is not implemented",
+}
+# JobConfig defaults of the keys read here, used when a file leaves them out.
+DEFAULTS: dict[str, Any] = {
+    "optimizer.name": "AdamW", "optimizer.lr": 8e-4, "optimizer.eps": 1e-8,
+    "optimizer.beta1": 0.9, "optimizer.beta2": 0.95, "optimizer.weight_decay": 0.1,
+    "lr_scheduler.warmup_steps": 200, "lr_scheduler.decay_ratio": None,
+    "lr_scheduler.decay_type": "linear", "lr_scheduler.min_lr_factor": 0.0,
+    "training.local_batch_size": 8, "training.global_batch_size": -1,
+    "training.seq_len": 2048, "training.max_norm": 1.0, "training.steps": 10000,
+    "training.dataset": "c4_test", "training.mixed_precision_param": "bfloat16",
+    "parallelism.data_parallel_replicate_degree": 1,
+    "parallelism.data_parallel_shard_degree": -1, "parallelism.tensor_parallel_degree": 1,
+    "parallelism.context_parallel_degree": 1, "parallelism.pipeline_parallel_degree": 1,
+    "checkpoint.enable": False, "checkpoint.folder": "checkpoint", "checkpoint.interval": 500,
+    "activation_checkpoint.mode": "selective", "validation.enable": False,
+    "metrics.log_freq": 10, "job.dump_folder": "./outputs",
+}
+_COMM = "communication/sharding detail of torch.distributed; the numbers are the same"
+IGNORE_RULES: tuple[tuple[str, str], ...] = (
+    ("job.description", "free text"), ("job.print_config", "printing"),
+    ("job.save_config_file", "printing"), ("job.config_file", "the file itself"),
+    ("job.custom_config_module", "TorchTitan extension hook"),
+    ("profiling.*", "profiling"), ("metrics.*", "metric sinks; jaxtrain writes metrics.jsonl "
+                                                "and TensorBoard when tensorboardX is present"),
+    ("comm.*", _COMM), ("memory_estimation.*", "tooling"), ("fault_tolerance.*", "tooling"),
+    ("experimental.*", "TorchTitan extension hooks"), ("compile.*", "XLA compiles every step"),
+    ("primus_turbo.*", "Primus GPU kernel switches"), ("quantize.*", "used only when "
+                                                      "model.converters names float8/mx"),
+    ("float8.*", "used only with the float8 converter"), ("mx.*", "used only with mx"),
+    ("optimizer.implementation", "kernel choice"), ("optimizer.early_step_in_backward",
+                                                    "memory choice"),
+    ("training.gc_*", "Python garbage collection"), ("training.dataloader.*", "data loader"),
+    ("training.mixed_precision_reduce", "gradients are reduced in float32"),
+    ("parallelism.fsdp_reshard_after_forward", _COMM),
+    ("parallelism.disable_loss_parallel", _COMM),
+    ("parallelism.enable_async_tensor_parallel", _COMM),
+    ("parallelism.context_parallel_*", _COMM), ("parallelism.pipeline_parallel_*",
+                                                "pipeline detail (no pipeline here)"),
+    ("parallelism.module_fqns_per_model_part", "pipeline detail"),
+    ("parallelism.expert_*", "MoE detail (a dense model)"),
+    ("checkpoint.last_save_*", "checkpoint format"), ("checkpoint.export_dtype", "format"),
+    ("checkpoint.async_mode", "checkpoint writer"), ("checkpoint.enable_*", "checkpoint detail"),
+    ("checkpoint.initial_load_model_only", "used only with initial_load_path"),
+    ("checkpoint.initial_load_in_hf*", "used only with initial_load_path"),
+    ("checkpoint.exclude_from_loading", "resume detail"),
+    ("activation_checkpoint.*", "activation recomputation detail (memory only)"),
+    ("debug.deterministic*", "cuDNN determinism switch"),
+    ("debug.moe_force_load_balance", "MoE benchmarking switch"),
+    ("model.print_after_conversion", "printing"), ("validation.dataloader.*", "data loader"),
+    ("trainable", "Primus runtime"), ("*sink_level", "logging"),
+)
+
+
+def model_settings(r: KeyReport, seq_len: int) -> dict[str, Any]:
+    """model.* settings for model.name / model.flavor (ConfigError for unknown ones)."""
+    name, flavor = str(r.get("model.name", "llama3")), str(r.get("model.flavor", "debugmodel"))
+    if name in UNSUPPORTED_MODELS or (name, flavor) in UNSUPPORTED_FLAVORS:
+        why = UNSUPPORTED_MODELS.get(name) or UNSUPPORTED_FLAVORS[(name, flavor)]
+        r.unsupported("model.name", f"{name} {flavor}: {why}; model.* stays at jaxtrain's "
+                                    "default")
+        r.unsupported("model.flavor", "see model.name")
+        return {"model.max_seq_len": seq_len}
+    if (name, flavor) not in FLAVORS:
+        names = sorted({n for n, _ in FLAVORS} | set(UNSUPPORTED_MODELS))
+        if name not in {n for n, _ in FLAVORS}:
+            raise ConfigError(f"{r.source}: model.name={name!r} is not a TorchTitan model "
+                              f"jaxtrain knows; known: {', '.join(names)}.")
+        flavors = sorted(f for n, f in FLAVORS if n == name)
+        raise ConfigError(f"{r.source}: model.flavor={flavor!r} is not a {name} flavour "
+                          f"jaxtrain knows; known: {', '.join(flavors)}.")
+    preset, fields = FLAVORS[(name, flavor)]
+    # TorchTitan sets the model's max_seq_len to training.seq_len (update_from_config).
+    model = model_config(preset, **{**fields, "max_seq_len": seq_len})
+    r.mapped("model.name", "model.*", f"{name} {flavor} = jaxtrain {preset}"
+             + (" with TorchTitan's debug dims" if fields else ""))
+    r.mapped("model.flavor", "model.*")
+    settings = {f"model.{k}": v for k, v in model.items()}
+    settings["model.preset"] = "" if fields else preset
+    return settings
+
+
+def _get(r: KeyReport, key: str) -> Any:
+    return r.get(key, DEFAULTS.get(key))
+
+
+def to_jaxtrain(r: KeyReport, primus: bool = False) -> dict[str, Any]:
+    """Settings for a TorchTitan job config; fills the report (defaults included)."""
+    for key, value in DEFAULTS.items():
+        if not r.has(key):
+            r.values[key], r.origins[key] = value, "torchtitan default"
+    s: dict[str, Any] = {}
+    seq_len = int(_get(r, "training.seq_len"))
+    s.update(model_settings(r, seq_len))
+    _model_extras(r, s)
+    _training(r, s)
+    _schedule(r, s)
+    _parallel(r, s)
+    _checkpoint_and_run(r, s, primus)
+    r.finish(IGNORE_RULES, ("torchtitan default",) + getattr(r, "default_origins", ()))
+    return s
+
+
+def _model_extras(r: KeyReport, s: dict[str, Any]) -> None:
+    for key in ("model.hf_assets_path", "model.tokenizer_path"):
+        if r.has(key):
+            folder = known.local_tokenizer_folder(r.get(key))
+            if folder:
+                s["data.tokenizer"] = folder
+                r.mapped(key, "data.tokenizer")
+            else:
+                r.ignored(key, "not a local tokenizer folder; the architecture comes from "
+                               "model.name/flavor")
+    converters = list(r.get("model.converters") or [])
+    exotic = [c for c in converters if c in ("float8", "mx", "quantize.linear.float8",
+                                             "quantize.linear.mx")]
+    if exotic:
+        r.unsupported("model.converters", f"{exotic}: low-precision matmuls are not "
+                                          "implemented")
+    elif r.has("model.converters"):
+        r.ignored("model.converters", "kernel swaps only (e.g. primus_turbo)")
+    mode = _get(r, "activation_checkpoint.mode")
+    s["model.remat"] = {"none": "none", "full": "full"}.get(mode, "dots")
+    r.mapped("activation_checkpoint.mode", "model.remat", "memory/speed only")
+    s["model.dtype"] = str(_get(r, "training.mixed_precision_param"))
+    r.mapped("training.mixed_precision_param", "model.dtype", "compute dtype of FSDP mixed "
+             "precision; parameters stay float32")
+    if r.has("training.dtype"):
+        s["model.param_dtype"] = str(r.get("training.dtype"))
+        r.mapped("training.dtype", "model.param_dtype")
+
+
+def _training(r: KeyReport, s: dict[str, Any]) -> None:
+    s["train.steps"] = int(_get(r, "training.steps"))
+    s["train.seq_len"] = int(_get(r, "training.seq_len"))
+    s["optim.clip_grad_norm"] = float(_get(r, "training.max_norm"))
+    s["train.log_every"] = int(_get(r, "metrics.log_freq"))
+    for key, target in (("training.steps", "train.steps"), ("training.seq_len",
+                                                            "train.seq_len"),
+                        ("training.max_norm", "optim.clip_grad_norm"),
+                        ("metrics.log_freq", "train.log_every")):
+        r.mapped(key, target)
+    mock = r.get("training.mock_data")
+    if mock:
+        s["data.kind"] = "synthetic"
+        r.mapped("training.mock_data", "data.kind", "synthetic tokens")
+        for key in ("training.dataset", "training.dataset_path"):
+            if r.has(key):
+                r.ignored(key, "mock_data=true: no dataset is read")
+    else:
+        if r.has("training.mock_data"):
+            r.ignored("training.mock_data", "false: training.dataset is read")
+        r.unsupported("training.dataset", "Hugging Face datasets are not read; tokenize the "
+                      "text into datatrove shards (tools/tokenize.py) and set "
+                      "--config.data.paths", target="data.paths")
+        if r.get("training.dataset_path"):
+            r.unsupported("training.dataset_path", "see training.dataset", target="data.paths")
+    if r.get("training.enable_cpu_offload"):
+        r.unsupported("training.enable_cpu_offload", "host offload is not implemented")
+    name = _get(r, "optimizer.name")
+    wd = float(_get(r, "optimizer.weight_decay"))
+    if name == "AdamW" or (name == "Adam" and wd == 0):
+        r.mapped("optimizer.name", "(AdamW)")
+    else:
+        r.unsupported("optimizer.name", f"{name} (with weight decay as an L2 term) is not "
+                                        "implemented; only AdamW")
+    for key, target in (("optimizer.lr", "optim.lr"), ("optimizer.eps", "optim.eps"),
+                        ("optimizer.beta1", "optim.b1"), ("optimizer.beta2", "optim.b2"),
+                        ("optimizer.weight_decay", "optim.weight_decay")):
+        s[target] = float(_get(r, key))
+        r.mapped(key, target, "TorchTitan also decays norm scales; jaxtrain does not"
+                 if key == "optimizer.weight_decay" else "")
+    if r.has("debug.seed") and r.get("debug.seed") is not None:
+        s["run.seed"] = int(r.get("debug.seed"))
+        r.mapped("debug.seed", "run.seed")
+    _validation(r, s)
+
+
+def _validation(r: KeyReport, s: dict[str, Any]) -> None:
+    if not r.get("validation.enable"):
+        s["train.eval_every"] = 0
+        r.mapped("validation.enable", "train.eval_every", "false: no validation")
+        for key in r.under("validation"):
+            if not r.handled(key):
+                r.ignored(key, "validation is disabled")
+        return
+    s["train.eval_every"] = int(r.get("validation.freq", 10))
+    r.mapped("validation.enable", "train.eval_every")
+    r.mapped("validation.freq", "train.eval_every", "TorchTitan also validates after step 1")
+    steps = int(r.get("validation.steps", -1))
+    if steps < 0:
+        r.unsupported("validation.steps", "-1 (the whole validation set) has no fixed batch "
+                      "count; set validation.steps", target="train.eval_batches")
+    else:
+        s["train.eval_batches"] = steps
+        r.mapped("validation.steps", "train.eval_batches", "batches of the global batch size")
+    if int(r.get("validation.seq_len", s["train.seq_len"])) != s["train.seq_len"]:
+        r.unsupported("validation.seq_len", "validation uses train.seq_len")
+    if s.get("data.kind") != "synthetic":
+        r.unsupported("validation.dataset", "Hugging Face datasets are not read; set "
+                      "--config.data.val_paths", target="data.val_paths")
+    for key in ("validation.dataset", "validation.dataset_path"):
+        if r.has(key) and not r.handled(key):
+            r.ignored(key, "mock data: validation reads synthetic tokens too")
+    if r.has("validation.local_batch_size"):
+        r.ignored("validation.local_batch_size", "validation batches hold "
+                  "train.global_batch_size sequences (the count scales accordingly)")
+
+
+def _schedule(r: KeyReport, s: dict[str, Any]) -> None:
+    total = int(r.get("lr_scheduler.total_steps") or s["train.steps"])
+    warmup = min(int(_get(r, "lr_scheduler.warmup_steps")), total)
+    ratio = _get(r, "lr_scheduler.decay_ratio")
+    decay = total - warmup if ratio is None else min(round(total * float(ratio)),
+                                                     total - warmup)
+    factor = r.get("lr_scheduler.min_lr_factor", r.get("lr_scheduler.lr_min", 0.0))
+    kind = _get(r, "lr_scheduler.decay_type")
+    if kind not in ("linear", "cosine", "sqrt"):
+        r.unsupported("lr_scheduler.decay_type", f"{kind!r} is not linear, cosine or sqrt")
+        kind = "linear"
+    s.update({"optim.warmup_steps": warmup, "optim.warmup_offset": 1, "optim.warmup_init": 0.0,
+              "optim.stable_steps": total - decay - warmup, "optim.decay_steps": total,
+              "optim.min_lr": s["optim.lr"] * float(factor or 0.0), "optim.schedule": kind})
+    for key, target in (("lr_scheduler.warmup_steps", "optim.warmup_steps"),
+                        ("lr_scheduler.decay_ratio", "optim.stable_steps"),
+                        ("lr_scheduler.decay_type", "optim.schedule"),
+                        ("lr_scheduler.min_lr_factor", "optim.min_lr"),
+                        ("lr_scheduler.lr_min", "optim.min_lr"),
+                        ("lr_scheduler.total_steps", "optim.decay_steps")):
+        if r.has(key) and not r.handled(key):
+            r.mapped(key, target)
+
+
+def _parallel(r: KeyReport, s: dict[str, Any]) -> None:
+    world = r.world_size
+    rep = int(_get(r, "parallelism.data_parallel_replicate_degree"))
+    shard = int(_get(r, "parallelism.data_parallel_shard_degree"))
+    tp = int(_get(r, "parallelism.tensor_parallel_degree"))
+    cp = int(_get(r, "parallelism.context_parallel_degree"))
+    pp = int(_get(r, "parallelism.pipeline_parallel_degree"))
+    if pp > 1:
+        r.unsupported("parallelism.pipeline_parallel_degree", "pipeline parallelism is not "
+                      "implemented; use mesh.ici_fsdp / mesh.ici_tensor")
+    else:
+        r.ignored("parallelism.pipeline_parallel_degree", "1: no pipeline")
+    if shard < 0:
+        if world % (rep * tp * cp * pp):
+            raise ConfigError(f"{r.source}: {world} devices are not divisible by replicate "
+                              f"{rep} x tensor {tp} x context {cp} x pipeline {pp}.")
+        shard = world // (rep * tp * cp * pp)
+    batch_degree = rep * shard
+    local = int(_get(r, "training.local_batch_size"))
+    glob = int(_get(r, "training.global_batch_size"))
+    s["train.micro_batch_size"] = local * batch_degree
+    s["train.global_batch_size"] = glob if glob > 0 else local * batch_degree
+    r.mapped("training.local_batch_size", "train.micro_batch_size",
+             f"per data-parallel rank: {local} x {batch_degree} ranks")
+    r.mapped("training.global_batch_size", "train.global_batch_size",
+             "-1: local_batch_size x data-parallel degree" if glob <= 0 else "")
+    s.update({"mesh.ici_data": rep, "mesh.ici_fsdp": -1, "mesh.ici_tensor": tp,
+              "mesh.ici_context": cp})
+    for key, target in (("parallelism.data_parallel_replicate_degree", "mesh.ici_data"),
+                        ("parallelism.data_parallel_shard_degree", "mesh.ici_fsdp"),
+                        ("parallelism.tensor_parallel_degree", "mesh.ici_tensor"),
+                        ("parallelism.context_parallel_degree", "mesh.ici_context")):
+        r.mapped(key, target)
+    r.note(f"assumed {world} devices; data parallel degree {batch_degree}")
+
+
+def _checkpoint_and_run(r: KeyReport, s: dict[str, Any], primus: bool) -> None:
+    dump = str(_get(r, "job.dump_folder"))
+    if primus:
+        r.ignored("job.dump_folder", "Primus sets the output folder from workspace/exp_name")
+    else:
+        s["run.dir"] = dump
+        r.mapped("job.dump_folder", "run.dir")
+    enabled = bool(r.get("checkpoint.enable"))
+    interval = int(_get(r, "checkpoint.interval"))
+    s["checkpoint.every"] = interval if enabled else 0
+    s["checkpoint.resume"] = enabled  # TorchTitan loads the latest checkpoint when enabled
+    r.mapped("checkpoint.enable", "checkpoint.every, checkpoint.resume", "" if enabled else
+             "false: jaxtrain still writes one checkpoint at the end")
+    if enabled:
+        r.mapped("checkpoint.interval", "checkpoint.every")
+    else:
+        r.ignored("checkpoint.interval", "checkpointing is disabled")
+    if enabled and not primus:
+        s["checkpoint.dir"] = os.path.join(dump, str(_get(r, "checkpoint.folder")))
+        r.mapped("checkpoint.folder", "checkpoint.dir")
+    elif r.has("checkpoint.folder"):
+        r.ignored("checkpoint.folder", "checkpointing is disabled" if not enabled else
+                  "Primus places checkpoints under the experiment folder")
+    keep = r.get("checkpoint.keep_latest_k")
+    if keep:
+        s["checkpoint.keep"] = int(keep)
+        r.mapped("checkpoint.keep_latest_k", "checkpoint.keep")
+    initial = r.get("checkpoint.initial_load_path")
+    if initial and r.get("checkpoint.initial_load_in_hf") and has_key("checkpoint.init_from"):
+        s["checkpoint.init_from"] = str(initial)
+        r.mapped("checkpoint.initial_load_path", "checkpoint.init_from", "Hugging Face weights, "
+                 "read when the run has no checkpoint of its own")
+    elif initial:
+        r.unsupported("checkpoint.initial_load_path", "only Hugging Face weights "
+                      "(initial_load_in_hf = true) can start a run; TorchTitan's DCP format is "
+                      "not read", target="checkpoint.init_from")
+    step = r.get("checkpoint.load_step")
+    if step is not None and int(step) != -1:
+        r.unsupported("checkpoint.load_step", "jaxtrain resumes from the latest checkpoint")
+    elif r.has("checkpoint.load_step"):
+        r.ignored("checkpoint.load_step", "-1: the latest checkpoint, as jaxtrain does")

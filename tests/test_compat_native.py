@@ -1,0 +1,178 @@
+"""Native TorchTitan TOMLs, prime-rl pretrain TOMLs, Hugging Face config.json, format detection
+and the `config` command's report, checked against values read from the files by hand."""
+
+import json
+
+import pytest
+
+from jaxtrain import compat
+from jaxtrain import config as config_lib
+from jaxtrain.__main__ import main
+from jaxtrain.interop.hf_config import hf_config_from_spec
+from jaxtrain.models.presets import model_spec
+from jaxtrain.models.spec import ConfigError
+
+TITAN = "torchtitan/torchtitan/models/{}/train_configs/{}"
+
+
+def derived(cfg, report):
+    return compat.derived(cfg, report.world_size, report.num_hosts)
+
+
+def test_every_sample_resolves_or_fails_clearly(compat_samples):
+    """Each sample maps with only the unsupported keys its content explains."""
+    expected = {
+        "llama3/train_configs/llama3_8b.toml": {"training.dataset"},
+        "qwen3/train_configs/qwen3_0.6b.toml": {"training.dataset"},
+        "deepseek_v3/train_configs/deepseek_v3_16b.toml": {"model.name", "model.flavor",
+                                                           "training.dataset"},
+        "prime-hosted/pretrain.toml": set(),
+    }
+    for path in sorted(compat_samples.rglob("*.toml")):
+        rel = str(path.relative_to(compat_samples))
+        if rel.startswith("prime-rl/"):
+            with pytest.raises(ConfigError, match="only prime-rl pretraining files"):
+                compat.load_foreign(path, env={})
+            continue
+        _, report = compat.load_foreign(path, env={}, allow_unsupported=True)
+        key = next(k for k in expected if rel.endswith(k))
+        assert {e.key for e in report.by_status("unsupported")} == expected[key], rel
+        assert set(report.entries) >= set(report.values), rel  # every key is accounted for
+
+
+def test_torchtitan_llama3_8b_toml(compat_samples):
+    path = compat_samples / TITAN.format("llama3", "llama3_8b.toml")
+    cfg, report = compat.load_foreign(path, {"data.kind": "datatrove", "data.paths": "x"},
+                                      env={})
+    assert cfg.model.preset == "llama3.1-8b" and cfg.model.max_seq_len == 8192
+    assert derived(cfg, report)["num_params"] == 8_030_261_248
+    # local_batch_size 1 x 8 ranks; JobConfig defaults: linear decay to 0, weight decay 0.1.
+    assert (cfg.train.micro_batch_size, cfg.train.global_batch_size, cfg.train.seq_len,
+            cfg.train.steps) == (8, 8, 8192, 1000)
+    o = cfg.optim
+    assert (o.lr, o.warmup_steps, o.schedule, o.min_lr, o.weight_decay, o.eps) == (
+        3e-4, 200, "linear", 0.0, 0.1, 1e-8)
+    assert cfg.model.remat == "dots" and cfg.run.dir == "./outputs"  # selective AC
+    assert report.entries["optimizer.weight_decay"].origin == "torchtitan default"
+    assert report.entries["profiling.enable_profiling"].status == "ignored"
+
+
+def test_torchtitan_qwen3_toml_and_bad_model(compat_samples, tmp_path):
+    path = compat_samples / TITAN.format("qwen3", "qwen3_0.6b.toml")
+    cfg, report = compat.load_foreign(path, env={}, allow_unsupported=True)
+    assert cfg.model.preset == "qwen3-0.6b" and cfg.model.tie_embeddings
+    assert (cfg.train.steps, cfg.optim.warmup_steps, cfg.train.micro_batch_size) == (10, 2, 32)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nname = "llama3"\nflavor = "7B"\n[training]\nsteps = 2\n')
+    with pytest.raises(ConfigError, match=r"bad\.toml: model\.flavor='7B' is not a llama3 "
+                                          r"flavour"):
+        compat.load_foreign(bad, env={})
+    bad.write_text('[model]\nname = "gemma"\nflavor = "2B"\n[training]\nsteps = 2\n')
+    with pytest.raises(ConfigError, match=r"bad\.toml: model\.name='gemma'"):
+        compat.load_foreign(bad, env={})
+    bad.write_text('[model]\nname = "llama3"\nflavor = \n')
+    with pytest.raises(ConfigError, match=r"bad\.toml: TOML syntax error: .*line 3"):
+        compat.load_foreign(bad, env={})
+
+
+def test_prime_rl_pretrain_sample(compat_samples):
+    cfg, report = compat.load_foreign(compat_samples / "prime-hosted" / "pretrain.toml", env={})
+    assert cfg.model.preset == "qwen3-0.6b"  # PrimeIntellect/Qwen3-0.6B-... -> offline table
+    assert any("offline table" in n for n in report.notes)
+    # batch 64 sequences, 2 per GPU x 8 GPUs per pass: 4 accumulation steps.
+    assert (cfg.train.global_batch_size, cfg.train.micro_batch_size, cfg.train.seq_len,
+            cfg.train.steps) == (64, 16, 1024, 300)
+    assert derived(cfg, report)["grad_accumulation_steps"] == 4
+    assert (cfg.data.kind, cfg.data.paths, cfg.data.val_paths) == (
+        "datatrove", "datasets/tinystories/train", "datasets/tinystories/val")
+    assert (cfg.train.eval_every, cfg.train.eval_batches, cfg.checkpoint.every) == (50, 1, 50)
+    o = cfg.optim
+    assert (o.lr, o.warmup_steps, o.schedule, o.warmup_offset) == (1e-3, 10, "constant", 0)
+    assert (o.weight_decay, o.b1, o.b2, o.clip_grad_norm) == (0.01, 0.9, 0.999, 1.0)
+    assert report.by_status("unsupported") == []
+
+
+def test_prime_rl_rejects_online_eval_sections(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('mode = "pretrain"\nmax_steps = 3\n[model]\nname = "Qwen/Qwen3-0.6B"\n'
+                    '[data]\npaths = ["d"]\n[inference]\n')
+    with pytest.raises(ConfigError, match=r"p\.toml: \[inference\] is not allowed with mode"):
+        compat.load_foreign(path, env={})
+    path.write_text('mode = "pretrain"\nmax_steps = 3\n[model]\nname = "org/Unknown-7B"\n'
+                    '[data]\npaths = ["d"]\n')
+    with pytest.raises(ConfigError, match="model.name='org/Unknown-7B' has no config.json"):
+        compat.load_foreign(path, env={})
+
+
+def test_hf_config_json(tmp_path):
+    spec = model_spec("qwen3-debug")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf_config_from_spec(spec, extra={"eos_token_id": 5})))
+    cfg = config_lib.load_config(str(path), {"train.steps": 2})
+    assert (cfg.model.hidden_size, cfg.model.num_layers, cfg.model.qk_norm) == (64, 2, True)
+    assert cfg.model.preset == "qwen3-debug" and cfg.train.steps == 2
+    _, report = compat.load_foreign(path, env={})
+    assert report.entries["num_hidden_layers"].target == "model.num_layers"
+    assert report.entries["eos_token_id"].status == "ignored"
+    path.write_text('{"hidden_size": 4}')
+    with pytest.raises(ConfigError, match="must be a Hugging Face config.json"):
+        compat.load_foreign(path, env={})
+
+
+def test_unrecognised_files(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("learning_rate_foo: 1\n")
+    with pytest.raises(ConfigError, match="neither a Primus experiment"):
+        compat.load_foreign(path, env={})
+    path = tmp_path / "x.toml"
+    path.write_text("[something]\na = 1\n")
+    with pytest.raises(ConfigError, match="cannot tell whether this TOML"):
+        compat.load_foreign(path, env={})
+
+
+def test_config_command_prints_report_json(compat_samples, capsys, monkeypatch):
+    for var in ("NNODES", "GPUS_PER_NODE", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    path = compat_samples / "Primus/examples/megatron/configs/MI300X/llama2_7B-FP8-pretrain.yaml"
+    argv = ["config", str(path), "--json", "num_layers=2", "--config.train.steps=7"]
+    assert main(argv + ["--allow-unsupported"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["config"]["train"]["steps"] == 7
+    assert payload["config"]["model"]["num_layers"] == 2
+    assert payload["derived"]["tokens_per_step"] == 256 * 4096
+    assert payload["derived"]["mesh"]["fsdp"] == 8
+    keys = {k["key"]: k for k in payload["report"]["keys"]}
+    assert keys["fp8"]["status"] == "unsupported"
+    assert keys["num_layers"]["origin"] == "command line"
+    assert main(argv) == 2  # the report is printed, then the unsupported key is an error
+    assert "fp8='hybrid'" in capsys.readouterr().err
+
+
+def test_train_command_refuses_unsupported_keys(compat_samples, capsys):
+    path = compat_samples / "Primus/examples/megatron/configs/MI300X/llama2_7B-FP8-pretrain.yaml"
+    assert main(["--config", str(path), "train_iters=1"]) == 2
+    assert "pass --allow-unsupported" in capsys.readouterr().err
+
+
+def test_maxtext_yaml_with_base_config_and_model_file(compat_samples, tmp_path):
+    path = tmp_path / "mine.yml"
+    path.write_text("base_config: base.yml\nmodel_name: llama2-7b\nrun_name: mine\n"
+                    "dataset_type: synthetic\nsteps: 20\nper_device_batch_size: 0.5\n"
+                    "max_target_length: 1024\nici_tensor_parallelism: 2\n")
+    root = compat_samples / "maxtext"
+    cfg, report = compat.load_foreign(path, env={"NNODES": "1", "GPUS_PER_NODE": "8"},
+                                      maxtext_root=str(root))
+    assert cfg.model.preset == "llama2-7b" and cfg.model.max_seq_len == 1024
+    assert (cfg.train.global_batch_size, cfg.train.steps) == (4, 20)  # 0.5 x 8 devices
+    assert derived(cfg, report)["mesh"] == {"data": 1, "fsdp": 4, "context": 1, "expert": 1,
+                                            "tensor": 2}
+    assert report.entries["learning_rate"].origin.endswith("base.yml")
+    assert report.entries["learning_rate"].status == "mapped"
+    # MaxText refuses a command-line value that contradicts the model file unless
+    # override_model_config is set; with it, the command line wins.
+    with pytest.raises(ConfigError, match=r"\['base_num_decoder_layers'\] are set both"):
+        compat.load_foreign(path, env={}, maxtext_root=str(root),
+                            native_overrides=["base_num_decoder_layers=2"])
+    cfg, _ = compat.load_foreign(path, env={}, maxtext_root=str(root), native_overrides=[
+        "base_num_decoder_layers=2", "override_model_config=true"])
+    assert cfg.model.num_layers == 2

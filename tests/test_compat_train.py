@@ -1,0 +1,70 @@
+"""Foreign configs train: the Primus Megatron llama2 example shrunk to a tiny model, and the
+prime-rl pretrain sample pointed at local datatrove shards and a local model folder."""
+
+import json
+import math
+import shutil
+
+import jax
+import pytest
+
+from jaxtrain import compat
+from jaxtrain.interop.hf_config import hf_config_from_spec
+from jaxtrain.models.presets import model_spec
+from jaxtrain.train.trainer import Trainer
+
+LLAMA2 = "Primus/examples/megatron/configs/MI300X/llama2_7B-BF16-pretrain.yaml"
+SHRINK = ["num_layers=2", "hidden_size=64", "ffn_hidden_size=128", "num_attention_heads=4",
+          "seq_length=32", "max_position_embeddings=32", "global_batch_size=8",
+          "micro_batch_size=1", "train_iters=3"]
+
+
+def train(cfg):
+    trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
+    try:
+        trainer.run()
+        return trainer.step, trainer.history
+    finally:
+        trainer.close()
+
+
+def test_primus_megatron_llama2_trains_three_steps(compat_samples, tmp_path):
+    cfg, report = compat.load_foreign(
+        compat_samples / LLAMA2, {"run.dir": str(tmp_path / "run"), "train.progress": False},
+        env={}, native_overrides=SHRINK)
+    assert (cfg.model.hidden_size, cfg.model.vocab_size, cfg.data.kind) == (
+        64, 32000, "synthetic")
+    assert cfg.train.micro_batch_size == 8  # micro_batch_size 1 x 8 data-parallel ranks
+    step, history = train(cfg)
+    assert step == 3 and all(math.isfinite(h["loss"]) for h in history)
+    # Megatron's warmup (lr_warmup_iters=2) runs its first iteration at lr_warmup_init = 0.
+    assert [h["lr"] for h in history] == pytest.approx([0.0, 5e-6, 1e-5])
+
+
+def test_prime_rl_pretrain_trains_on_local_shards(compat_samples, tmp_path, datatrove_corpus):
+    model_dir = tmp_path / "tiny-qwen3"
+    model_dir.mkdir()
+    spec = model_spec("qwen3-debug", vocab_size=400)
+    (model_dir / "config.json").write_text(json.dumps(hf_config_from_spec(spec)))
+    for item in datatrove_corpus.tokenizer.iterdir():
+        shutil.copy(item, model_dir / item.name)
+    shards = str(datatrove_corpus.folder)
+    native = [f"model.name={model_dir}", f"data.paths=['{shards}']",
+              f"val.data.paths=['{shards}']", "max_steps=4", "data.seq_len=32",
+              "val.data.seq_len=32", "data.batch_size=8", "data.micro_batch_size=1",
+              "val.interval=2", "val.num_samples=16", "ckpt.interval=2"]
+    cfg, report = compat.load_foreign(
+        compat_samples / "prime-hosted" / "pretrain.toml",
+        {"run.dir": str(tmp_path / "run"), "train.progress": False}, env={},
+        native_overrides=native)
+    assert report.entries["model.name"].reason.startswith("architecture from")
+    assert (cfg.model.vocab_size, cfg.model.qk_norm, cfg.data.tokenizer) == (
+        400, True, str(model_dir))
+    assert (cfg.train.eval_every, cfg.train.eval_batches) == (2, 2)  # 16 samples / batch 8
+    assert cfg.train.micro_batch_size == 8  # 1 per GPU x the sample's 8 GPUs
+    step, history = train(cfg)
+    assert step == 4
+    assert [h["step"] for h in history if "val_loss" in h] == [2, 4]
+    assert all(math.isfinite(h["loss"]) for h in history)
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()
+                  if p.name.isdigit()) == ["2", "4"]
