@@ -34,8 +34,12 @@ def device_peak_flops(device: jax.Device | None = None) -> float | None:
 
 
 @functools.cache
-def measured_matmul_flops(size: int = 1024, repeats: int = 5) -> float:
-    """Achieved FLOP/s of a jitted float32 matmul on one device: the practical CPU peak."""
+def measured_matmul_flops(size: int = 2048, repeats: int = 10) -> float:
+    """Achieved FLOP/s of a jitted float32 matmul on one device: the practical CPU peak.
+
+    The best of several runs, so that a momentarily busy machine does not lower the peak (and
+    inflate MFU); 2048^3 is large enough to reach the BLAS kernels' steady state.
+    """
     device = jax.devices()[0]
     a = jax.device_put(jnp.ones((size, size), jnp.float32), device)
     matmul = jax.jit(lambda x: x @ x)

@@ -1,0 +1,163 @@
+"""jaxtrain against transformers + torch (eager and torch.compile) on one CPU, interleaved.
+
+The same Llama shape (configs/bench_tiny_llama.py: 4 layers, d=256, GQA 8/4 heads, SwiGLU 688,
+vocab 8192), the same batch (8 x 256 tokens), the same optimizer (AdamW, betas 0.9/0.95,
+weight decay 0.1, gradient clipping at 1.0), float32. Each round times a few steps of every
+contender in turn, so a machine that gets busier or quieter affects all of them alike; the
+report gives the median tokens/s of the rounds and the ratios.
+
+    python tools/bench_vs_torch.py [--rounds 5] [--steps 3] [--no-compile]
+      [--config.model.dtype=bfloat16 ...]   (overrides apply to the jaxtrain side)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[0] = str(REPO)  # the repository, not tools/, whose file names could shadow modules
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxtrain import config as config_lib  # noqa: E402
+from jaxtrain import perf  # noqa: E402
+from jaxtrain.bench import _synthetic_batch  # noqa: E402
+
+
+class JaxContender:
+    """jaxtrain's compiled train step on a fixed device-resident batch."""
+
+    def __init__(self, cfg):
+        import tempfile
+
+        from jaxtrain.train.trainer import Trainer
+
+        self._tmp = tempfile.TemporaryDirectory()
+        cfg.run.dir = self._tmp.name
+        cfg.checkpoint.resume = False
+        self.trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
+        with self.trainer._mesh_context():
+            self.batch = self.trainer._to_global(_synthetic_batch(cfg, self.trainer.spec
+                                                                  .vocab_size))
+            start = time.perf_counter()
+            self.step_fn = self.trainer._train_step.lower(self.trainer.state,
+                                                          self.batch).compile()
+            self.compile_s = time.perf_counter() - start
+        self.state = self.trainer.state
+
+    def run(self, steps: int) -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.state, metrics = self.step_fn(self.state, self.batch)
+        jax.block_until_ready(metrics)
+        return time.perf_counter() - start
+
+
+class TorchContender:
+    """transformers' LlamaForCausalLM with torch.optim.AdamW, eager or torch.compile'd."""
+
+    def __init__(self, cfg, compiled: bool):
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        m = cfg.model
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(
+            vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
+            num_attention_heads=m.num_heads, num_key_value_heads=m.num_kv_heads,
+            head_dim=m.head_dim, intermediate_size=m.intermediate_size,
+            max_position_embeddings=m.max_seq_len, rms_norm_eps=m.norm_eps,
+            tie_word_embeddings=False, attn_implementation="sdpa"))
+        self.torch = torch
+        self.model = model.train()
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr,
+                                           betas=(cfg.optim.b1, cfg.optim.b2), eps=cfg.optim.eps,
+                                           weight_decay=cfg.optim.weight_decay)
+        batch = _synthetic_batch(cfg, m.vocab_size)
+        self.inputs = torch.from_numpy(batch["inputs"].astype(np.int64))
+        self.targets = torch.from_numpy(batch["targets"].astype(np.int64))
+        self.vocab = m.vocab_size
+        self.forward = torch.compile(self._loss) if compiled else self._loss
+        start = time.perf_counter()
+        self._step()  # the first call compiles under torch.compile
+        self.compile_s = time.perf_counter() - start
+
+    def _loss(self, inputs, targets):
+        logits = self.model(input_ids=inputs).logits
+        return self.torch.nn.functional.cross_entropy(logits.view(-1, self.vocab),
+                                                      targets.view(-1))
+
+    def _step(self):
+        loss = self.forward(self.inputs, self.targets)
+        loss.backward()
+        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def run(self, steps: int) -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            loss = self._step()
+        float(loss.detach())
+        return time.perf_counter() - start
+
+
+def main(argv: list[str]) -> int:
+    from jaxtrain.__main__ import _split_config_args
+
+    _, overrides, rest = _split_config_args(argv)
+    parser = argparse.ArgumentParser(prog="bench_vs_torch")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=3, help="steps per contender per round")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    args = parser.parse_args(rest)
+    cfg = config_lib.load_config(str(REPO / "configs" / "bench_tiny_llama.py"), overrides)
+    try:
+        import torch
+    except ImportError:
+        print("torch is not installed: pip install -e '.[test]' (torch 2.13.0 CPU)")
+        return 1
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+
+    contenders = {"jaxtrain": JaxContender(config_lib.load_config(
+        str(REPO / "configs" / "bench_tiny_llama.py"), overrides))}
+    contenders["torch eager"] = TorchContender(cfg, compiled=False)
+    if not args.no_compile:
+        contenders["torch.compile"] = TorchContender(cfg, compiled=True)
+    for name, c in contenders.items():
+        print(f"{name}: first step / compile {c.compile_s:.1f} s", flush=True)
+
+    tokens = cfg.train.global_batch_size * cfg.train.seq_len * args.steps
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    for c in contenders.values():
+        c.run(1)  # warm
+    for r in range(args.rounds):
+        for name, c in contenders.items():
+            rates[name].append(tokens / c.run(args.steps))
+        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()),
+              flush=True)
+
+    spec = contenders["jaxtrain"].trainer.spec
+    flops = spec.flops_per_token(cfg.train.seq_len)
+    peak = perf.measured_matmul_flops()
+    print(f"\nshape: {cfg.model.num_layers} layers, d={cfg.model.hidden_size}, "
+          f"{cfg.model.num_heads}/{cfg.model.num_kv_heads} heads, vocab {cfg.model.vocab_size}, "
+          f"batch {cfg.train.global_batch_size} x {cfg.train.seq_len}, jaxtrain dtype "
+          f"{cfg.model.dtype}; {flops / 1e6:.1f} MFLOP/token; measured matmul peak "
+          f"{peak / 1e9:.1f} GFLOP/s")
+    base = statistics.median(rates["jaxtrain"])
+    for name, values in rates.items():
+        median = statistics.median(values)
+        print(f"{name:>14}: {median:8,.0f} tokens/s  MFU {flops * median / peak:6.1%}  "
+              f"jaxtrain/{name} = {base / median:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
