@@ -35,9 +35,15 @@ def get_config() -> ConfigDict:
     c.optim = ConfigDict()
     c.optim.lr = 3e-4  # peak learning rate
     c.optim.min_lr = 3e-5  # learning rate at the end of the decay
-    c.optim.schedule = "cosine"  # cosine | linear | constant (after warmup)
-    c.optim.warmup_steps = 10  # linear warmup from 0 to lr over these steps
+    c.optim.schedule = "cosine"  # decay shape after warmup: cosine | linear | sqrt | constant
+    c.optim.warmup_steps = 10  # linear warmup from warmup_init to lr over these steps
     c.optim.decay_steps = 0  # steps of warmup + decay; 0 = train.steps
+    # Schedule variants other stacks use (jaxtrain/train/optimizer.py has the formula):
+    c.optim.warmup_init = 0.0  # rate the warmup rises from (Megatron lr_warmup_init)
+    c.optim.warmup_offset = 1  # warmup is init + (lr - init) * (s + offset) / W: 1 = the first
+    #                            step already moves; 0 = it runs at warmup_init (Megatron, MaxText)
+    c.optim.stable_steps = 0  # steps held at lr between warmup and decay (warmup-stable-decay)
+    c.optim.after_decay = "min_lr"  # rate past decay_steps: min_lr | zero (MaxText)
     c.optim.weight_decay = 0.1  # decoupled (AdamW) weight decay on matrices, not norms/biases
     c.optim.b1 = 0.9  # Adam beta1
     c.optim.b2 = 0.95  # Adam beta2
@@ -45,9 +51,18 @@ def get_config() -> ConfigDict:
     c.optim.clip_grad_norm = 1.0  # global gradient-norm clipping; 0 disables it
 
     c.data = ConfigDict()
-    c.data.kind = "synthetic"  # datatrove | synthetic
-    c.data.paths = ""  # training shard folders (or .ds files), comma-separated
-    c.data.val_paths = ""  # validation shard folders, comma-separated; "" = no validation data
+    c.data.kind = "synthetic"  # datatrove | megatron (prefix.bin/.idx) | synthetic
+    c.data.paths = ""  # training shard folders (or .ds files / Megatron prefixes), comma-separated;
+    #                    "0.7:a,0.3:b" mixes weighted sources; megatron also "0.7 pfx_a 0.3 pfx_b"
+    c.data.val_paths = ""  # validation data, same syntax; "" = the valid part of data.split, if any
+    c.data.weights = ""  # mixture weights, one per data.paths entry ("0.7,0.3"); "" = none
+    c.data.split = ""  # Megatron-style "train,valid,test" document split of each dataset, e.g.
+    #                    "99,1,0"; "" = every document trains
+    c.data.windowing = "pool"  # pool (one pool over all shards, stride seq_len) | per_file
+    #                            (each file cut alone into seq_len+1 windows, as datatrove does)
+    c.data.reset_attention_mask = False  # batch gets segment_ids: no attention across documents
+    c.data.reset_position_ids = False  # batch gets positions restarting at every document start
+    c.data.eod_mask_loss = False  # no loss where the input is a document's last token (its EOS)
     c.data.tokenizer = ""  # Hugging Face tokenizer folder, for sampling and .ds.metadata checks
     c.data.prepare = ""  # build missing shards first: "" (never) | "demo" (embedded corpus, into
     #                      the parent folder of data.paths: <root>/train, val, tokenizer)
@@ -59,6 +74,10 @@ def get_config() -> ConfigDict:
     c.checkpoint.dir = ""  # checkpoint folder; "" = <run dir>/checkpoints
     c.checkpoint.every = 100  # steps between checkpoints (and one at the end); 0 = only at the end
     c.checkpoint.keep = 3  # number of most recent checkpoints to keep
+    c.checkpoint.keep_every = 0  # also keep for good each checkpoint at a multiple of this; 0 = off
+    c.checkpoint.every_minutes = 0.0  # also save when this many minutes passed since a save; 0 off
+    c.checkpoint.init_from = ""  # weights only, when no own checkpoint: HF folder/run dir/ckpt dir
+    c.checkpoint.init_step = -1  # step of init_from (a jaxtrain checkpoint) to read; -1 = latest
     c.checkpoint.resume = True  # continue from the latest checkpoint in the folder if present
 
     c.mesh = ConfigDict()

@@ -1,6 +1,7 @@
 """Command line: `python -m jaxtrain [train] --config FILE [--config.a.b=value ...]`, plus the
-`sample`, `config` and `convert` subcommands. The logic lives in importable modules; this file
-only parses arguments and reports errors as one readable line.
+`sample`, `config`, `convert`, `export`, `checkpoints`, `plot` and `runs` subcommands. The logic
+lives in importable modules; this file only parses arguments and reports errors as one readable
+line.
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-SUBCOMMANDS = ("train", "sample", "config", "convert")
+SUBCOMMANDS = ("train", "sample", "config", "convert", "bench", "export", "checkpoints",
+               "plot", "runs")
 
 
 def _split_config_args(argv: list[str]) -> tuple[str, list[str], list[str]]:
@@ -32,14 +34,62 @@ def _split_config_args(argv: list[str]) -> tuple[str, list[str], list[str]]:
     return path, overrides, rest
 
 
+def _foreign_args(rest: list[str]) -> tuple[dict, list[str], list[str]]:
+    """Pulls the foreign-config flags (--allow-unsupported, --primus-root DIR, --maxtext-root
+    DIR) and bare `key=value` overrides (in the foreign file's own terms) out of `rest`."""
+    options = {"allow_unsupported": False, "primus_root": None, "maxtext_root": None}
+    native, remaining = [], []
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        name = arg.split("=", 1)[0]
+        if arg == "--allow-unsupported":
+            options["allow_unsupported"] = True
+        elif name in ("--primus-root", "--maxtext-root"):
+            key = name[2:].replace("-", "_")
+            if "=" in arg:
+                options[key] = arg.split("=", 1)[1]
+            elif i + 1 < len(rest):
+                options[key], i = rest[i + 1], i + 1
+        elif "=" in arg and not arg.startswith("-"):
+            native.append(arg)
+        else:
+            remaining.append(arg)
+        i += 1
+    return options, native, remaining
+
+
 def _load(argv: list[str]):
+    from jaxtrain import compat
     from jaxtrain import config as config_lib
     from jaxtrain.models.spec import ConfigError
 
     path, overrides, rest = _split_config_args(argv)
     if not path:
         raise ConfigError("no config given: pass --config FILE (e.g. --config configs/demo.py).")
-    return config_lib.load_config(path, overrides), rest
+    options, native, rest = _foreign_args(rest)
+    if not compat.is_foreign(path):
+        return config_lib.load_config(path, overrides, native_overrides=native), rest
+    cfg, report = compat.load_foreign(path, overrides, native_overrides=native, **options)
+    print(report.summary(), flush=True)
+    for line in report.notes + [f"unsupported (allowed): {e.key}={e.value!r}: {e.reason}"
+                                for e in report.by_status("unsupported")]:
+        print(f"  {line}", flush=True)
+    return cfg, rest
+
+
+def _distributed_flags() -> argparse.ArgumentParser:
+    """Multi-process flags of `train`; without them the launcher's environment is read."""
+    parser = argparse.ArgumentParser(prog="jaxtrain train", add_help=False)
+    parser.add_argument("--coordinator", default=None,
+                        help="HOST:PORT of process 0 (env JAXTRAIN_COORDINATOR)")
+    parser.add_argument("--num-processes", type=int, default=None,
+                        help="processes in the job (env JAXTRAIN_NUM_PROCESSES)")
+    parser.add_argument("--process-id", type=int, default=None,
+                        help="this process, 0..N-1 (env JAXTRAIN_PROCESS_ID)")
+    parser.add_argument("--init-timeout", type=int, default=None,
+                        help="seconds to wait for every process (env JAXTRAIN_INIT_TIMEOUT)")
+    return parser
 
 
 def train_main(argv: list[str]) -> int:
@@ -49,11 +99,12 @@ def train_main(argv: list[str]) -> int:
     from jaxtrain import distributed
 
     cfg, rest = _load(argv)
-    if rest:
-        raise SystemExit(f"unknown arguments: {' '.join(rest)}")
+    launch = _distributed_flags().parse_args(rest)
     # grain's multiprocessing prefetch reads absl flags; mark them parsed.
     flags.FLAGS(sys.argv[:1], known_only=True)
-    distributed.initialize_from_env()
+    distributed.initialize_from_env(
+        launch.init_timeout, coordinator=launch.coordinator,
+        num_processes=launch.num_processes, process_id=launch.process_id)
 
     from jaxtrain.train.trainer import train
 
@@ -62,31 +113,45 @@ def train_main(argv: list[str]) -> int:
 
 
 def config_main(argv: list[str]) -> int:
-    """Prints the resolved config (after overrides) and derived figures."""
+    """Prints the resolved config (after overrides), derived figures and, for a foreign file,
+    the report of what became of every source key."""
     import json
 
+    from jaxtrain import compat
     from jaxtrain import config as config_lib
 
     parser = argparse.ArgumentParser(prog="jaxtrain config")
     parser.add_argument("file")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     path, overrides, rest = _split_config_args(argv)
+    options, native, rest = _foreign_args(rest)
     args = parser.parse_args(rest + ([path] if path else []))
-    cfg = config_lib.load_config(args.file, overrides)
-    spec = config_lib.validate(cfg, check_data=False)
-    derived = {
-        "num_params": spec.num_params(),
-        "tokens_per_step": cfg.train.global_batch_size * cfg.train.seq_len,
-        "grad_accumulation_steps": cfg.train.global_batch_size
-        // config_lib.micro_batch_size(cfg),
-        "flops_per_token": spec.flops_per_token(cfg.train.seq_len),
-    }
+    report = None
+    if compat.is_foreign(args.file):
+        cfg, report = compat.load_foreign(args.file, overrides, native_overrides=native,
+                                          **{**options, "allow_unsupported": True})
+        devices, hosts = report.world_size, report.num_hosts
+    else:
+        import jax
+
+        cfg = config_lib.load_config(args.file, overrides, native_overrides=native)
+        devices, hosts = jax.device_count(), jax.process_count()
+    derived = compat.derived(cfg, devices, hosts)
     if args.json:
-        print(json.dumps({"config": cfg.to_dict(), "derived": derived}, indent=2, default=str))
+        payload = {"config": cfg.to_dict(), "derived": derived}
+        if report is not None:
+            payload["report"] = report.to_json()
+        print(json.dumps(payload, indent=2, default=str))
     else:
         print(cfg)
         for key, value in derived.items():
-            print(f"# {key}: {value:,}" if isinstance(value, int) else f"# {key}: {value:.4g}")
+            text = f"{value:,}" if isinstance(value, int) else (
+                f"{value:.4g}" if isinstance(value, float) else value)
+            print(f"# {key}: {text}")
+        if report is not None:
+            print(report.table())
+    if report is not None:
+        report.check(options["allow_unsupported"])
     return 0
 
 
@@ -126,14 +191,80 @@ def convert_main(argv: list[str]) -> int:
     return run_convert(argv)
 
 
+def bench_main(argv: list[str]) -> int:
+    """Times the train step of a config (see jaxtrain/bench.py)."""
+    from jaxtrain.bench import bench_main as run_bench
+
+    return run_bench(argv)
+
+
+def export_main(argv: list[str]) -> int:
+    """Writes a run's checkpoint as a Hugging Face folder (see jaxtrain/export.py)."""
+    from jaxtrain.interop.convert_cli import parse_size
+
+    parser = argparse.ArgumentParser(prog="jaxtrain export")
+    parser.add_argument("--run", required=True, help="run directory")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (latest)")
+    parser.add_argument("--to", nargs=2, required=True, metavar=("FORMAT", "OUT"),
+                        help="format (hf) and output folder")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                        help="stored weight dtype (default: the run's model.param_dtype)")
+    parser.add_argument("--max-shard-size", type=parse_size, default=5 * 10**9, metavar="SIZE",
+                        help="largest safetensors file, e.g. 5GB (default) or 500MB")
+    args = parser.parse_args(argv)
+
+    from jaxtrain.export import FORMATS, export_hf
+
+    fmt, out = args.to
+    if fmt not in FORMATS:
+        parser.error(f"--to {fmt}: unknown format; known: {', '.join(FORMATS)}")
+    export_hf(args.run, out, args.step, dtype=args.dtype, max_shard_bytes=args.max_shard_size)
+    return 0
+
+
+def checkpoints_main(argv: list[str]) -> int:
+    """Lists a run's checkpoints, or verifies one (see jaxtrain/inspect_run.py)."""
+    parser = argparse.ArgumentParser(prog="jaxtrain checkpoints")
+    parser.add_argument("run", help="run directory or checkpoint folder")
+    parser.add_argument("--verify", action="store_true",
+                        help="read every array of a step and check it")
+    parser.add_argument("--step", type=int, default=None, help="step to verify (latest)")
+    args = parser.parse_args(argv)
+
+    from jaxtrain import inspect_run
+
+    print(inspect_run.format_listing(*inspect_run.list_checkpoints(args.run)))
+    if not args.verify:
+        return 0
+    result = inspect_run.verify(args.run, args.step)
+    print(result)
+    return 0 if result.ok else 1
+
+
+def plot_main(argv: list[str]) -> int:
+    """Writes PNG figures comparing runs' metrics (see jaxtrain/plot.py)."""
+    from jaxtrain.plot import plot_main as run_plot
+
+    return run_plot(argv)
+
+
+def runs_main(argv: list[str]) -> int:
+    """Summarises run directories: config, progress, metrics, checkpoints, ETA."""
+    from jaxtrain.run_report import runs_main as run_runs
+
+    return run_runs(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Dispatches to a subcommand; `train` is the default."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv.pop(0) if argv and argv[0] in SUBCOMMANDS else "train"
     handlers = {"train": train_main, "sample": sample_main, "config": config_main,
-                "convert": convert_main}
+                "convert": convert_main, "bench": bench_main, "export": export_main,
+                "checkpoints": checkpoints_main, "plot": plot_main, "runs": runs_main}
     from jaxtrain.checkpoint import CheckpointError
     from jaxtrain.data.errors import DataError
+    from jaxtrain.distributed import DistributedError
     from jaxtrain.models.spec import ConfigError
     from jaxtrain.sharding import MeshError
     from jaxtrain.train.trainer import TrainingError
@@ -141,9 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handlers[command](argv)
     except (ConfigError, DataError, CheckpointError, MeshError, TrainingError,
-            FileNotFoundError) as e:
+            DistributedError, FileNotFoundError) as e:
         print(f"jaxtrain {command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # a second SIGINT/SIGTERM: stop now, without a checkpoint
+        print(f"jaxtrain {command}: aborted ({e or 'interrupted'}); the last complete "
+              "checkpoint is intact.", file=sys.stderr)
+        return 130
 
 
 def run() -> None:

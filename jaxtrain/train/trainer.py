@@ -25,7 +25,7 @@ from jax.sharding import NamedSharding
 from ml_collections import ConfigDict
 
 from jaxtrain import config as config_lib
-from jaxtrain import perf, sharding
+from jaxtrain import mesh_check, perf, sharding
 from jaxtrain.checkpoint import Checkpointer, from_jsonable, to_jsonable
 from jaxtrain.data import pipeline
 from jaxtrain.data.prepare import prepare_data
@@ -52,13 +52,16 @@ class Trainer:
     def __init__(self, cfg: ConfigDict, *, devices: list[Any] | None = None,
                  console: bool = True):
         self.cfg = cfg
-        prepare_data(cfg)
+        self.console = console
+        prepare_data(cfg, progress=self._status if console else None)
         self.spec = config_lib.validate(cfg)
         self.mesh = sharding.make_mesh(cfg.mesh, devices)
         if cfg.mesh.rules not in sharding.RULE_PRESETS:
             raise ConfigError(f"mesh.rules={cfg.mesh.rules!r} is not one of "
                               f"{sorted(sharding.RULE_PRESETS)}.")
         self.rules = sharding.RULE_PRESETS[cfg.mesh.rules]
+        # Uneven shards fail late inside XLA (or pad silently): say which key to change.
+        mesh_check.check_config_fits_mesh(cfg, self.spec, self.mesh, self.rules)
         self._check_batch_fits()
         self.num_micro = cfg.train.global_batch_size // config_lib.micro_batch_size(cfg)
         self.schedule = learning_rate_schedule(cfg.optim, cfg.train.steps)
@@ -79,7 +82,8 @@ class Trainer:
             process_count=jax.process_count())
 
         self.checkpointer = Checkpointer(config_lib.checkpoint_dir(cfg),
-                                         keep=cfg.checkpoint.keep)
+                                         keep=cfg.checkpoint.keep,
+                                         keep_every=cfg.checkpoint.keep_every)
         self.state = self._restore_or_init()
         # Tracked on the host so that asking for it never waits for the device.
         self._host_step = int(jax.device_get(self.state["step"]))
@@ -87,8 +91,11 @@ class Trainer:
         self.metrics = MetricsWriter(self.run_dir, cfg.train.steps, is_primary=self.is_primary,
                                      progress=cfg.train.progress, console=console)
         self.history: list[dict[str, Any]] = []
+        self._compiled = False  # whether the train step has been compiled (first dispatch)
         self._stop_signal: int | None = None
+        self.aborted = False  # a second signal: exit without waiting for anything
         self._saved_step: int | None = None
+        self._last_save_time = time.monotonic()
 
     # ----------------------------------------------------------------------------- setup
     def _mesh_context(self):
@@ -109,14 +116,33 @@ class Trainer:
     def _restore_or_init(self) -> dict[str, Any]:
         self._restored_step: int | None = None
         latest = self.checkpointer.latest_step() if self.cfg.checkpoint.resume else None
+        for path in self.checkpointer.unfinished:
+            self._log(f"warning: ignoring {path}: a save that never completed (the process "
+                      "writing it stopped); "
+                      + (f"resuming from step {latest}, the latest complete checkpoint"
+                         if latest is not None else "no complete checkpoint to resume from"))
+        init_from = self.cfg.checkpoint.init_from
+        if latest is None and init_from:
+            from jaxtrain import init_from as init_from_lib
+
+            with self._mesh_context():
+                params, report = init_from_lib.load_params(
+                    init_from, self.cfg.checkpoint.init_step, self.spec, self.layout)
+                self._log(report)
+                return init_from_lib.initial_state(params, self.tx, self.layout)
+        if latest is not None and init_from:
+            self._log(f"checkpoint.init_from ignored: the run resumes from its own step {latest}")
         if latest is None:
             with self._mesh_context():
                 return state_lib.init_state(self.spec, self.tx, self.layout, self.cfg.run.seed)
+        self._status(f"restoring checkpoint step {latest} from {self.checkpointer.directory}...")
+        restore_start = time.perf_counter()
         state, data_state, _ = self.checkpointer.restore(latest, self.layout.abstract)
         self._restored_step = latest
         if data_state:
             self.train_iter.set_state(from_jsonable(data_state))
-        self._log(f"resumed from step {latest} in {self.checkpointer.directory}")
+        self._log(f"resumed from step {latest} in {self.checkpointer.directory} "
+                  f"({time.perf_counter() - restore_start:.1f}s)")
         return state
 
     def _compile_functions(self) -> None:
@@ -130,6 +156,11 @@ class Trainer:
                                   in_shardings=(self.layout.shardings["params"], None))
 
     # ----------------------------------------------------------------------------- helpers
+    def _status(self, message: str) -> None:
+        """What a long operation is doing, on the console only (quiet when console=False)."""
+        if self.console and jax.process_index() == 0:
+            print(message, flush=True)
+
     def _log(self, message: str) -> None:
         if self.is_primary:
             print(message, flush=True)
@@ -176,6 +207,7 @@ class Trainer:
                 self.checkpointer.wait()
             return
         self._saved_step = self.step
+        self._last_save_time = time.monotonic()
         data_state = to_jsonable(self.train_iter.get_state())
         self.checkpointer.save(self.step, self.state, data_state, self.cfg.to_dict())
         if wait:
@@ -184,6 +216,7 @@ class Trainer:
     def _install_signal_handlers(self) -> dict[int, Any]:
         def on_signal(signum, _frame):
             if self._stop_signal is not None:
+                self.aborted = True
                 raise KeyboardInterrupt(f"second signal {signum}: aborting without a checkpoint")
             self._stop_signal = signum
             self._log(f"\nsignal {signum}: finishing this step, then saving a checkpoint")
@@ -221,12 +254,20 @@ class Trainer:
                 while self.step < target or pending is not None:
                     if self.step < target and self._stop_signal is None:
                         batch = self._to_global(next(self.train_iter))
+                        if not self._compiled:
+                            self._status("compiling train step...")
+                            compile_start = time.perf_counter()
                         self.state, device_metrics = self._train_step(self.state, batch)
+                        if not self._compiled:
+                            # The first dispatch returns once XLA has compiled the step.
+                            self._compiled = True
+                            window_start = time.perf_counter()  # keep compiling out of tokens/s
+                            self._status(f"compiled train step in "
+                                         f"{window_start - compile_start:.1f}s")
                         self._host_step += 1
                         step_no = self._host_step
                         current = (step_no, device_metrics)
-                        every = cfg.checkpoint.every
-                        if every and step_no % every == 0 and step_no < cfg.train.steps:
+                        if self._save_due(step_no) and step_no < cfg.train.steps:
                             self.save()  # copies to host before returning: donation is safe
                     else:
                         current = None
@@ -243,14 +284,33 @@ class Trainer:
                         break
             if self._stop_signal is not None:
                 self.save(wait=True)
-                self._log(f"stopped by signal {self._stop_signal} at step {self.step}; "
-                          f"checkpoint written to {self.checkpointer.directory}")
+                self._log(f"stopped by {signal.Signals(self._stop_signal).name} at step "
+                          f"{self.step}: checkpoint step {self.step} is complete on disk in "
+                          f"{self.checkpointer.directory}; run the same command to resume.")
             elif self.step >= cfg.train.steps or cfg.checkpoint.every:
                 self.save(wait=True)
         finally:
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
         return last
+
+    @property
+    def stopped_by_signal(self) -> bool:
+        """Whether the last `run` ended early on SIGTERM/SIGINT (after saving a checkpoint)."""
+        return self._stop_signal is not None
+
+    def _save_due(self, step_no: int) -> bool:
+        """Whether to checkpoint after this step: every N steps, or N minutes since the last."""
+        every, minutes = self.cfg.checkpoint.every, self.cfg.checkpoint.every_minutes
+        due = bool(every) and step_no % every == 0
+        if minutes > 0 and not due:
+            due = time.monotonic() - self._last_save_time >= 60.0 * minutes
+            if jax.process_count() > 1:
+                # Clocks differ between hosts; every process must save the same steps.
+                from jax.experimental import multihost_utils
+
+                due = bool(multihost_utils.broadcast_one_to_all(np.asarray(due)))
+        return due
 
     def _after_step(self, step_no: int, values: dict[str, Any], target: int,
                     tokens_per_step: int, window_start: float, window_steps: int
@@ -308,6 +368,8 @@ def train(cfg: ConfigDict) -> dict[str, Any]:
     trainer = Trainer(cfg)
     try:
         last = trainer.run()
+        if trainer.stopped_by_signal:
+            return last  # preempted: the grace period is for the checkpoint, not evaluation
         already = trainer.history and "val_loss" in trainer.history[-1]
         final_eval = {} if already else trainer.evaluate()
         if final_eval:
@@ -317,5 +379,6 @@ def train(cfg: ConfigDict) -> dict[str, Any]:
             print_sample(trainer)
         return last
     finally:
-        trainer.close()
+        if not trainer.aborted:
+            trainer.close()
 
