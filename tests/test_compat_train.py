@@ -68,3 +68,20 @@ def test_prime_rl_pretrain_trains_on_local_shards(compat_samples, tmp_path, data
     assert all(math.isfinite(h["loss"]) for h in history)
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()
                   if p.name.isdigit()) == ["2", "4"]
+
+
+def test_primus_megatron_llama2_trains_on_megatron_shards(compat_samples, tmp_path):
+    import numpy as np
+    from data_fixtures import write_raw_megatron
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 32000, int(n)).tolist() for n in rng.integers(20, 120, 200)]
+    prefix = write_raw_megatron(tmp_path / "corpus" / "text_document", docs, code=8)
+    cfg, report = compat.load_foreign(
+        compat_samples / LLAMA2, {"run.dir": str(tmp_path / "run"), "train.progress": False},
+        env={}, native_overrides=[*SHRINK, "mock_data=false", f"data_path=1.0 {prefix}",
+                                  "split=90,10,0"])
+    assert cfg.data.kind == "megatron"
+    assert str(prefix) in cfg.data.paths
+    step, history = train(cfg)
+    assert step == 3 and all(math.isfinite(h["loss"]) for h in history)
