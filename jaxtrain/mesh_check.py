@@ -16,6 +16,7 @@ from typing import Any
 
 from jax.sharding import Mesh
 
+from jaxtrain.config import micro_batch_size
 from jaxtrain.models.spec import ModelSpec
 from jaxtrain.sharding import MeshError, mesh_shape
 
@@ -94,6 +95,6 @@ def check_fits_mesh(spec: ModelSpec, mesh: Mesh, rules: Sequence[tuple[str, Any]
 def check_config_fits_mesh(cfg: Any, spec: ModelSpec, mesh: Mesh,
                            rules: Sequence[tuple[str, Any]]) -> None:
     """`check_fits_mesh` with the sequence, micro batch and mesh keys read from a config."""
-    micro = int(cfg.train.micro_batch_size or cfg.train.global_batch_size)
-    check_fits_mesh(spec, mesh, rules, seq_len=int(cfg.train.seq_len), micro_batch=micro,
+    check_fits_mesh(spec, mesh, rules, seq_len=int(cfg.train.seq_len),
+                    micro_batch=micro_batch_size(cfg),
                     mesh_cfg=cfg.mesh, rules_name=str(cfg.mesh.rules))

@@ -40,12 +40,6 @@ class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the last checkpoint is kept intact."""
 
 
-def _batch_shards(mesh_sizes: dict[str, int], rules: dict[str, Any]) -> int:
-    axes = rules["activation_batch"]
-    axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
-    return math.prod(mesh_sizes[a] for a in axes)
-
-
 class Trainer:
     """Owns the mesh, the train state, the data iterators, checkpoints and metric sinks."""
 
@@ -102,13 +96,7 @@ class Trainer:
         return sharding.use_mesh(self.mesh, self.rules)
 
     def _check_batch_fits(self) -> None:
-        shards = _batch_shards(sharding.mesh_shape(self.mesh), dict(self.rules))
-        micro = config_lib.micro_batch_size(self.cfg)
-        if micro % shards:
-            raise ConfigError(
-                f"train.micro_batch_size={micro} (sequences per forward pass) is not divisible "
-                f"by the {shards} batch shards of the mesh "
-                f"({sharding.mesh_shape(self.mesh)}); use a multiple of {shards}.")
+        # The micro batch against the mesh's batch shards is checked by mesh_check.
         if self.cfg.train.global_batch_size % jax.process_count():
             raise ConfigError(f"train.global_batch_size={self.cfg.train.global_batch_size} is "
                               f"not divisible by the {jax.process_count()} processes.")
