@@ -8,17 +8,17 @@ is written with `save_hf_checkpoint` and run with `AutoModelForCausalLM.from_pre
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pytest
-from flax import nnx
 
 torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers reference; "
                                             "install the `test` extra to run parity tests.")
 transformers = pytest.importorskip("transformers")
 
+from parity_helpers import hf_logits, max_diff, random_params  # noqa: E402
+
 from jaxtrain.interop.hf import load_hf_params, model_from_params, save_hf_checkpoint  # noqa: E402
-from jaxtrain.models import Decoder, ModelSpec  # noqa: E402
+from jaxtrain.models import ModelSpec  # noqa: E402
 
 VOCAB, SEQ = 160, 20
 _TINY = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -60,15 +60,6 @@ def _tokens() -> np.ndarray:
     return np.random.default_rng(0).integers(0, VOCAB, (2, SEQ), dtype=np.int32)
 
 
-def _hf_logits(model, tokens_BL: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        return model(torch.from_numpy(tokens_BL.astype(np.int64))).logits.numpy()
-
-
-def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
-
-
 @pytest.mark.parametrize("case", sorted(HF_CASES))
 def test_hf_to_jaxtrain_logits(case, tmp_path):
     config_cls, kwargs = HF_CASES[case]
@@ -87,39 +78,22 @@ def test_hf_to_jaxtrain_logits(case, tmp_path):
     spec, params = load_hf_params(tmp_path)
     tokens_BL = _tokens()
     ours = model_from_params(spec, params)(tokens_BL)
-    ref = _hf_logits(hf_model, tokens_BL)
+    ref = hf_logits(hf_model, tokens_BL)
     assert ours.shape == ref.shape == (2, SEQ, VOCAB)
     assert float(np.abs(ref).max()) > 1.0  # logits large enough for the tolerance to bite
-    assert _max_diff(ours, ref) < 1e-4
+    assert max_diff(ours, ref) < 1e-4
     if case == "mistral":
         # The window is shorter than the sequence, so it must matter: without it (Mistral reads
         # the window from its config at call time) the reference logits move away from ours.
         assert spec.sliding_window == 6 < SEQ
         hf_model.config.sliding_window = None
-        assert _max_diff(ours, _hf_logits(hf_model, tokens_BL)) > 1e-2
-
-
-def _random_params(spec: ModelSpec) -> dict:
-    """Random weights in the decoder's own tree layout; norm scales and biases drawn away from
-    their 1 / 0 init values. Shapes come from an abstract model, so nothing is compiled."""
-    abstract = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(params=0)))
-    params = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
-    rng = np.random.default_rng(1)
-
-    def draw(path, x):
-        name = path[-1].key
-        if name == "scale":
-            return rng.uniform(0.5, 1.5, x.shape).astype(np.float32)
-        return rng.normal(0.0, 0.1 if name == "bias" else spec.init_std, x.shape).astype(
-            np.float32)
-
-    return jax.tree_util.tree_map_with_path(draw, params)
+        assert max_diff(ours, hf_logits(hf_model, tokens_BL)) > 1e-2
 
 
 @pytest.mark.parametrize("case", sorted(SPEC_CASES))
-def test_jaxtrain_to_hf_logits(case, tmp_path):
+def test_jaxtrain_tohf_logits(case, tmp_path):
     spec = SPEC_CASES[case]
-    params = _random_params(spec)
+    params = random_params(spec)
     save_hf_checkpoint(spec, params, tmp_path)
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(
         tmp_path, attn_implementation="eager").eval()
@@ -129,6 +103,6 @@ def test_jaxtrain_to_hf_logits(case, tmp_path):
 
     tokens_BL = _tokens()
     ours = model_from_params(spec, params)(tokens_BL)
-    ref = _hf_logits(hf_model, tokens_BL)
+    ref = hf_logits(hf_model, tokens_BL)
     assert float(np.abs(ref).max()) > 1.0
-    assert _max_diff(ours, ref) < 1e-4
+    assert max_diff(ours, ref) < 1e-4

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 import pytest
-from flax import nnx
 
 torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers reference; "
                                             "install the `test` extra to run parity tests.")
 transformers = pytest.importorskip("transformers")
 
+from parity_helpers import hf_logits, max_diff, random_params  # noqa: E402
+
 from jaxtrain.interop.hf import load_hf_params, model_from_params, save_hf_checkpoint  # noqa: E402
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config  # noqa: E402
-from jaxtrain.models import Decoder, ModelSpec  # noqa: E402
+from jaxtrain.models import ModelSpec  # noqa: E402
 from jaxtrain.models.spec import ConfigError  # noqa: E402
 
 VOCAB, SEQ = 96, 12
@@ -53,15 +53,6 @@ def _tokens() -> np.ndarray:
     return np.random.default_rng(0).integers(0, VOCAB, (2, SEQ), dtype=np.int32)
 
 
-def _hf_logits(model, tokens_BL: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        return model(torch.from_numpy(tokens_BL.astype(np.int64))).logits.numpy()
-
-
-def _max_diff(a, b) -> float:
-    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
-
-
 @pytest.mark.parametrize("case", sorted(HF_CASES))
 def test_hf_to_jaxtrain_logits(case, tmp_path):
     config_cls, kwargs = HF_CASES[case]
@@ -80,28 +71,15 @@ def test_hf_to_jaxtrain_logits(case, tmp_path):
     assert (spec.num_experts, spec.num_experts_per_tok) == (4, 2)
     tokens_BL = _tokens()
     ours = model_from_params(spec, params)(tokens_BL)
-    ref = _hf_logits(hf_model, tokens_BL)
+    ref = hf_logits(hf_model, tokens_BL)
     assert float(np.abs(ref).max()) > 1.0
-    assert _max_diff(ours, ref) < 1e-4
-
-
-def _random_params(spec: ModelSpec) -> dict:
-    abstract = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(params=0)))
-    params = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
-    rng = np.random.default_rng(1)
-
-    def draw(path, x):
-        if path[-1].key == "scale":
-            return rng.uniform(0.5, 1.5, x.shape).astype(np.float32)
-        return rng.normal(0.0, spec.init_std, x.shape).astype(np.float32)
-
-    return jax.tree_util.tree_map_with_path(draw, params)
+    assert max_diff(ours, ref) < 1e-4
 
 
 @pytest.mark.parametrize("case", sorted(SPEC_CASES))
-def test_jaxtrain_to_hf_logits(case, tmp_path):
+def test_jaxtrain_tohf_logits(case, tmp_path):
     spec = SPEC_CASES[case]
-    params = _random_params(spec)
+    params = random_params(spec)
     save_hf_checkpoint(spec, params, tmp_path)
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(
         tmp_path, attn_implementation="eager").eval()
@@ -109,9 +87,9 @@ def test_jaxtrain_to_hf_logits(case, tmp_path):
                                        "qwen3_moe": "Qwen3MoeForCausalLM"}[spec.family]
     tokens_BL = _tokens()
     ours = model_from_params(spec, params)(tokens_BL)
-    ref = _hf_logits(hf_model, tokens_BL)
+    ref = hf_logits(hf_model, tokens_BL)
     assert float(np.abs(ref).max()) > 1.0
-    assert _max_diff(ours, ref) < 1e-4
+    assert max_diff(ours, ref) < 1e-4
     # The written config reads back as the same spec (run-choice fields aside).
     assert spec_from_hf_config(tmp_path) == spec
 
