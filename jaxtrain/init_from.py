@@ -22,18 +22,23 @@ from jaxtrain.interop.hf import INDEX_NAME, WEIGHTS_NAME, load_hf_params
 from jaxtrain.interop.hf_config import spec_from_hf_config
 from jaxtrain.models.spec import ConfigError, ModelSpec
 from jaxtrain.runs import find_checkpoints
+from jaxtrain.train import buffers
 from jaxtrain.train.state import StateLayout, count_params
 
 # Fields that change which arrays exist or their shapes: a difference is an error.
 STRUCTURAL_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
                      "head_dim", "intermediate_size", "tie_embeddings", "qkv_bias", "qk_norm",
-                     "num_experts", "moe_intermediate_size")
+                     "num_experts", "moe_intermediate_size", "kv_lora_rank", "q_lora_rank",
+                     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "moe_shared_experts",
+                     "num_dense_layers", "moe_score_bias")
 # Fields that change the computation but not the weights (e.g. a longer RoPE base for context
 # extension): the run's value is used and the difference reported.
 NUMERICAL_FIELDS = ("family", "norm_eps", "rope_theta", "rope_scaling", "sliding_window",
-                    "num_experts_per_tok", "moe_score", "moe_norm_topk")
+                    "num_experts_per_tok", "moe_score", "moe_norm_topk", "rope_interleave",
+                    "moe_topk_method", "moe_n_group", "moe_topk_group", "moe_routed_scaling")
 ROPE_SCALING_FIELDS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                       "rope_original_max_len")
+                       "rope_original_max_len", "rope_beta_fast", "rope_beta_slow",
+                       "rope_mscale", "rope_mscale_all_dim")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,9 +147,11 @@ def load_params(path: str | Path, init_step: int, spec: ModelSpec,
 
 def initial_state(params: Any, tx: optax.GradientTransformation,
                   layout: StateLayout) -> dict[str, Any]:
-    """A train state at step 0 around `params`, with a fresh optimizer state."""
+    """A train state at step 0 around `params`, with a fresh optimizer state (over the
+    trainable parameters only: buffers such as the aux-free expert bias have none)."""
 
     def build(p: Any) -> dict[str, Any]:
-        return {"step": jnp.zeros((), jnp.int32), "params": p, "opt_state": tx.init(p)}
+        trainable, _ = buffers.split(layout.graphdef, p)
+        return {"step": jnp.zeros((), jnp.int32), "params": p, "opt_state": tx.init(trainable)}
 
     return jax.jit(build, out_shardings=layout.shardings, donate_argnums=0)(params)

@@ -37,6 +37,8 @@ RULE_PRESETS: dict[str, tuple[tuple[str, Any], ...]] = {
         ("heads", "tensor"),
         ("kv_heads", "tensor"),
         ("head_dim", None),
+        # Multi-head latent attention's compressed q / kv latents: small, kept whole.
+        ("latent", None),
         ("mlp", "tensor"),
         # Mixture-of-experts weights split by expert (expert parallelism); the batch is also
         # split over `expert`, so the axis acts as data parallel outside the expert layers.

@@ -8,6 +8,7 @@ import torch
 from flax import nnx
 
 from jaxtrain.models import Decoder, ModelSpec
+from jaxtrain.models.moe import RouterBias
 
 
 def hf_logits(model, tokens_BL: np.ndarray) -> np.ndarray:
@@ -22,15 +23,18 @@ def max_diff(a, b) -> float:
 
 
 def random_params(spec: ModelSpec) -> dict:
-    """Parameters of `spec` drawn so that norms and biases matter too (not left at 1 / 0)."""
+    """Parameters of `spec` drawn so that norms and biases matter too (not left at 1 / 0),
+    the expert score bias of aux-free balancing included."""
     abstract = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(params=0)))
-    params = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
+    params = nnx.to_pure_dict(nnx.state(abstract, (nnx.Param, RouterBias)))
     rng = np.random.default_rng(1)
 
     def draw(path, x):
         name = path[-1].key
         if name == "scale":
             return rng.uniform(0.5, 1.5, x.shape).astype(np.float32)
+        if name == "score_bias":  # large enough to change which experts win
+            return rng.normal(0.0, 0.3, x.shape).astype(np.float32)
         return rng.normal(0.0, 0.1 if name == "bias" else spec.init_std, x.shape).astype(
             np.float32)
 

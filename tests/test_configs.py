@@ -21,7 +21,8 @@ from jaxtrain.models.presets import PRESETS, PUBLISHED_PARAMS, model_config, mod
 from jaxtrain.models.spec import ConfigError, ModelSpec
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "deepseek_v2",
+            "deepseek_v3")
 
 
 def _defines_get_config(path: Path) -> bool:
@@ -40,9 +41,10 @@ def _config_stem(preset: str) -> str:
 
 
 def _abstract_param_count(spec: ModelSpec) -> int:
-    """Sum of the sizes of every state leaf of the model, built without allocating it."""
+    """Sum of the sizes of every parameter of the model, built without allocating it (buffers
+    such as DeepSeek V3's expert bias are not parameters, in transformers either)."""
     model = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(0)))
-    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(nnx.state(model)))
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
@@ -100,6 +102,10 @@ def test_published_parameter_counts() -> None:
     assert PUBLISHED_PARAMS["llama2-7b"] == 6_738_415_616
     assert PUBLISHED_PARAMS["llama3-8b"] == 8_030_261_248
     assert PUBLISHED_PARAMS["qwen3-8b"] == 8_190_735_360
+    # DeepSeek's papers round: V2-Lite 15.7B, V2 236B, V3 671B (its MTP module not counted).
+    assert round(PUBLISHED_PARAMS["deepseek-v2-lite"] / 1e9, 1) == 15.7
+    assert round(PUBLISHED_PARAMS["deepseek-v2"] / 1e9) == 236
+    assert round(PUBLISHED_PARAMS["deepseek-v3"] / 1e9) == 671
     for name, count in PUBLISHED_PARAMS.items():
         assert model_spec(name).num_params() == count, name
     for name in ("llama2-7b", "llama3-8b", "qwen3-8b"):
@@ -114,7 +120,9 @@ def _hf_param_count(family: str, **hf_config) -> int:
                     "qwen3": transformers.Qwen3Config,
                     "mistral": transformers.MistralConfig,
                     "mixtral": transformers.MixtralConfig,
-                    "qwen3_moe": transformers.Qwen3MoeConfig}[family]
+                    "qwen3_moe": transformers.Qwen3MoeConfig,
+                    "deepseek_v2": transformers.DeepseekV2Config,
+                    "deepseek_v3": transformers.DeepseekV3Config}[family]
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config_class(**hf_config))
     return sum(p.numel() for p in model.parameters())  # tied weights are listed once
@@ -140,6 +148,28 @@ _HF_CONFIGS = {
                           num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
                           head_dim=128, num_experts=128, num_experts_per_tok=8,
                           decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False),
+    "deepseek-v2-lite": dict(family="deepseek_v2", vocab_size=102400, hidden_size=2048,
+                             intermediate_size=10944, moe_intermediate_size=1408,
+                             num_hidden_layers=27, num_attention_heads=16,
+                             num_key_value_heads=16, n_shared_experts=2, n_routed_experts=64,
+                             num_experts_per_tok=6, first_k_dense_replace=1, q_lora_rank=None,
+                             kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                             v_head_dim=128, tie_word_embeddings=False),
+    "deepseek-v2": dict(family="deepseek_v2", vocab_size=102400, hidden_size=5120,
+                        intermediate_size=12288, moe_intermediate_size=1536,
+                        num_hidden_layers=60, num_attention_heads=128, num_key_value_heads=128,
+                        n_shared_experts=2, n_routed_experts=160, num_experts_per_tok=6,
+                        first_k_dense_replace=1, q_lora_rank=1536, kv_lora_rank=512,
+                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                        tie_word_embeddings=False),
+    # The multi-token-prediction module (num_nextn_predict_layers=1) is not built by either.
+    "deepseek-v3": dict(family="deepseek_v3", vocab_size=129280, hidden_size=7168,
+                        intermediate_size=18432, moe_intermediate_size=2048,
+                        num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
+                        n_shared_experts=1, n_routed_experts=256, num_experts_per_tok=8,
+                        first_k_dense_replace=3, q_lora_rank=1536, kv_lora_rank=512,
+                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                        n_group=8, topk_group=4, tie_word_embeddings=False),
 }
 
 
@@ -167,6 +197,14 @@ def _hf_moe_config(spec: ModelSpec) -> dict:
         return dict(num_local_experts=spec.num_experts,
                     intermediate_size=spec.moe_intermediate_size,
                     num_experts_per_tok=spec.num_experts_per_tok)
+    if spec.family in ("deepseek_v2", "deepseek_v3"):
+        return dict(n_routed_experts=spec.num_experts, n_shared_experts=spec.moe_shared_experts,
+                    moe_intermediate_size=spec.moe_intermediate_size,
+                    num_experts_per_tok=spec.num_experts_per_tok,
+                    first_k_dense_replace=spec.num_dense_layers,
+                    q_lora_rank=spec.q_lora_rank or None, kv_lora_rank=spec.kv_lora_rank,
+                    qk_nope_head_dim=spec.qk_nope_head_dim,
+                    qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim)
     if spec.family == "qwen3_moe":
         return dict(num_experts=spec.num_experts,
                     moe_intermediate_size=spec.moe_intermediate_size,
@@ -180,6 +218,14 @@ def test_active_parameter_counts() -> None:
     assert round(model_spec("mixtral-8x7b").num_active_params() / 1e9, 1) == 12.9
     assert 3.3e9 < model_spec("qwen3-30b-a3b").num_active_params() < 3.4e9
     assert round(model_spec("qwen3-235b-a22b").num_active_params() / 1e9) == 22
+    # DeepSeek's activated figures leave out the input embedding: V2-Lite 2.4B, V2 21B, V3 37B.
+    def activated(name: str) -> float:
+        spec = model_spec(name)
+        return (spec.num_active_params() - spec.vocab_size * spec.hidden_size) / 1e9
+
+    assert 2.4 <= activated("deepseek-v2-lite") < 2.5
+    assert round(activated("deepseek-v2")) == 21
+    assert round(activated("deepseek-v3")) == 37
     dense = model_spec("llama3-8b")
     assert dense.num_active_params() == dense.num_params()
 

@@ -97,7 +97,7 @@ def test_moe_keys_are_validated_by_name():
     with pytest.raises(ConfigError, match="moe_intermediate_size"):
         dataclasses.replace(SPEC, moe_intermediate_size=0).validate()
     with pytest.raises(ConfigError, match="moe_score"):
-        dataclasses.replace(SPEC, moe_score="sigmoid").validate()
+        dataclasses.replace(SPEC, moe_score="sparsemax").validate()
 
 
 def test_active_params_and_flops_count_top_k_experts():

@@ -46,10 +46,12 @@ def test_every_logical_name_is_mapped_and_every_rule_is_used(monkeypatch):
         return real(x, axes)
 
     monkeypatch.setattr(sharding, "constrain", recording)
-    # The dense model and a mixture of experts together use every logical name.
+    # The dense model, a mixture of experts and latent attention use every logical name.
     moe = dataclasses.replace(SPEC, num_experts=4, num_experts_per_tok=2,
                               moe_intermediate_size=16)
-    for spec in (SPEC, moe):
+    mla = dataclasses.replace(moe, kv_lora_rank=8, q_lora_rank=8, qk_nope_head_dim=8,
+                              qk_rope_head_dim=8, v_head_dim=8)
+    for spec in (SPEC, moe, mla):
         model = build_model(spec)
         model(jnp.zeros((1, 4), jnp.int32))
         _, abstract = state.abstract_model(spec)

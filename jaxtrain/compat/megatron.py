@@ -47,7 +47,9 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("fp32_residual_connection", False, "the residual stream follows model.dtype"),
     ("init_method_xavier_uniform", False, "only normal initialisation exists"),
     ("model_type", "gpt", "only decoder-only GPT models exist"),
-    ("multi_latent_attention", False, "multi-latent attention (MLA) is not implemented"),
+    ("multi_latent_attention", False, "multi-latent attention (MLA) keys are not mapped from "
+                                      "Megatron; start from configs/deepseek_v2*.py or "
+                                      "deepseek_v3.py"),
     ("fp16", False, "fp16 with loss scaling is not implemented; use bf16"),
     ("pipeline_model_parallel_size", 1, "pipeline parallelism is not implemented; use "
                                         "mesh.ici_fsdp / mesh.ici_tensor"),
@@ -157,8 +159,9 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     if experts:
         pattern = moe_layers(r.get("moe_layer_freq", 1), layers)
         r.unsupported("num_experts", f"mixture of experts ({sum(pattern)} of {layers} layers "
-                                     f"with {experts} experts) is not implemented yet: the "
-                                     "model zoo is dense")
+                                     f"with {experts} experts) keys are not mapped from "
+                                     "Megatron yet; the zoo's expert models start from "
+                                     "configs/mixtral_*, qwen3_*_a*b, deepseek_*")
     ffn = r.get("ffn_hidden_size")
     if ffn is None:  # Megatron's defaults: 4h, or its 2/3 rounded to 64 for SwiGLU
         ffn = int(4 * hidden * 2 / 3 / 64) * 64 if r.get("swiglu") else 4 * hidden

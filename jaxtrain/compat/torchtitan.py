@@ -45,7 +45,8 @@ UNSUPPORTED_FLAVORS = {
     ("llama3", f): "block-causal (document) attention masks are not implemented" for f in
     ("debugmodel_flex_attn", "debugmodel_varlen_attn", "8B_flex", "8B_varlen")}
 UNSUPPORTED_MODELS = {
-    "deepseek_v3": "DeepSeek-V3 (MLA attention and mixture of experts) is not implemented",
+    "deepseek_v3": "TorchTitan's DeepSeek-V3 flavours are not mapped; start from "
+                   "configs/deepseek_v3.py or deepseek_v3_debug.py",
     "llama4": "Llama 4 (mixture of experts, chunked attention) is not implemented",
     "qwen3_moe": "mixture of experts is not implemented yet",
     "gpt_oss": "GPT-OSS (mixture of experts, attention sinks) is not implemented",

@@ -6,7 +6,11 @@ layer. Both use the same half-split RoPE layout, so converting is only reshapes 
 Tensors are read and written one at a time, so peak host memory is one stacked parameter plus
 one checkpoint shard. Shape letters: D embed, N heads, K kv heads, H head dim, F mlp, V vocab,
 E experts. Mixture-of-experts weights are stacked over experts too ([layers, E, D, F]) where
-checkpoints keep one tensor per layer and expert.
+checkpoints keep one tensor per layer and expert. DeepSeek's leading dense blocks form a stack
+of their own (`dense_layers`), so a jaxtrain stack covers a range of checkpoint layers; its
+latent attention (MLA) shape letters: C q latent, R kv latent, P rotary dims, Q query/key head
+width, V' value head width. Its interleaved rotary pairs are rotated as stored, so no
+projection is permuted.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config
+from jaxtrain.interop.hf_layout import check_expert_layout, is_extra_layer
 from jaxtrain.models.decoder import Decoder
+from jaxtrain.models.moe import RouterBias
 from jaxtrain.models.spec import ConfigError, ModelSpec
 
 WEIGHTS_NAME = "model.safetensors"
@@ -53,6 +59,8 @@ class TensorMap:
     for per-expert ones (`experts` of them, stacked after layers). `shape` is the jaxtrain
     shape of one layer's (and expert's) slice; kernels (`in_rank` set) are stored by HF as
     [prod(out), prod(in)] where jaxtrain has [*in, *out] with `in_rank` input dimensions.
+    A stacked parameter covers checkpoint layers `layer_offset` onwards, `layer_count` of them
+    (0: every layer). `dtype` pins the stored dtype (the float32 expert bias).
     """
 
     path: tuple[str, ...]
@@ -61,29 +69,38 @@ class TensorMap:
     hf_shape: tuple[int, ...]
     in_rank: int | None = None
     experts: int = 0
+    layer_offset: int = 0
+    layer_count: int = 0
+    dtype: str | None = None
 
     @property
     def layered(self) -> bool:
         """Whether the parameter is stacked over layers (one HF tensor per layer)."""
         return "{i}" in self.hf_name
 
+    def count(self, num_layers: int) -> int:
+        """How many layers the stacked parameter holds."""
+        return self.layer_count or num_layers
+
     def names(self, num_layers: int) -> list[str]:
         """Every HF tensor name this parameter covers."""
         if not self.layered:
             return [self.hf_name]
-        return [name for i in range(num_layers) for _, name in self.layer_slots(i)]
+        return [name for j in range(self.count(num_layers)) for _, name in self.layer_slots(j)]
 
-    def layer_slots(self, i: int) -> list[tuple[tuple[int, ...], str]]:
-        """(index into the stacked parameter, HF tensor name) of every tensor of layer i."""
+    def layer_slots(self, j: int) -> list[tuple[tuple[int, ...], str]]:
+        """(index into the stacked parameter, HF tensor name) of every tensor of stack slot j
+        (checkpoint layer j + layer_offset)."""
+        i = j + self.layer_offset
         if not self.experts:
-            return [((i,), self.hf_name.format(i=i))]
-        return [((i, e), self.hf_name.format(i=i, e=e)) for e in range(self.experts)]
+            return [((j,), self.hf_name.format(i=i))]
+        return [((j, e), self.hf_name.format(i=i, e=e)) for e in range(self.experts)]
 
     def stacked_shape(self, num_layers: int) -> tuple[int, ...]:
         """The jaxtrain shape of the whole parameter."""
         if not self.layered:
             return self.shape
-        return (num_layers, *((self.experts,) if self.experts else ()), *self.shape)
+        return (self.count(num_layers), *((self.experts,) if self.experts else ()), *self.shape)
 
     def to_jaxtrain(self, x: np.ndarray) -> np.ndarray:
         """One HF tensor -> one jaxtrain (per-layer) slice."""
@@ -108,10 +125,44 @@ def _vector(path: tuple[str, ...], name: str, shape: tuple[int, ...]) -> TensorM
 
 def tensor_maps(spec: ModelSpec) -> list[TensorMap]:
     """The parameter <-> tensor table for a spec, in Hugging Face checkpoint order."""
-    d, n, k, h = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
-    f, v = spec.intermediate_size, spec.vocab_size
-    lay = "model.layers.{i}."
+    d, v = spec.hidden_size, spec.vocab_size
     maps = [TensorMap(("embed", "embedding"), "model.embed_tokens.weight", (v, d), (v, d))]
+    if spec.num_dense_layers:
+        maps += [dataclasses.replace(m, path=("dense_layers", *m.path[1:]),
+                                     layer_count=spec.num_dense_layers)
+                 for m in _block_maps(spec, dense=True)]
+        maps += [dataclasses.replace(m, layer_offset=spec.num_dense_layers,
+                                     layer_count=spec.num_layers - spec.num_dense_layers)
+                 for m in _block_maps(spec, dense=False)]
+    else:
+        maps += _block_maps(spec, dense=not spec.num_experts)
+    maps.append(_vector(("final_norm", "scale"), "model.norm.weight", (d,)))
+    if not spec.tie_embeddings:
+        maps.append(_kernel(("lm_head", "kernel"), "lm_head.weight", (d,), (v,)))
+    return maps
+
+
+def _block_maps(spec: ModelSpec, dense: bool) -> list[TensorMap]:
+    """The tensors of one kind of block (paths under `layers`), in checkpoint order."""
+    d, f = spec.hidden_size, spec.intermediate_size
+    lay = "model.layers.{i}."
+    maps = _mla_maps(spec, lay) if spec.mla else _attention_maps(spec, lay)
+    if not dense:
+        maps += _expert_maps(spec, lay)
+    else:
+        for proj, ins, outs in (("gate", d, f), ("up", d, f), ("down", f, d)):
+            maps.append(_kernel(("layers", "mlp", f"{proj}_proj", "kernel"),
+                                f"{lay}mlp.{proj}_proj.weight", (ins,), (outs,)))
+    maps.append(_vector(("layers", "input_norm", "scale"), f"{lay}input_layernorm.weight", (d,)))
+    maps.append(_vector(("layers", "post_attn_norm", "scale"),
+                        f"{lay}post_attention_layernorm.weight", (d,)))
+    return maps
+
+
+def _attention_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
+    """Grouped-query attention: q/k/v/o projections, optional biases and qk-norm weights."""
+    d, n, k, h = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
+    maps = []
     for proj, heads in (("q", n), ("k", k), ("v", k)):
         path = ("layers", "attn", f"{proj}_proj")
         maps.append(_kernel((*path, "kernel"), f"{lay}self_attn.{proj}_proj.weight", (d,),
@@ -124,19 +175,28 @@ def tensor_maps(spec: ModelSpec) -> list[TensorMap]:
         for norm in ("q_norm", "k_norm"):
             maps.append(_vector(("layers", "attn", norm, "scale"),
                                 f"{lay}self_attn.{norm}.weight", (h,)))
-    if spec.num_experts:
-        maps += _expert_maps(spec, lay)
-    else:
-        for proj, ins, outs in (("gate", d, f), ("up", d, f), ("down", f, d)):
-            maps.append(_kernel(("layers", "mlp", f"{proj}_proj", "kernel"),
-                                f"{lay}mlp.{proj}_proj.weight", (ins,), (outs,)))
-    maps.append(_vector(("layers", "input_norm", "scale"), f"{lay}input_layernorm.weight", (d,)))
-    maps.append(_vector(("layers", "post_attn_norm", "scale"),
-                        f"{lay}post_attention_layernorm.weight", (d,)))
-    maps.append(_vector(("final_norm", "scale"), "model.norm.weight", (d,)))
-    if not spec.tie_embeddings:
-        maps.append(_kernel(("lm_head", "kernel"), "lm_head.weight", (d,), (v,)))
     return maps
+
+
+def _mla_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
+    """Multi-head latent attention, named as DeepSeek's checkpoints name it."""
+    d, n, c, r = spec.hidden_size, spec.num_heads, spec.q_lora_rank, spec.kv_lora_rank
+    q = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+    attn, hf = ("layers", "attn"), f"{lay}self_attn."
+    if c:
+        maps = [_kernel((*attn, "q_a_proj", "kernel"), f"{hf}q_a_proj.weight", (d,), (c,)),
+                _vector((*attn, "q_a_norm", "scale"), f"{hf}q_a_layernorm.weight", (c,)),
+                _kernel((*attn, "q_b_proj", "kernel"), f"{hf}q_b_proj.weight", (c,), (n, q))]
+    else:
+        maps = [_kernel((*attn, "q_proj", "kernel"), f"{hf}q_proj.weight", (d,), (n, q))]
+    return maps + [
+        _kernel((*attn, "kv_a_proj", "kernel"), f"{hf}kv_a_proj_with_mqa.weight", (d,),
+                (r + spec.qk_rope_head_dim,)),
+        _vector((*attn, "kv_a_norm", "scale"), f"{hf}kv_a_layernorm.weight", (r,)),
+        _kernel((*attn, "kv_b_proj", "kernel"), f"{hf}kv_b_proj.weight", (r,),
+                (n, spec.qk_nope_head_dim + spec.v_head_dim)),
+        _kernel((*attn, "o_proj", "kernel"), f"{hf}o_proj.weight", (n, spec.v_head_dim), (d,)),
+    ]
 
 
 # Per-expert tensor names: (router, expert prefix, gate, up, down) of each MoE family.
@@ -144,6 +204,8 @@ _EXPERT_NAMES = {
     "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{e}.", "w1", "w3",
                 "w2"),
     "qwen3_moe": ("mlp.gate.weight", "mlp.experts.{e}.", "gate_proj", "up_proj", "down_proj"),
+    "deepseek_v2": ("mlp.gate.weight", "mlp.experts.{e}.", "gate_proj", "up_proj", "down_proj"),
+    "deepseek_v3": ("mlp.gate.weight", "mlp.experts.{e}.", "gate_proj", "up_proj", "down_proj"),
 }
 
 
@@ -161,6 +223,15 @@ def _expert_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
         maps.append(dataclasses.replace(
             _kernel(("layers", "mlp", path), f"{lay}{prefix}{name}.weight", (ins,), (outs,)),
             experts=e))
+    if spec.moe_shared_experts:
+        fs = spec.moe_shared_experts * f
+        for proj, ins, outs in (("gate", d, fs), ("up", d, fs), ("down", fs, d)):
+            maps.append(_kernel(("layers", "mlp", "shared", f"{proj}_proj", "kernel"),
+                                f"{lay}mlp.shared_experts.{proj}_proj.weight", (ins,), (outs,)))
+    if spec.moe_score_bias:
+        maps.append(dataclasses.replace(
+            _vector(("layers", "mlp", "score_bias"), f"{lay}mlp.gate.e_score_correction_bias",
+                    (e,)), dtype="float32"))
     return maps
 
 
@@ -205,6 +276,7 @@ def load_hf_params(folder: str | pathlib.Path, spec: ModelSpec | None = None,
     elif overrides:
         spec = dataclasses.replace(spec, **overrides)
     files = _checkpoint_index(folder)
+    check_expert_layout(str(folder), files, spec)
     maps = tensor_maps(spec)
     expected = {name for m in maps for name in m.names(spec.num_layers)}
     missing = sorted(expected - set(files))
@@ -215,7 +287,8 @@ def load_hf_params(folder: str | pathlib.Path, spec: ModelSpec | None = None,
                           f"{_TIE_HINT if missing == ['lm_head.weight'] else ''}.")
     tied_head = spec.tie_embeddings and "lm_head.weight" in files
     extra = sorted(n for n in set(files) - expected
-                   if not _IGNORED.match(n) and not (tied_head and n == "lm_head.weight"))
+                   if not _IGNORED.match(n) and not (tied_head and n == "lm_head.weight")
+                   and not is_extra_layer(n, spec))
     if extra:
         raise ConfigError(f"{folder}: checkpoint has {len(extra)} tensor(s) the {spec.family} "
                           f"spec has no place for (another architecture, or a config that does "
@@ -236,13 +309,14 @@ def load_hf_params(folder: str | pathlib.Path, spec: ModelSpec | None = None,
             return handle.get_tensor(name)
 
         for m in maps:
+            m_dtype = np.dtype(m.dtype) if m.dtype else dtype
             if m.layered:
-                value = np.empty(m.stacked_shape(spec.num_layers), dtype)
-                for i in range(spec.num_layers):
-                    for index, name in m.layer_slots(i):
-                        value[index] = m.to_jaxtrain(read(name, m.hf_shape)).astype(dtype)
+                value = np.empty(m.stacked_shape(spec.num_layers), m_dtype)
+                for j in range(m.count(spec.num_layers)):
+                    for index, name in m.layer_slots(j):
+                        value[index] = m.to_jaxtrain(read(name, m.hf_shape)).astype(m_dtype)
             else:
-                value = m.to_jaxtrain(read(m.hf_name, m.hf_shape)).astype(dtype)
+                value = m.to_jaxtrain(read(m.hf_name, m.hf_shape)).astype(m_dtype)
             _set(params, m.path, value)
         if tied_head:
             head = read("lm_head.weight", (spec.vocab_size, spec.hidden_size))
@@ -279,7 +353,7 @@ def _flatten(tree: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], A
 def _leaves(spec: ModelSpec, params: Any, maps: list[TensorMap]) -> dict[tuple[str, ...], Any]:
     """Path -> array, checked against the spec: every leaf present, no extra, right shapes."""
     if isinstance(params, nnx.Module):
-        params = nnx.state(params, nnx.Param)
+        params = nnx.state(params, (nnx.Param, RouterBias))
     if isinstance(params, nnx.State):
         params = nnx.to_pure_dict(params)
     leaves = _flatten(params)
@@ -334,8 +408,10 @@ def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path
     # Plan shards from shapes alone (layer by layer, like transformers), then read tensors.
     layered = [m for m in maps if m.layered]
     order = [(m, None, m.hf_name) for m in maps if not m.layered and m.path[0] == "embed"]
+    # Layer by layer in checkpoint order, whichever stack holds the layer.
     order += [(m, index, name) for i in range(spec.num_layers) for m in layered
-              for index, name in m.layer_slots(i)]
+              if 0 <= i - m.layer_offset < m.count(spec.num_layers)
+              for index, name in m.layer_slots(i - m.layer_offset)]
     order += [(m, None, m.hf_name) for m in maps if not m.layered and m.path[0] != "embed"]
     shards: list[list[tuple[TensorMap, tuple[int, ...] | None, str]]] = [[]]
     shard_bytes = 0
@@ -359,7 +435,7 @@ def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path
         for m, index, name in shard:
             leaf = leaves[m.path]
             tensors[name] = m.to_hf(_host(leaf if index is None else leaf[index])
-                                    .astype(np_dtype))
+                                    .astype(np.dtype(m.dtype) if m.dtype else np_dtype))
             weight_map[name] = file
             total += tensors[name].nbytes
         save_file(tensors, str(out / file), metadata={"format": "pt"})

@@ -1,5 +1,5 @@
-"""Hugging Face `config.json` <-> `ModelSpec`, for Llama 2/3, Qwen 2.5/3, Mistral, Mixtral and
-Qwen3-MoE.
+"""Hugging Face `config.json` <-> `ModelSpec`, for Llama 2/3, Qwen 2.5/3, Mistral, Mixtral,
+Qwen3-MoE and DeepSeek V2/V3 (the DeepSeek keys live in `jaxtrain.interop.hf_deepseek`).
 
 Reading accepts both the transformers-4 layout (`rope_theta` at top level, `rope_scaling`) and
 the transformers-5 one (`rope_parameters` holding `rope_theta`); writing uses the layout of the
@@ -17,6 +17,12 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+from jaxtrain.interop.hf_deepseek import (
+    DEEPSEEK_FAMILIES,
+    check_deepseek_expressible,
+    deepseek_config,
+    deepseek_fields,
+)
 from jaxtrain.models.spec import ConfigError, ModelSpec
 
 # Architecture name (config.json `architectures[0]`) -> (spec family, transformers model_type).
@@ -27,6 +33,8 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "MistralForCausalLM": ("mistral", "mistral"),
     "MixtralForCausalLM": ("mixtral", "mixtral"),
     "Qwen3MoeForCausalLM": ("qwen3_moe", "qwen3_moe"),
+    "DeepseekV2ForCausalLM": ("deepseek_v2", "deepseek_v2"),
+    "DeepseekV3ForCausalLM": ("deepseek_v3", "deepseek_v3"),
 }
 FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
 _MODEL_TYPE_ARCHITECTURE = {mt: arch for arch, (_, mt) in ARCHITECTURES.items()}
@@ -88,6 +96,8 @@ def _rope_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
         fields["rope_scaling"] = "none"
     elif kind in ("linear", "llama3") and params.get("factor") is None:
         raise ConfigError(f"{where}: rope type {kind!r} needs a `factor`.")
+    elif kind == "yarn":
+        fields.update(_yarn_fields(cfg, params, where))
     elif kind == "linear":
         fields.update(rope_scaling="linear", rope_factor=float(params["factor"]))
     elif kind == "llama3":
@@ -99,11 +109,30 @@ def _rope_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
                                       or cfg["max_position_embeddings"]))
     else:
         raise ConfigError(f"{where}: rope type {kind!r} is not supported; supported: default, "
-                          "linear, llama3.")
+                          "linear, llama3, yarn.")
     prf = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     if float(prf) != 1.0:
         raise ConfigError(f"{where}: partial_rotary_factor={prf} is not supported (only 1.0).")
     return fields
+
+
+def _yarn_fields(cfg: Mapping[str, Any], params: Mapping[str, Any], where: str
+                 ) -> dict[str, Any]:
+    """The YaRN keys; a missing factor is the context ratio, as transformers infers it."""
+    for key, value in (("attention_factor", None), ("truncate", True)):
+        if params.get(key, value) != value:
+            raise ConfigError(f"{where}: yarn {key}={params[key]!r} is not supported (only "
+                              f"the default, {value}).")
+    original = params.get("original_max_position_embeddings")
+    if original is None:
+        raise ConfigError(f"{where}: rope type 'yarn' needs `original_max_position_embeddings`.")
+    factor = params.get("factor") or int(cfg["max_position_embeddings"]) / int(original)
+    return dict(rope_scaling="yarn", rope_factor=float(factor),
+                rope_original_max_len=int(original),
+                rope_beta_fast=float(params.get("beta_fast") or 32.0),
+                rope_beta_slow=float(params.get("beta_slow") or 1.0),
+                rope_mscale=float(params.get("mscale") or 0.0),
+                rope_mscale_all_dim=float(params.get("mscale_all_dim") or 0.0))
 
 
 def _qwen_window(cfg: Mapping[str, Any], num_layers: int, where: str) -> int:
@@ -169,7 +198,7 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
     if cfg.get("mlp_bias"):
         raise ConfigError(f"{where}: mlp_bias=true is not supported (bias-free MLP only).")
     attention_bias = bool(cfg.get("attention_bias", False))
-    if attention_bias and family in ("llama", "qwen3", "qwen3_moe"):
+    if attention_bias and family in ("llama", "qwen3", "qwen3_moe", *DEEPSEEK_FAMILIES):
         # Both put the bias on o_proj too, which the decoder does not have.
         raise ConfigError(f"{where}: attention_bias=true ({arch}) adds an o_proj bias, which "
                           "is not supported; only Qwen2-style q/k/v biases are.")
@@ -203,6 +232,8 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
         **_rope_fields(cfg, where),
         **_moe_fields(cfg, family, where),
     )
+    if family in DEEPSEEK_FAMILIES:
+        fields.update(deepseek_fields(cfg, family, where))
     known = {f.name for f in dataclasses.fields(ModelSpec)}
     unknown = sorted(set(overrides) - known)
     if unknown:
@@ -218,6 +249,19 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
 def _check_expressible(spec: ModelSpec, arch: str) -> None:
     """ConfigError when the spec has a feature the family's HF architecture lacks."""
     family = spec.family
+    if family in DEEPSEEK_FAMILIES:
+        check_deepseek_expressible(spec, arch)
+        return
+    deepseek_only = {"kv_lora_rank": spec.mla, "num_dense_layers": spec.num_dense_layers,
+                     "moe_shared_experts": spec.moe_shared_experts,
+                     "moe_score_bias": spec.moe_score_bias,
+                     "moe_score": spec.moe_score == "sigmoid",
+                     "moe_topk_method": spec.moe_topk_method != "greedy",
+                     "moe_routed_scaling": spec.moe_routed_scaling != 1.0}
+    for key, used in deepseek_only.items():
+        if used:
+            raise ConfigError(f"model.{key}={getattr(spec, key)!r} has no place in {arch}; "
+                              "use family 'deepseek_v2' or 'deepseek_v3', or the default.")
     wants = {"qwen2": (True, False), "qwen3": (False, True),
              "qwen3_moe": (False, True)}.get(family, (False, False))
     if (spec.qkv_bias, spec.qk_norm) != wants:
@@ -244,6 +288,16 @@ def _rope_parameters(spec: ModelSpec) -> dict[str, Any]:
         return {"rope_type": "default"}
     if spec.rope_scaling == "linear":
         return {"rope_type": "linear", "factor": spec.rope_factor}
+    if spec.rope_scaling == "yarn":
+        rope = {"rope_type": "yarn", "factor": spec.rope_factor,
+                "original_max_position_embeddings": spec.rope_original_max_len,
+                "beta_fast": spec.rope_beta_fast, "beta_slow": spec.rope_beta_slow}
+        # 0 means unset, which transformers spells by leaving the key out.
+        for key, value in (("mscale", spec.rope_mscale),
+                           ("mscale_all_dim", spec.rope_mscale_all_dim)):
+            if value:
+                rope[key] = value
+        return rope
     return {"rope_type": "llama3", "factor": spec.rope_factor,
             "low_freq_factor": spec.rope_low_freq_factor,
             "high_freq_factor": spec.rope_high_freq_factor,
@@ -271,7 +325,8 @@ def _moe_config(spec: ModelSpec) -> dict[str, Any]:
 
 def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
                         extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A transformers `config.json` dict for the spec's family (llama, qwen2, qwen3, mistral).
+    """A transformers `config.json` dict for the spec's family (llama, qwen2, qwen3, mistral,
+    mixtral, qwen3_moe, deepseek_v2, deepseek_v3).
 
     `dtype` is the stored weight dtype (default `spec.param_dtype`); `extra` keys (token ids,
     say) are added last. Raises ConfigError when the family cannot express the spec.
@@ -306,7 +361,10 @@ def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
         cfg["mlp_bias"] = False
     if spec.family in ("mistral", "mixtral"):
         cfg["sliding_window"] = spec.sliding_window or None
-    cfg.update(_moe_config(spec))
+    if spec.family in DEEPSEEK_FAMILIES:
+        cfg.update(deepseek_config(spec))
+    else:
+        cfg.update(_moe_config(spec))
     if spec.family in _QWEN:
         window = bool(spec.sliding_window)
         cfg.update(use_sliding_window=window, sliding_window=spec.sliding_window or None,

@@ -4,6 +4,10 @@ Shape letters: B batch, L length, D embed, V vocab, S cache length, E experts.
 Blocks are created with `nnx.vmap` so every parameter gains a leading `layers` dimension, and run
 with `nnx.scan` (plus `nnx.remat` when asked), so compile time does not grow with depth;
 `scan_layers=False` unrolls the same scan, keeping one parameter layout either way.
+
+A mixture of experts whose first blocks are dense (DeepSeek's `first_k_dense_replace`) keeps
+those in a second stack, `dense_layers`, scanned before `layers`; only such specs have it, so
+every other family keeps its parameter tree.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ from flax import nnx
 from jaxtrain import sharding
 from jaxtrain.models.attention import Attention
 from jaxtrain.models.layers import Dense, Embed, RMSNorm
+from jaxtrain.models.mla import MLAttention
 from jaxtrain.models.mlp import SwiGLU
 from jaxtrain.models.moe import MoE
 from jaxtrain.models.rope import rope_angles
 from jaxtrain.models.spec import ModelSpec
 
-Cache = dict[str, jax.Array]  # {"k": [layers, B, S, K, H], "v": same}
+# {"k": [layers, B, S, K, H], "v": same} (MLA: [layers, B, S, N, Q] and [layers, B, S, N, V]),
+# plus "dense_k" / "dense_v" for the leading dense stack when there is one.
+Cache = dict[str, jax.Array]
 
 _REMAT_POLICIES = {
     "full": None,
@@ -34,14 +41,16 @@ _REMAT_POLICIES = {
 
 class Block(nnx.Module):
     """x + attn(norm(x)), then x + mlp(norm(x)); the mlp is a mixture of experts when
-    `num_experts` > 0, whose routing statistics the block returns ({} for a dense mlp)."""
+    `num_experts` > 0 and not `dense`, whose routing statistics the block returns ({} for a
+    dense mlp). The attention is latent (MLA) when `kv_lora_rank` > 0."""
 
-    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, dense: bool = False):
         norm = dict(dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
         self.input_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
-        self.attn = Attention(spec, rngs=rngs)
+        self.attn = MLAttention(spec, rngs=rngs) if spec.mla else Attention(spec, rngs=rngs)
         self.post_attn_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
-        self.mlp = MoE(spec, rngs=rngs) if spec.num_experts else SwiGLU(spec, rngs=rngs)
+        experts = spec.num_experts and not dense
+        self.mlp = MoE(spec, rngs=rngs) if experts else SwiGLU(spec, rngs=rngs)
 
     def __call__(self, x_BLD, cos, sin, index_BL, segment_BL=None, cache=None):
         attn_BLD, cache = self.attn(self.input_norm(x_BLD), cos, sin, index_BL, segment_BL,
@@ -60,6 +69,17 @@ class Block(nnx.Module):
         return self.mlp(x_BLD), {}
 
 
+def _stack(spec: ModelSpec, count: int, dense: bool, rngs: nnx.Rngs) -> Block:
+    """`count` blocks whose parameters are stacked over a leading `layers` dimension."""
+
+    @nnx.split_rngs(splits=count)
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def make_blocks(block_rngs: nnx.Rngs) -> Block:
+        return Block(spec, rngs=block_rngs, dense=dense)
+
+    return make_blocks(rngs)
+
+
 class Decoder(nnx.Module):
     """A causal language model; `__call__` returns float logits [B, L, V] in compute dtype."""
 
@@ -67,13 +87,9 @@ class Decoder(nnx.Module):
         self.spec = spec
         self.embed = Embed(spec.vocab_size, spec.hidden_size, rngs=rngs, std=spec.init_std,
                            dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
-
-        @nnx.split_rngs(splits=spec.num_layers)
-        @nnx.vmap(in_axes=(0,), out_axes=0)
-        def make_blocks(block_rngs: nnx.Rngs) -> Block:
-            return Block(spec, rngs=block_rngs)
-
-        self.layers = make_blocks(rngs)
+        if spec.num_dense_layers:
+            self.dense_layers = _stack(spec, spec.num_dense_layers, True, rngs)
+        self.layers = _stack(spec, spec.num_layers - spec.num_dense_layers, False, rngs)
         self.final_norm = RMSNorm(spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype,
                                   param_dtype=spec.jnp_param_dtype)
         self.lm_head = None if spec.tie_embeddings else Dense(
@@ -103,6 +119,7 @@ class Decoder(nnx.Module):
         x_BLD = self.embed(tokens_BL)
         unroll = True if not spec.scan_layers else 1
 
+        dense_layers = getattr(self, "dense_layers", None)
         if cache is None:
             def layer(x, block):
                 x, _, stats = block(x, cos, sin, index_BL, segment_ids_BL)
@@ -110,18 +127,25 @@ class Decoder(nnx.Module):
 
             if spec.remat != "none":
                 layer = nnx.remat(layer, policy=_REMAT_POLICIES[spec.remat])
-            x_BLD, stats = nnx.scan(layer, in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0),
-                                    unroll=unroll)(x_BLD, self.layers)
+            scan = nnx.scan(layer, in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0),
+                            unroll=unroll)
+            if dense_layers is not None:
+                x_BLD, _ = scan(x_BLD, dense_layers)  # dense blocks have no statistics
+            x_BLD, stats = scan(x_BLD, self.layers)
             new_cache = None
         else:
             def layer_with_cache(x, block, k, v):
                 x, (k, v), _ = block(x, cos, sin, index_BL, None, (k, v))
                 return x, (k, v)
 
-            x_BLD, (k, v) = nnx.scan(layer_with_cache, in_axes=(nnx.Carry, 0, 0, 0),
-                                     out_axes=(nnx.Carry, 0), unroll=unroll)(
-                x_BLD, self.layers, cache["k"], cache["v"])
-            new_cache = {"k": k, "v": v}
+            scan = nnx.scan(layer_with_cache, in_axes=(nnx.Carry, 0, 0, 0),
+                            out_axes=(nnx.Carry, 0), unroll=unroll)
+            new_cache = {}
+            if dense_layers is not None:
+                x_BLD, (k, v) = scan(x_BLD, dense_layers, cache["dense_k"], cache["dense_v"])
+                new_cache.update(dense_k=k, dense_v=v)
+            x_BLD, (k, v) = scan(x_BLD, self.layers, cache["k"], cache["v"])
+            new_cache.update(k=k, v=v)
             stats = {}
         return self.final_norm(x_BLD), new_cache, stats
 
@@ -142,7 +166,7 @@ class Decoder(nnx.Module):
     def forward_with_stats(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
                            segment_ids_BL: jax.Array | None = None
                            ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """Logits [B, L, V] plus the mixture-of-experts statistics of every layer
+        """Logits [B, L, V] plus the mixture-of-experts statistics of every expert layer
         ({"aux_loss": [layers], "z_loss": [layers], "load": [layers, E]}; {} when dense)."""
         x_BLD, _, stats = self._run(tokens_BL, positions_BL, segment_ids_BL, None, 0)
         return self.logits(x_BLD), stats
@@ -150,9 +174,20 @@ class Decoder(nnx.Module):
     def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> Cache:
         """An empty key/value cache for `batch` rows of up to `max_len` tokens."""
         spec = self.spec
-        shape = (spec.num_layers, batch, max_len, spec.num_kv_heads, spec.head_dim)
         dtype = dtype or spec.jnp_dtype
-        return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+        if spec.mla:
+            k_shape = (batch, max_len, spec.num_heads,
+                       spec.qk_nope_head_dim + spec.qk_rope_head_dim)
+            v_shape = (batch, max_len, spec.num_heads, spec.v_head_dim)
+        else:
+            k_shape = v_shape = (batch, max_len, spec.num_kv_heads, spec.head_dim)
+        moe_stack = spec.num_layers - spec.num_dense_layers
+        cache = {"k": jnp.zeros((moe_stack, *k_shape), dtype),
+                 "v": jnp.zeros((moe_stack, *v_shape), dtype)}
+        if spec.num_dense_layers:
+            cache["dense_k"] = jnp.zeros((spec.num_dense_layers, *k_shape), dtype)
+            cache["dense_v"] = jnp.zeros((spec.num_dense_layers, *v_shape), dtype)
+        return cache
 
 
 def build_model(spec: ModelSpec, seed: int = 0) -> Decoder:

@@ -17,8 +17,9 @@ from jaxtrain.models.spec import ModelSpec
 class SwiGLU(nnx.Module):
     """Gated MLP with SiLU, as in Llama, Qwen and Mistral."""
 
-    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
-        d, f = spec.hidden_size, spec.intermediate_size
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, intermediate_size: int = 0):
+        # intermediate_size overrides the spec's (a mixture of experts' shared experts).
+        d, f = spec.hidden_size, intermediate_size or spec.intermediate_size
         common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
                       param_dtype=spec.jnp_param_dtype)
         self.gate_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)

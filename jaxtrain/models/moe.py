@@ -1,7 +1,13 @@
-"""The mixture-of-experts feed-forward block: a softmax router picks top-k SwiGLU experts per token.
+"""The mixture-of-experts feed-forward block: a router picks top-k SwiGLU experts per token.
 
 Shape letters: B batch, L length, D embed, E experts, K top-k, F expert hidden size,
-T tokens (B x L), A assignments (T x K).
+T tokens (B x L), A assignments (T x K), G expert groups, P experts per group.
+
+Routers score experts by softmax (Mixtral, Qwen-MoE, DeepSeek V2) or sigmoid (DeepSeek V3),
+may first limit each token to its best groups of experts (DeepSeek), and may add a per-expert
+bias to the scores that choose experts, never to the weights (DeepSeek V3's auxiliary-loss-free
+balancing: the train step moves the bias toward even load, see `updated_router_bias`). Shared
+experts (DeepSeek) are one dense SwiGLU every token passes through, added to the routed output.
 
 Routing is dropless: every token reaches all of its k experts, whatever the load. Assignments
 are sorted by expert so each expert's tokens are contiguous, then one `jax.lax.ragged_dot`
@@ -18,28 +24,70 @@ from flax import nnx
 
 from jaxtrain import sharding
 from jaxtrain.models.layers import Dense, make_param
+from jaxtrain.models.mlp import SwiGLU
 from jaxtrain.models.spec import ModelSpec
 
 MoeStats = dict[str, jax.Array]  # {"aux_loss": [], "z_loss": [], "load": [E]}
 
 
-def route(logits_TE: jax.Array, k: int, score: str, norm_topk: bool
-          ) -> tuple[jax.Array, jax.Array, jax.Array]:
+class RouterBias(nnx.Variable):
+    """The per-expert score bias of auxiliary-loss-free balancing (transformers'
+    `e_score_correction_bias`). A Variable of its own type, not an `nnx.Param`: it gets no
+    gradient and the optimizer never sees it; the train step sets it from the expert load."""
+
+
+def limit_to_groups(choice_TE: jax.Array, method: str, n_group: int, topk_group: int
+                    ) -> jax.Array:
+    """`choice` with every expert outside the token's `topk_group` best groups set to -inf.
+
+    A group's score is its best expert's ("group_limited_greedy", DeepSeek V2) or the sum of
+    its two best ("noaux_tc", DeepSeek V3); "greedy" keeps every expert.
+    """
+    if method == "greedy":
+        return choice_TE
+    t, e = choice_TE.shape
+    choice_TGP = choice_TE.reshape(t, n_group, e // n_group)
+    if method == "group_limited_greedy":
+        group_TG = jnp.max(choice_TGP, axis=-1)
+    else:
+        group_TG = jnp.sum(jax.lax.top_k(choice_TGP, 2)[0], axis=-1)
+    _, kept_TK = jax.lax.top_k(group_TG, topk_group)
+    keep_TG = jnp.any(jax.nn.one_hot(kept_TK, n_group, dtype=jnp.bool_), axis=1)
+    keep_TE = jnp.repeat(keep_TG, e // n_group, axis=-1)
+    return jnp.where(keep_TE, choice_TE, -jnp.inf)
+
+
+def route(logits_TE: jax.Array, k: int, score: str, norm_topk: bool, *,
+          bias_E: jax.Array | None = None, topk_method: str = "greedy", n_group: int = 1,
+          topk_group: int = 1, scaling: float = 1.0) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(weights [T, K], experts [T, K], probs [T, E]) from float32 router logits.
 
     score "topk_softmax" (Mixtral) takes the k largest logits and softmaxes over them;
-    "softmax_topk" (Qwen-MoE) softmaxes over all experts, keeps the k largest probabilities
-    and renormalises them to sum to one only when `norm_topk`. `probs` is always the softmax
-    over all experts, which the load-balancing loss needs.
+    "softmax_topk" (Qwen-MoE, DeepSeek V2) softmaxes over all experts, keeps the k largest
+    probabilities and renormalises them to sum to one only when `norm_topk`; "sigmoid"
+    (DeepSeek V3) scores each expert by its own sigmoid, renormalised likewise. Experts are
+    chosen by score + `bias_E` among the groups `limit_to_groups` keeps, weighted by the
+    unbiased score times `scaling`. `probs` (the load-balancing loss's router probabilities)
+    is the softmax over all experts, or for sigmoid the scores normalised to sum to one.
     """
     probs_TE = jax.nn.softmax(logits_TE, axis=-1)
-    if score == "topk_softmax":
+    plain = bias_E is None and topk_method == "greedy" and scaling == 1.0
+    if score == "topk_softmax" and plain:
         top_logits_TK, experts_TK = jax.lax.top_k(logits_TE, k)
         return jax.nn.softmax(top_logits_TK, axis=-1), experts_TK, probs_TE
-    weights_TK, experts_TK = jax.lax.top_k(probs_TE, k)
-    if norm_topk:
-        weights_TK = weights_TK / jnp.sum(weights_TK, axis=-1, keepdims=True)
-    return weights_TK, experts_TK, probs_TE
+    if score == "sigmoid":
+        scores_TE = jax.nn.sigmoid(logits_TE)
+        probs_TE = scores_TE / jnp.sum(scores_TE, axis=-1, keepdims=True)
+    else:
+        scores_TE = probs_TE
+    choice_TE = scores_TE if bias_E is None else scores_TE + bias_E.astype(jnp.float32)
+    choice_TE = limit_to_groups(choice_TE, topk_method, n_group, topk_group)
+    _, experts_TK = jax.lax.top_k(choice_TE, k)
+    weights_TK = jnp.take_along_axis(scores_TE, experts_TK, axis=-1)
+    if norm_topk or score == "topk_softmax":
+        # The tiny floor keeps sigmoid scores that all underflowed from dividing by zero.
+        weights_TK = weights_TK / (jnp.sum(weights_TK, axis=-1, keepdims=True) + 1e-20)
+    return weights_TK * scaling, experts_TK, probs_TE
 
 
 def load_balancing_loss(probs_TE: jax.Array, experts_TK: jax.Array) -> tuple[jax.Array,
@@ -62,12 +110,15 @@ def router_z_loss(logits_TE: jax.Array) -> jax.Array:
 
 
 class MoE(nnx.Module):
-    """Router plus `num_experts` SwiGLU experts; returns the output and the routing statistics."""
+    """Router plus `num_experts` SwiGLU experts (and optional shared experts and expert bias);
+    returns the output and the routing statistics."""
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         d, f, e = spec.hidden_size, spec.moe_intermediate_size, spec.num_experts
         self.k, self.score, self.norm_topk = (spec.num_experts_per_tok, spec.moe_score,
                                               spec.moe_norm_topk)
+        self.groups = dict(topk_method=spec.moe_topk_method, n_group=spec.moe_n_group,
+                           topk_group=spec.moe_topk_group, scaling=spec.moe_routed_scaling)
         self.dtype = spec.jnp_dtype
         pdt = spec.jnp_param_dtype
         # Routing decisions are made in float32 whatever the compute dtype: near-ties in
@@ -77,12 +128,21 @@ class MoE(nnx.Module):
         self.gate_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
         self.up_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
         self.down_proj = make_param(rngs, (e, f, d), ("exp", "mlp", "embed"), spec.init_std, pdt)
+        # Attributes only when used, so Mixtral / Qwen3-MoE keep their parameter tree.
+        if spec.moe_shared_experts:
+            self.shared = SwiGLU(spec, rngs=rngs,
+                                 intermediate_size=spec.moe_shared_experts * f)
+        if spec.moe_score_bias:
+            # float32 whatever param_dtype: bias steps of ~1e-3 vanish in bfloat16 near 1.
+            self.score_bias = RouterBias(jnp.zeros((e,), jnp.float32), logical_axes=("exp",))
 
     def __call__(self, x_BLD: jax.Array) -> tuple[jax.Array, MoeStats]:
         b, l, d = x_BLD.shape
         x_TD = x_BLD.reshape(b * l, d)
         logits_TE = self.router(x_TD)
-        weights_TK, experts_TK, probs_TE = route(logits_TE, self.k, self.score, self.norm_topk)
+        bias_E = self.score_bias[...] if hasattr(self, "score_bias") else None
+        weights_TK, experts_TK, probs_TE = route(logits_TE, self.k, self.score, self.norm_topk,
+                                                 bias_E=bias_E, **self.groups)
         aux_loss, load_E = load_balancing_loss(probs_TE, experts_TK)
         stats = {"aux_loss": aux_loss, "z_loss": router_z_loss(logits_TE), "load": load_E}
 
@@ -101,6 +161,8 @@ class MoE(nnx.Module):
         # Back to (token, slot) order, then the router-weighted sum over each token's k experts.
         y_TKD = jnp.zeros_like(y_AD).at[order_A].set(y_AD).reshape(b * l, self.k, d)
         y_TD = jnp.einsum("tkd,tk->td", y_TKD, weights_TK.astype(self.dtype))
+        if hasattr(self, "shared"):
+            y_TD = y_TD + self.shared(x_BLD).reshape(b * l, d)
         y_BLD = sharding.constrain(y_TD.reshape(b, l, d), ("activation_batch",
                                                            "activation_length",
                                                            "activation_embed"))
@@ -123,3 +185,13 @@ def moe_losses(stats: MoeStats, aux_coef: float, z_coef: float
     metrics = {"moe_aux_loss": aux_loss, "moe_z_loss": z_loss,
                "moe_load_max": jnp.max(stats["load"]), "moe_load_min": jnp.min(stats["load"])}
     return aux_coef * aux_loss + z_coef * z_loss, metrics
+
+
+def updated_router_bias(bias_LE: jax.Array, load_LE: jax.Array, rate: float) -> jax.Array:
+    """Auxiliary-loss-free balancing (DeepSeek V3): each layer's bias moves by `rate` toward
+    even load, up for experts below the mean load and down for those above it.
+
+    `load_LE` is each layer's fraction of assignments per expert over the step.
+    """
+    mean_L1 = jnp.mean(load_LE, axis=-1, keepdims=True)
+    return bias_LE + rate * jnp.sign(mean_L1 - load_LE).astype(bias_LE.dtype)

@@ -34,6 +34,24 @@ _MIXTRAL = dict(family="mixtral", vocab_size=32000, norm_eps=1e-5, rope_theta=10
                 moe_score="topk_softmax", moe_aux_loss_coef=0.04)
 _QWEN3_MOE = dict(_QWEN3, family="qwen3_moe", num_experts=128, num_experts_per_tok=8,
                   moe_score="softmax_topk", moe_norm_topk=True, moe_aux_loss_coef=0.008)
+# DeepSeek: multi-head latent attention with YaRN (40x a 4K context, interleaved rotary pairs),
+# leading dense blocks, shared experts; head_dim / num_kv_heads mirror transformers' config
+# (qk_rope_head_dim, num_heads) though MLA does not use them. Aux-loss weights are the published
+# `aux_loss_alpha`: DeepSeek's f_i is E x the assignment fraction, so its loss is alpha x ours.
+_MLA = dict(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+            head_dim=64, rope_interleave=True, rope_theta=10000.0, rope_scaling="yarn",
+            rope_factor=40.0, rope_original_max_len=4096, rope_beta_fast=32.0,
+            rope_beta_slow=1.0, norm_eps=1e-6, max_seq_len=163840)
+_DEEPSEEK_V2 = dict(_MLA, family="deepseek_v2", vocab_size=102400, rope_mscale=0.707,
+                    rope_mscale_all_dim=0.707, num_experts_per_tok=6, moe_score="softmax_topk",
+                    moe_norm_topk=False, moe_shared_experts=2, num_dense_layers=1)
+# V3: sigmoid routing over 8 groups with the aux-free expert bias (update rate from the paper).
+_DEEPSEEK_V3 = dict(_MLA, family="deepseek_v3", vocab_size=129280, rope_mscale=1.0,
+                    rope_mscale_all_dim=1.0, num_experts_per_tok=8, moe_score="sigmoid",
+                    moe_norm_topk=True, moe_topk_method="noaux_tc", moe_n_group=8,
+                    moe_topk_group=4, moe_routed_scaling=2.5, moe_shared_experts=1,
+                    num_dense_layers=3, moe_score_bias=True, moe_bias_update_rate=0.001,
+                    moe_aux_loss_coef=0.001)
 # Tiny sizes for tests and smoke runs (two layers, dims <= 64).
 _DEBUG = dict(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
               head_dim=16, intermediate_size=128, max_seq_len=512)
@@ -56,6 +74,28 @@ PRESETS: dict[str, dict] = {
                             qk_norm=True, num_experts=8, num_experts_per_tok=2,
                             moe_intermediate_size=32, moe_score="softmax_topk",
                             moe_norm_topk=True, moe_aux_loss_coef=0.002),
+    # One dense block then one expert block; grouped routing, shared expert, YaRN on a 128-token
+    # original context so every band of the ramp occurs at 8 rotary dims.
+    "deepseek-v2-debug": dict(_DEBUG, family="deepseek_v2", norm_eps=1e-6, num_kv_heads=4,
+                              head_dim=8, kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=16,
+                              qk_rope_head_dim=8, v_head_dim=16, rope_interleave=True,
+                              rope_scaling="yarn", rope_factor=4.0, rope_original_max_len=128,
+                              rope_mscale=0.707, rope_mscale_all_dim=0.707, num_experts=8,
+                              num_experts_per_tok=2, moe_intermediate_size=32,
+                              moe_score="softmax_topk", moe_norm_topk=False,
+                              moe_topk_method="group_limited_greedy", moe_n_group=4,
+                              moe_topk_group=2, moe_routed_scaling=2.0, moe_shared_experts=1,
+                              num_dense_layers=1, moe_aux_loss_coef=0.003),
+    "deepseek-v3-debug": dict(_DEBUG, family="deepseek_v3", norm_eps=1e-6, num_kv_heads=4,
+                              head_dim=8, kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=16,
+                              qk_rope_head_dim=8, v_head_dim=16, rope_interleave=True,
+                              rope_scaling="yarn", rope_factor=4.0, rope_original_max_len=128,
+                              rope_mscale=1.0, rope_mscale_all_dim=1.0, num_experts=8,
+                              num_experts_per_tok=2, moe_intermediate_size=32,
+                              moe_score="sigmoid", moe_norm_topk=True, moe_topk_method="noaux_tc",
+                              moe_n_group=4, moe_topk_group=2, moe_routed_scaling=2.5,
+                              moe_shared_experts=1, num_dense_layers=1, moe_score_bias=True,
+                              moe_bias_update_rate=0.001, moe_aux_loss_coef=0.001),
     "llama2-7b": dict(_LLAMA2, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=32,
                       intermediate_size=11008),
     "llama2-13b": dict(_LLAMA2, hidden_size=5120, num_layers=40, num_heads=40, num_kv_heads=40,
@@ -116,6 +156,20 @@ PRESETS: dict[str, dict] = {
     "qwen3-235b-a22b": dict(_QWEN3_MOE, hidden_size=4096, num_layers=94, num_heads=64,
                             num_kv_heads=4, intermediate_size=12288,
                             moe_intermediate_size=1536),
+    # DeepSeek-V2-Lite: no query compression, plain top-6 of 64 experts.
+    "deepseek-v2-lite": dict(_DEEPSEEK_V2, hidden_size=2048, num_layers=27, num_heads=16,
+                             num_kv_heads=16, intermediate_size=10944,
+                             moe_intermediate_size=1408, num_experts=64,
+                             moe_aux_loss_coef=0.001),
+    "deepseek-v2": dict(_DEEPSEEK_V2, hidden_size=5120, num_layers=60, num_heads=128,
+                        num_kv_heads=128, intermediate_size=12288, moe_intermediate_size=1536,
+                        num_experts=160, q_lora_rank=1536, moe_topk_method="group_limited_greedy",
+                        moe_n_group=8, moe_topk_group=3, moe_routed_scaling=16.0,
+                        moe_aux_loss_coef=0.003),
+    # 61 blocks, the first 3 dense; the multi-token-prediction module (block 61) is not built.
+    "deepseek-v3": dict(_DEEPSEEK_V3, hidden_size=7168, num_layers=61, num_heads=128,
+                        num_kv_heads=128, intermediate_size=18432, moe_intermediate_size=2048,
+                        num_experts=256, q_lora_rank=1536),
 }
 
 # Total parameter counts (embeddings included) of the published checkpoints, as Hugging Face
@@ -148,6 +202,9 @@ PUBLISHED_PARAMS: dict[str, int] = {
     "mixtral-8x22b": 140_630_071_296,
     "qwen3-30b-a3b": 30_532_122_624,
     "qwen3-235b-a22b": 235_093_634_560,
+    "deepseek-v2-lite": 15_706_484_224,
+    "deepseek-v2": 235_741_434_880,
+    "deepseek-v3": 671_026_404_352,  # the multi-token-prediction module not counted
 }
 
 

@@ -1,6 +1,7 @@
-"""Rotary position embeddings in the half-split layout that Hugging Face Llama/Qwen/Mistral use.
+"""Rotary position embeddings: the half-split layout Hugging Face Llama/Qwen/Mistral use, and the
+interleaved-pair layout of DeepSeek's latent attention; default, linear, Llama 3 and YaRN scaling.
 
-Shape letters: B batch, L sequence, N heads, H head dim.
+Shape letters: B batch, L sequence, N heads, H rotary dims (head_dim, or MLA's qk_rope_head_dim).
 """
 
 from __future__ import annotations
@@ -13,11 +14,50 @@ import numpy as np
 from jaxtrain.models.spec import ModelSpec
 
 
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature term 0.1 x mscale x ln(factor) + 1 (1 when not extending)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def attention_factor(spec: ModelSpec) -> float:
+    """What YaRN multiplies cos and sin by (so q.k of the rotary dims by its square); 1 otherwise.
+
+    With both mscales set (DeepSeek) it is their ratio, 1 when they are equal; otherwise the
+    paper's 0.1 ln(factor) + 1.
+    """
+    if spec.rope_scaling != "yarn":
+        return 1.0
+    if spec.rope_mscale and spec.rope_mscale_all_dim:
+        return (yarn_mscale(spec.rope_factor, spec.rope_mscale)
+                / yarn_mscale(spec.rope_factor, spec.rope_mscale_all_dim))
+    return yarn_mscale(spec.rope_factor)
+
+
+def _yarn(spec: ModelSpec, inv_freq: np.ndarray) -> np.ndarray:
+    """YaRN: pairs turning more than beta_fast times over the original context keep their
+    frequency, those turning fewer than beta_slow times are slowed by `factor`, and a linear
+    ramp over the (integer-rounded) pair indices between blends the two."""
+    dim, base, old_len = spec.rope_dim, spec.rope_theta, spec.rope_original_max_len
+
+    def pair_index(rotations: float) -> float:
+        # The dimension whose wavelength fits `rotations` times into the original context.
+        return dim * math.log(old_len / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(pair_index(spec.rope_beta_fast)), 0)
+    high = min(math.ceil(pair_index(spec.rope_beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001  # a zero-width ramp would divide by zero
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    return inv_freq / spec.rope_factor * ramp + inv_freq * (1 - ramp)
+
+
 def inverse_frequencies(spec: ModelSpec) -> np.ndarray:
-    """The per-pair rotation frequencies, with Llama 3 or linear context scaling applied."""
-    exponents = np.arange(0, spec.head_dim, 2, dtype=np.float64) / spec.head_dim
+    """The per-pair rotation frequencies, with linear, Llama 3 or YaRN context scaling applied."""
+    exponents = np.arange(0, spec.rope_dim, 2, dtype=np.float64) / spec.rope_dim
     inv_freq = 1.0 / (spec.rope_theta**exponents)
-    if spec.rope_scaling == "linear":
+    if spec.rope_scaling == "yarn":
+        inv_freq = _yarn(spec, inv_freq)
+    elif spec.rope_scaling == "linear":
         inv_freq = inv_freq / spec.rope_factor
     elif spec.rope_scaling == "llama3":
         # Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, the band between
@@ -36,11 +76,15 @@ def inverse_frequencies(spec: ModelSpec) -> np.ndarray:
 
 
 def rope_angles(spec: ModelSpec, positions_BL: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """cos and sin tables of shape [B, L, H] for integer positions."""
+    """cos and sin tables of shape [B, L, H] for integer positions (each pair's angle twice:
+    [a_0 .. a_H/2-1, a_0 .. a_H/2-1]), times YaRN's attention factor when it applies."""
     inv_freq = jnp.asarray(inverse_frequencies(spec))
     angles_BLh = positions_BL.astype(jnp.float32)[..., None] * inv_freq
     angles_BLH = jnp.concatenate([angles_BLh, angles_BLh], axis=-1)
-    return jnp.cos(angles_BLH), jnp.sin(angles_BLH)
+    scale = attention_factor(spec)
+    if scale == 1.0:
+        return jnp.cos(angles_BLH), jnp.sin(angles_BLH)
+    return jnp.cos(angles_BLH) * scale, jnp.sin(angles_BLH) * scale
 
 
 def apply_rope(x_BLNH: jnp.ndarray, cos_BLH: jnp.ndarray, sin_BLH: jnp.ndarray) -> jnp.ndarray:
@@ -50,3 +94,18 @@ def apply_rope(x_BLNH: jnp.ndarray, cos_BLH: jnp.ndarray, sin_BLH: jnp.ndarray) 
     rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
     cos, sin = cos_BLH[:, :, None, :], sin_BLH[:, :, None, :]
     return (x * cos + rotated * sin).astype(x_BLNH.dtype)
+
+
+def apply_rope_interleaved(x_BLNH: jnp.ndarray, cos_BLH: jnp.ndarray, sin_BLH: jnp.ndarray
+                           ) -> jnp.ndarray:
+    """Rotates each (2i, 2i + 1) pair of x by pair i's angle (DeepSeek's layout), in float32.
+
+    The result is laid out de-interleaved, [rotated evens, rotated odds]: queries and keys get
+    the same permutation, so their dot products equal those of the interleaved result.
+    """
+    x = x_BLNH.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    cos, sin = cos_BLH[:, :, None, :half], sin_BLH[:, :, None, :half]
+    even, odd = x[..., 0::2], x[..., 1::2]
+    rotated = jnp.concatenate([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
+    return rotated.astype(x_BLNH.dtype)

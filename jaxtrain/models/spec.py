@@ -12,9 +12,12 @@ from typing import Any
 import jax.numpy as jnp
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-ROPE_SCALINGS = ("none", "llama3", "linear")
+ROPE_SCALINGS = ("none", "llama3", "linear", "yarn")
 REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims", "minimal")
-MOE_SCORES = ("topk_softmax", "softmax_topk")  # Mixtral | Qwen-MoE router scoring
+MOE_SCORES = ("topk_softmax", "softmax_topk", "sigmoid")  # Mixtral | Qwen-MoE, DeepSeek V2 | V3
+# How top-k is restricted to groups of experts: none | V2 (group score = its best expert) | V3
+# (group score = sum of its two best biased scores).
+MOE_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 
 
 class ConfigError(ValueError):
@@ -23,10 +26,12 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """Hyperparameters of one decoder (Llama 2/3, Qwen 2.5/3, Mistral; Mixtral and Qwen3-MoE
-    when `num_experts` > 0, which swaps every block's MLP for a mixture of experts)."""
+    """Hyperparameters of one decoder (Llama 2/3, Qwen 2.5/3, Mistral; Mixtral, Qwen3-MoE and
+    DeepSeek V2/V3 when `num_experts` > 0, which swaps the MLP of every block after the first
+    `num_dense_layers` for a mixture of experts; `kv_lora_rank` > 0 swaps grouped-query
+    attention for multi-head latent attention)."""
 
-    family: str = "llama"  # informational: llama, qwen2, qwen3, mistral
+    family: str = "llama"  # informational: llama, qwen2, qwen3, mistral, mixtral, deepseek_v3, ...
     vocab_size: int = 32000  # rows of the embedding and output projection
     hidden_size: int = 4096  # model width d
     num_layers: int = 32  # decoder blocks
@@ -37,11 +42,16 @@ class ModelSpec:
     max_seq_len: int = 4096  # longest sequence (training windows, prompt + generated tokens)
     norm_eps: float = 1e-5  # RMSNorm epsilon
     rope_theta: float = 10000.0  # rotary embedding base
-    rope_scaling: str = "none"  # none | llama3 | linear
-    rope_factor: float = 1.0  # context extension factor of llama3 / linear rope_scaling
+    rope_scaling: str = "none"  # none | llama3 | linear | yarn
+    rope_factor: float = 1.0  # context extension factor of llama3 / linear / yarn rope_scaling
     rope_low_freq_factor: float = 1.0  # llama3 rope_scaling: low-frequency boundary
     rope_high_freq_factor: float = 4.0  # llama3 rope_scaling: high-frequency boundary
-    rope_original_max_len: int = 8192  # llama3 rope_scaling: pretraining context length
+    rope_original_max_len: int = 8192  # llama3 / yarn rope_scaling: pretraining context length
+    rope_beta_fast: float = 32.0  # yarn: wavelengths turning more often than this keep their speed
+    rope_beta_slow: float = 1.0  # yarn: wavelengths turning less often than this are slowed fully
+    rope_mscale: float = 0.0  # yarn: attention-factor numerator; 0 = unset
+    rope_mscale_all_dim: float = 0.0  # yarn: its denominator, MLA softmax boost
+    rope_interleave: bool = False  # MLA: rotate pairs (2i, 2i+1), not (i, i+H/2)
     tie_embeddings: bool = False  # output projection shares the embedding matrix
     qkv_bias: bool = False  # biases on the q/k/v projections (Qwen 2.5)
     qk_norm: bool = False  # RMSNorm on queries and keys per head (Qwen 3)
@@ -51,11 +61,26 @@ class ModelSpec:
     dtype: str = "float32"  # compute dtype
     remat: str = "none"  # recompute activations in backward: one of REMAT_POLICIES
     scan_layers: bool = True  # scan over the stacked blocks; False unrolls (same params)
+    # Multi-head latent attention (DeepSeek V2/V3) when kv_lora_rank > 0: num_kv_heads and
+    # head_dim are then unused (presets set num_heads and qk_rope_head_dim, as transformers does).
+    kv_lora_rank: int = 0  # width of the compressed key/value latent; 0: grouped-query attention
+    q_lora_rank: int = 0  # width of the compressed query latent; 0: one query projection (V2-Lite)
+    qk_nope_head_dim: int = 0  # MLA: per-head query/key width without rotary embedding
+    qk_rope_head_dim: int = 0  # MLA: rotary query width, and the one rotary key all heads share
+    v_head_dim: int = 0  # MLA: per-head value width
     num_experts: int = 0  # 0: dense MLP in every block
     num_experts_per_tok: int = 2  # top-k
     moe_intermediate_size: int = 0  # each expert's hidden size
-    moe_score: str = "topk_softmax"  # topk_softmax (Mixtral) | softmax_topk (Qwen-MoE)
-    moe_norm_topk: bool = True  # softmax_topk: renormalise the k kept probabilities
+    moe_score: str = "topk_softmax"  # topk_softmax | softmax_topk | sigmoid (DeepSeek V3)
+    moe_norm_topk: bool = True  # softmax_topk / sigmoid: kept scores sum to 1
+    moe_topk_method: str = "greedy"  # greedy | group_limited_greedy | noaux_tc
+    moe_n_group: int = 1  # expert groups; grouped top-k keeps moe_topk_group of them per token
+    moe_topk_group: int = 1  # groups a token's experts may come from
+    moe_routed_scaling: float = 1.0  # scales routed weights (routed_scaling_factor)
+    moe_shared_experts: int = 0  # always-on experts: a SwiGLU of this x moe_intermediate_size
+    num_dense_layers: int = 0  # leading dense-MLP blocks (first_k_dense_replace)
+    moe_score_bias: bool = False  # expert bias for top-k choice only (aux-free)
+    moe_bias_update_rate: float = 0.0  # bias += rate * sign(mean load - load) per step
     moe_aux_loss_coef: float = 0.0  # load-balancing loss weight
     moe_z_loss_coef: float = 0.0  # router z-loss weight
 
@@ -66,6 +91,21 @@ class ModelSpec:
     @property
     def jnp_param_dtype(self) -> Any:
         return _DTYPES[self.param_dtype]
+
+    @property
+    def mla(self) -> bool:
+        """Whether attention is multi-head latent attention (DeepSeek) rather than GQA."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def rope_dim(self) -> int:
+        """Width the rotary tables cover: the whole head, or MLA's rotary part."""
+        return self.qk_rope_head_dim if self.mla else self.head_dim
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Blocks whose MLP is a mixture of experts (those after the leading dense ones)."""
+        return self.num_layers - self.num_dense_layers if self.num_experts else 0
 
     @classmethod
     def from_config(cls, model_cfg: Any) -> ModelSpec:
@@ -98,8 +138,61 @@ class ModelSpec:
         if self.sliding_window < 0:
             raise ConfigError(f"model.sliding_window={self.sliding_window} must be >= 0 "
                               "(0 means full causal attention).")
+        self._validate_rope()
+        self._validate_mla()
         if self.num_experts:
             self._validate_moe()
+        elif self.num_dense_layers:
+            raise ConfigError(f"model.num_dense_layers={self.num_dense_layers} only applies to "
+                              "a mixture of experts; set it to 0 or set model.num_experts > 0.")
+
+    def _validate_rope(self) -> None:
+        """The context-extension keys of the chosen rope_scaling."""
+        if self.rope_scaling == "none":
+            return
+        if self.rope_factor <= 0:
+            raise ConfigError(f"model.rope_factor={self.rope_factor} must be > 0 with "
+                              f"model.rope_scaling={self.rope_scaling!r}.")
+        if self.rope_scaling == "yarn":
+            if self.rope_original_max_len <= 0:
+                raise ConfigError(f"model.rope_original_max_len={self.rope_original_max_len} "
+                                  "must be the positive pretraining context length for yarn.")
+            for key in ("rope_beta_fast", "rope_beta_slow"):
+                if getattr(self, key) <= 0:
+                    raise ConfigError(f"model.{key}={getattr(self, key)} must be > 0 for yarn.")
+            for key in ("rope_mscale", "rope_mscale_all_dim"):
+                if getattr(self, key) < 0:
+                    raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 "
+                                      "(0 means not set).")
+
+    def _validate_mla(self) -> None:
+        """Multi-head latent attention keys: all set consistently, or all left at 0."""
+        mla_keys = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        for key in ("kv_lora_rank", *mla_keys):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0.")
+        if not self.mla:
+            for key in mla_keys:
+                if getattr(self, key):
+                    raise ConfigError(
+                        f"model.{key}={getattr(self, key)} only applies to multi-head latent "
+                        "attention; set model.kv_lora_rank > 0 to use it, or set it to 0.")
+            if self.rope_interleave:
+                raise ConfigError("model.rope_interleave=True is only implemented for multi-head"
+                                  " latent attention (model.kv_lora_rank > 0); set it to False.")
+            return
+        if self.qk_rope_head_dim <= 0 or self.qk_rope_head_dim % 2:
+            raise ConfigError(f"model.qk_rope_head_dim={self.qk_rope_head_dim} must be a "
+                              "positive even number with model.kv_lora_rank > 0: every head's "
+                              "query and the shared key carry that many rotary dims.")
+        if self.v_head_dim <= 0:
+            raise ConfigError(f"model.v_head_dim={self.v_head_dim} must be a positive integer "
+                              "with model.kv_lora_rank > 0.")
+        for key, value in (("qkv_bias", self.qkv_bias), ("qk_norm", self.qk_norm),
+                           ("sliding_window", self.sliding_window)):
+            if value:
+                raise ConfigError(f"model.{key}={value} is not supported with multi-head latent "
+                                  "attention (model.kv_lora_rank > 0); set it off.")
 
     def _validate_moe(self) -> None:
         """The mixture-of-experts keys, checked only when num_experts > 0."""
@@ -114,49 +207,117 @@ class ModelSpec:
         if self.moe_score not in MOE_SCORES:
             raise ConfigError(f"model.moe_score={self.moe_score!r} is not one of "
                               f"{list(MOE_SCORES)}.")
-        for key in ("moe_aux_loss_coef", "moe_z_loss_coef"):
+        for key in ("moe_aux_loss_coef", "moe_z_loss_coef", "moe_shared_experts",
+                    "moe_bias_update_rate"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0.")
+        if self.moe_routed_scaling <= 0:
+            raise ConfigError(f"model.moe_routed_scaling={self.moe_routed_scaling} must be > 0.")
+        if not 0 <= self.num_dense_layers < self.num_layers:
+            raise ConfigError(f"model.num_dense_layers={self.num_dense_layers} must be between 0 "
+                              f"and model.num_layers - 1 = {self.num_layers - 1}: at least one "
+                              "block keeps its experts.")
+        if self.moe_bias_update_rate and not self.moe_score_bias:
+            raise ConfigError(f"model.moe_bias_update_rate={self.moe_bias_update_rate} needs the "
+                              "expert bias it updates; set model.moe_score_bias=True or the "
+                              "rate to 0.")
+        self._validate_groups()
 
-    def _mlp_params(self, experts: int) -> int:
-        """One block's feed-forward parameters with `experts` experts counted (router included)."""
+    def _validate_groups(self) -> None:
+        """Group-limited top-k: groups split the experts evenly and hold k experts between them."""
+        if self.moe_topk_method not in MOE_TOPK_METHODS:
+            raise ConfigError(f"model.moe_topk_method={self.moe_topk_method!r} is not one of "
+                              f"{list(MOE_TOPK_METHODS)}.")
+        e, n, g = self.num_experts, self.moe_n_group, self.moe_topk_group
+        if n < 1 or e % n:
+            raise ConfigError(f"model.moe_n_group={n} must divide model.num_experts={e}: groups "
+                              "hold equal shares of the experts; pick a divisor of num_experts.")
+        if not 1 <= g <= n:
+            raise ConfigError(f"model.moe_topk_group={g} must be between 1 and model.moe_n_group"
+                              f"={n}: a token picks that many groups.")
+        if self.moe_topk_method == "greedy" and n != 1:
+            raise ConfigError(f"model.moe_n_group={n} has no effect with model.moe_topk_method="
+                              "'greedy'; use 'group_limited_greedy' or 'noaux_tc', or set "
+                              "moe_n_group=moe_topk_group=1.")
+        if self.num_experts_per_tok > g * (e // n):
+            raise ConfigError(f"model.num_experts_per_tok={self.num_experts_per_tok} exceeds the "
+                              f"{g * (e // n)} experts of model.moe_topk_group={g} groups of "
+                              f"{e // n}; raise moe_topk_group or lower num_experts_per_tok.")
+        if self.moe_topk_method == "noaux_tc" and e // n < 2:
+            raise ConfigError(f"model.moe_n_group={n} leaves {e // n} expert per group, but "
+                              "moe_topk_method='noaux_tc' ranks groups by their two best experts;"
+                              " use at most num_experts / 2 groups.")
+
+    def _attn_matmul_params(self) -> int:
+        """One block's attention projection weights (what matmuls multiply by)."""
+        d, h = self.hidden_size, self.num_heads
+        if self.mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            qr, kvr = self.q_lora_rank, self.kv_lora_rank
+            q = d * qr + qr * h * qk if qr else d * h * qk
+            kv = d * (kvr + self.qk_rope_head_dim) + kvr * h * (self.qk_nope_head_dim
+                                                                 + self.v_head_dim)
+            return q + kv + h * self.v_head_dim * d
+        kv, hd = self.num_kv_heads, self.head_dim
+        return d * h * hd + 2 * d * kv * hd + h * hd * d
+
+    def _attn_params(self) -> int:
+        """One block's attention parameters: projections plus biases and norm weights."""
+        extra = 0
+        if self.mla:
+            extra = self.q_lora_rank + self.kv_lora_rank  # the two latent RMSNorms
+        if self.qkv_bias:
+            extra += (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        if self.qk_norm:
+            extra += 2 * self.head_dim
+        return self._attn_matmul_params() + extra
+
+    def _ffn_params(self, experts: int) -> int:
+        """Feed-forward parameters of all blocks, with `experts` routed experts counted in each
+        expert block (its router and shared experts included)."""
         d = self.hidden_size
+        dense = (self.num_layers - self.num_moe_layers) * 3 * d * self.intermediate_size
         if not self.num_experts:
-            return 3 * d * self.intermediate_size
-        return experts * 3 * d * self.moe_intermediate_size + d * self.num_experts
+            return dense
+        routed_and_shared = (experts + self.moe_shared_experts) * 3 * d * (
+            self.moe_intermediate_size)
+        return dense + self.num_moe_layers * (routed_and_shared + d * self.num_experts)
 
     def num_params(self) -> int:
-        """Parameter count, embeddings included (the figure model cards publish)."""
-        d, h, kv, hd = self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim
-        attn = d * h * hd + 2 * d * kv * hd + h * hd * d
-        if self.qkv_bias:
-            attn += h * hd + 2 * kv * hd
-        if self.qk_norm:
-            attn += 2 * hd
-        layer = attn + self._mlp_params(self.num_experts) + 2 * d
+        """Parameter count, embeddings included (the figure model cards publish).
+
+        The aux-free expert bias is a buffer, not a parameter, as in transformers.
+        """
+        d = self.hidden_size
+        layer = self._attn_params() + 2 * d
         embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
-        return self.num_layers * layer + embed + d
+        return self.num_layers * layer + self._ffn_params(self.num_experts) + embed + d
 
     def num_active_params(self) -> int:
         """Parameters one token uses: `num_params` with only its top-k experts counted."""
         if not self.num_experts:
             return self.num_params()
         unused = self.num_experts - self.num_experts_per_tok
-        return self.num_params() - self.num_layers * unused * 3 * self.hidden_size * (
+        return self.num_params() - self.num_moe_layers * unused * 3 * self.hidden_size * (
             self.moe_intermediate_size)
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token: 6 x matmul params (no embedding gather) + attention.
 
-        Attention scores and values cost 2 x 2 x L x T x H x Dh FLOPs forward per token at
-        sequence length T with causal masking halving that (the PaLM appendix B convention
-        counts the full T); we count the causal half, times 3 for forward + backward.
+        Attention scores and values cost 2 x L x T x N x (Dqk + Dv) FLOPs forward per token at
+        sequence length T (Dqk = Dv = head_dim for GQA; MLA's query-key width is qk_nope +
+        qk_rope and its value width v_head_dim), with causal masking halving that (the PaLM
+        appendix B convention counts the full T); we count the causal half, times 3 for
+        forward + backward. Expert blocks count the router, the shared experts and the top-k
+        routed experts; MLA counts its low-rank projections as the weights they are.
         """
-        d, h, kv, hd = self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim
-        # Mixture of experts: only the top-k experts (and the router) run for a token.
-        mlp = self._mlp_params(self.num_experts_per_tok)
-        matmul = self.num_layers * (d * h * hd + 2 * d * kv * hd + h * hd * d + mlp)
-        matmul += self.vocab_size * d  # the output projection
+        matmul = self.num_layers * self._attn_matmul_params()
+        matmul += self._ffn_params(self.num_experts_per_tok)
+        matmul += self.vocab_size * self.hidden_size  # the output projection
+        if self.mla:
+            qk, v = self.qk_nope_head_dim + self.qk_rope_head_dim, self.v_head_dim
+        else:
+            qk = v = self.head_dim
         context = min(seq_len, self.sliding_window) if self.sliding_window else seq_len
-        attention = self.num_layers * 2 * 2 * h * hd * context / 2
+        attention = self.num_layers * 2 * self.num_heads * (qk + v) * context / 2
         return 6.0 * matmul + 3.0 * attention

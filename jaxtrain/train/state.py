@@ -19,6 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtrain import sharding
 from jaxtrain.models.decoder import Decoder
 from jaxtrain.models.spec import ModelSpec
+from jaxtrain.train import buffers
 
 
 @dataclasses.dataclass
@@ -43,15 +44,21 @@ def _pure(state: Any) -> Any:
 
 def state_layout(spec: ModelSpec, tx: optax.GradientTransformation, mesh: Mesh,
                  rules: Any) -> StateLayout:
-    """Abstract train state and its shardings, computed without allocating anything."""
+    """Abstract train state and its shardings, computed without allocating anything.
+
+    `params` is the model's whole state (buffers such as the aux-free expert bias included);
+    the optimizer state covers its `nnx.Param` leaves only.
+    """
     graphdef, abstract_params_state = abstract_model(spec)
     param_axes = _pure(sharding.param_logical_axes(abstract_params_state))
     param_shardings = sharding.shardings_for(param_axes, mesh, rules)
     abstract_params = _pure(abstract_params_state)
-    abstract_opt = jax.eval_shape(tx.init, abstract_params)
+    trainable = buffers.trainable(abstract_params_state)
+    abstract_opt = jax.eval_shape(tx.init, _pure(trainable))
     replicated = NamedSharding(mesh, PartitionSpec())
     opt_shardings = optax.tree_map_params(
-        tx, lambda _, s: s, abstract_opt, param_shardings,
+        tx, lambda _, s: s, abstract_opt,
+        sharding.shardings_for(_pure(sharding.param_logical_axes(trainable)), mesh, rules),
         transform_non_params=lambda _: replicated)
     shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
     abstract = {"step": jax.ShapeDtypeStruct((), jnp.int32), "params": abstract_params,
@@ -67,8 +74,9 @@ def init_state(spec: ModelSpec, tx: optax.GradientTransformation, layout: StateL
 
     def init() -> dict[str, Any]:
         model = Decoder(spec, rngs=nnx.Rngs(params=seed))
-        params = _pure(nnx.state(model, nnx.Param))
-        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+        state = nnx.state(model)
+        return {"step": jnp.zeros((), jnp.int32), "params": _pure(state),
+                "opt_state": tx.init(_pure(buffers.trainable(state)))}
 
     return jax.jit(init, out_shardings=layout.shardings)()
 

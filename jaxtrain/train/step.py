@@ -16,6 +16,7 @@ from flax import nnx
 
 from jaxtrain import sharding
 from jaxtrain.models.moe import MOE_METRICS, moe_losses
+from jaxtrain.train import buffers
 
 TrainState = dict[str, Any]  # {"step": int32[], "params": pure dict, "opt_state": optax state}
 
@@ -51,6 +52,8 @@ def loss_sums(graphdef: nnx.GraphDef, params: Any, batch: dict[str, jax.Array],
                                           spec.moe_z_loss_coef)
         loss = loss + penalty * aux["tokens"]
         aux.update({f"{k}_sum": v * aux["tokens"] for k, v in moe_metrics.items()})
+        if spec.moe_score_bias:  # per-layer load [layers, E] for the aux-free bias update
+            aux["moe_layer_load_sum"] = moe_stats["load"] * aux["tokens"]
     return loss, aux
 
 
@@ -85,17 +88,28 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
         zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
         # The scan carry needs its keys up front; merging only reads the spec at trace time.
         keys = ["ce_sum", "tokens"]
-        if nnx.merge(graphdef, params).spec.num_experts:
+        spec = nnx.merge(graphdef, params).spec
+        if spec.num_experts:
             keys += [f"{k}_sum" for k in MOE_METRICS]
+        init = dict.fromkeys(keys, 0.0)
+        if spec.moe_score_bias:
+            init["moe_layer_load_sum"] = jnp.zeros((spec.num_moe_layers, spec.num_experts))
         (grads, aux), _ = jax.lax.scan(
-            accumulate, (zeros, dict.fromkeys(keys, 0.0)), _split_micro_batches(batch, num_micro))
+            accumulate, (zeros, init), _split_micro_batches(batch, num_micro))
 
     # Gradients of the summed loss, normalised once by the step's token count: the same
     # update whatever the micro batching.
     denom = jnp.maximum(aux["tokens"], 1.0)
     grads = jax.tree.map(lambda g, p: (g / denom).astype(p.dtype), grads, params)
-    updates, opt_state = tx.update(grads, state["opt_state"], params)
-    new_params = optax.apply_updates(params, updates)
+    # The optimizer sees only nnx.Params; buffers (the aux-free expert bias) follow the load.
+    trainable, frozen = buffers.split(graphdef, params)
+    grads, _ = buffers.split(graphdef, grads)
+    updates, opt_state = tx.update(grads, state["opt_state"], trainable)
+    new_params = optax.apply_updates(trainable, updates)
+    rate = nnx.merge(graphdef, params).spec.moe_bias_update_rate
+    if frozen and rate:
+        frozen = buffers.update_router_bias(frozen, aux["moe_layer_load_sum"] / denom, rate)
+    new_params = buffers.merge(new_params, frozen)
     metrics = {
         "loss": aux["ce_sum"] / denom,
         "grad_norm": optax.global_norm(grads),

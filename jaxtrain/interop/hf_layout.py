@@ -1,0 +1,54 @@
+"""Checks of a Hugging Face checkpoint's mixture-of-experts layout against its spec, so a
+mismatch reads as one sentence about experts rather than a list of missing tensor names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from jaxtrain.models.spec import ConfigError, ModelSpec
+
+_EXPERT = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.")
+_FUSED = re.compile(r"^model\.layers\.\d+\.mlp\.experts\.(?:gate_up_proj|down_proj)$")
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def is_extra_layer(name: str, spec: ModelSpec) -> bool:
+    """Whether a tensor belongs to a layer past the decoder's: DeepSeek V3's multi-token
+    prediction module (`model.layers.61.*`), which transformers does not build either."""
+    match = _LAYER.match(name)
+    return spec.family == "deepseek_v3" and bool(match) and int(match[1]) >= spec.num_layers
+
+
+def check_expert_layout(where: str, names: Iterable[str], spec: ModelSpec) -> None:
+    """ConfigError when the checkpoint's experts (count per layer, which layers have them,
+    per-expert tensors at all) differ from what the spec expects."""
+    names = list(names)
+    if any(n.endswith("weight_scale_inv") for n in names):
+        raise ConfigError(f"{where}: checkpoint holds FP8 weights with block scales "
+                          "(`*.weight_scale_inv`); convert it to bfloat16 first (DeepSeek's "
+                          "fp8_cast_bf16.py does), then load the converted folder.")
+    if any(_FUSED.match(n) for n in names):
+        raise ConfigError(f"{where}: checkpoint stores experts fused (`mlp.experts.gate_up_proj`"
+                          "); jaxtrain reads one tensor per expert (`mlp.experts.{e}.gate_proj."
+                          "weight`), the layout transformers' save_pretrained writes.")
+    found: dict[int, int] = {}
+    for name in names:
+        if (match := _EXPERT.match(name)) and not is_extra_layer(name, spec):
+            layer, expert = int(match[1]), int(match[2])
+            found[layer] = max(found.get(layer, 0), expert + 1)
+    if not found and not spec.num_experts:
+        return
+    first = spec.num_dense_layers if spec.num_experts else spec.num_layers
+    expected = {i: spec.num_experts for i in range(first, spec.num_layers)}
+    if found != expected:
+        counts = sorted(set(found.values()))
+        layers = sorted(found)
+        have = (f"{counts} expert(s) per layer in layers {layers[0]}..{layers[-1]}" if found
+                else "no per-expert tensors")
+        raise ConfigError(
+            f"{where}: checkpoint has {have}, but config.json says {spec.num_experts} experts "
+            f"per layer in layers {first}..{spec.num_layers - 1} (num_experts / n_routed_experts"
+            f"={spec.num_experts}, first_k_dense_replace={spec.num_dense_layers}); the weights "
+            "and the config are from different models.")
