@@ -1,6 +1,9 @@
 """Grouped-query causal self-attention with RoPE, optional qkv bias, qk-norm, sliding window,
 document (segment) masking and a key/value cache for decoding.
 
+Training (no cache) runs the implementation `model.attention_impl` picks (see
+`self_attention`); decoding with a cache uses the plain masked softmax below.
+
 Shape letters: B batch, L query length, S key length, D embed, N query heads, K kv heads,
 G query heads per kv head (N = K x G), H head dim.
 """
@@ -12,6 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models.blockwise_attention import blockwise_causal_attention
 from jaxtrain.models.layers import Dense, RMSNorm
 from jaxtrain.models.rope import apply_rope
 from jaxtrain.models.spec import ModelSpec
@@ -33,6 +37,67 @@ def attention_mask(q_index_BL: jnp.ndarray, kv_index_BS: jnp.ndarray, *, window:
     if q_segment_BL is not None and kv_segment_BS is not None:
         allowed &= q_segment_BL[:, :, None] == kv_segment_BS[:, None, :]
     return allowed
+
+
+def _use_cudnn(spec: ModelSpec, q_BLNH: jnp.ndarray, v_BLKV: jnp.ndarray,
+               segment_BL: jnp.ndarray | None) -> bool:
+    """Whether training attention goes through cuDNN's fused kernel."""
+    if spec.attention_impl != "auto":
+        return spec.attention_impl == "cudnn"
+    # Where the kernel applies: NVIDIA GPUs, half-precision inputs, equal query and value head
+    # dims it supports, and no per-token document masks (which jax's cuDNN entry point cannot
+    # express).
+    device = jax.devices()[0]
+    head_dim = q_BLNH.shape[-1]
+    return (segment_BL is None and spec.dtype in ("bfloat16", "float16")
+            and device.platform == "gpu" and device.device_kind.startswith("NVIDIA")
+            and head_dim == v_BLKV.shape[-1] and head_dim <= 128 and head_dim % 8 == 0)
+
+
+def fused_attention(q_BLNH: jnp.ndarray, k_BLKH: jnp.ndarray, v_BLKH: jnp.ndarray,
+                    scale: float, window: int, implementation: str | None) -> jnp.ndarray:
+    """Causal attention through `jax.nn.dot_product_attention` ("cudnn", or "xla")."""
+    local_window = (window - 1, 0) if window else None
+    return jax.nn.dot_product_attention(q_BLNH, k_BLKH, v_BLKH, scale=scale, is_causal=True,
+                                        local_window_size=local_window,
+                                        implementation=implementation)
+
+
+def self_attention(spec: ModelSpec, q_BLNH: jnp.ndarray, k_BLKH: jnp.ndarray,
+                   v_BLKV: jnp.ndarray, segment_BL: jnp.ndarray | None,
+                   scale: float) -> jnp.ndarray:
+    """Causal attention of a sequence to itself, [B, L, N, V], by `spec.attention_impl`.
+
+    q [B, L, N, H], k [B, L, K, H], v [B, L, K, V] with K dividing N; tokens attend within
+    `spec.sliding_window` (0: all earlier tokens) and, given `segment_BL`, their own document.
+    """
+    window = spec.sliding_window
+    if spec.attention_impl == "dot":
+        index_BL = jnp.broadcast_to(jnp.arange(q_BLNH.shape[1]), q_BLNH.shape[:2])
+        mask_BLS = attention_mask(index_BL, index_BL, window=window, q_segment_BL=segment_BL,
+                                  kv_segment_BS=segment_BL)
+        return masked_softmax_attention(q_BLNH, k_BLKH, v_BLKV, mask_BLS, scale)
+    if _use_cudnn(spec, q_BLNH, v_BLKV, segment_BL):
+        if segment_BL is not None:
+            raise ValueError("model.attention_impl='cudnn' cannot keep documents apart "
+                             "(data.reset_attention_mask=True); use 'blockwise' or 'auto'.")
+        return fused_attention(q_BLNH, k_BLKH, v_BLKV, scale, window, "cudnn")
+    return blockwise_causal_attention(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale,
+                                      spec.attention_block)
+
+
+def masked_softmax_attention(q_BLNH: jnp.ndarray, k_BSKH: jnp.ndarray, v_BSKH: jnp.ndarray,
+                             mask_BLS: jnp.ndarray, scale: float) -> jnp.ndarray:
+    """softmax(scale x q k^T masked) v with float32 scores, differentiated by autodiff."""
+    b, l, n, h = q_BLNH.shape
+    k = k_BSKH.shape[2]
+    q_BLKGH = q_BLNH.reshape(b, l, k, n // k, h)
+    scores_BKGLS = jnp.einsum("blkgh,bskh->bkgls", q_BLKGH, k_BSKH.astype(q_BLNH.dtype),
+                              preferred_element_type=jnp.float32)
+    scores_BKGLS = jnp.where(mask_BLS[:, None, None], scores_BKGLS * scale, _MASKED)
+    probs_BKGLS = jax.nn.softmax(scores_BKGLS, axis=-1).astype(v_BSKH.dtype)
+    out_BLKGH = jnp.einsum("bkgls,bskh->blkgh", probs_BKGLS, v_BSKH)
+    return out_BLKGH.reshape(b, l, n, -1)
 
 
 class Attention(nnx.Module):
@@ -78,9 +143,9 @@ class Attention(nnx.Module):
         q_BLNH = apply_rope(q_BLNH, cos_BLH, sin_BLH)
         k_BLKH = apply_rope(k_BLKH, cos_BLH, sin_BLH)
 
-        kv_valid_BS = None
         if cache is None:
-            k_BSKH, v_BSKH, kv_index_BS, kv_segment_BS = k_BLKH, v_BLKH, index_BL, segment_BL
+            out_BLNH = self_attention(spec, q_BLNH, k_BLKH, v_BLKH, segment_BL,
+                                      spec.head_dim**-0.5)
             new_cache = None
         else:
             # Write this chunk at its slots; every row of a batch decodes in lockstep.
@@ -93,23 +158,10 @@ class Attention(nnx.Module):
             new_cache = (k_BSKH, v_BSKH)
             s = k_BSKH.shape[1]
             kv_index_BS = jnp.broadcast_to(jnp.arange(s), (x_BLD.shape[0], s))
-            kv_valid_BS = kv_index_BS <= index_BL[:, -1:]
-            kv_segment_BS = None
-            segment_BL = None
-
-        b, l, n, h = q_BLNH.shape
-        k = k_BSKH.shape[2]
-        q_BLKGH = q_BLNH.reshape(b, l, k, n // k, h)
-        scores_BKGLS = jnp.einsum("blkgh,bskh->bkgls", q_BLKGH, k_BSKH.astype(q_BLNH.dtype),
-                                  preferred_element_type=jnp.float32)
-        scores_BKGLS = scores_BKGLS * (h**-0.5)
-        mask_BLS = attention_mask(index_BL, kv_index_BS, window=spec.sliding_window,
-                                  kv_valid_BS=kv_valid_BS, q_segment_BL=segment_BL,
-                                  kv_segment_BS=kv_segment_BS)
-        scores_BKGLS = jnp.where(mask_BLS[:, None, None], scores_BKGLS, _MASKED)
-        probs_BKGLS = jax.nn.softmax(scores_BKGLS, axis=-1).astype(v_BSKH.dtype)
-        out_BLKGH = jnp.einsum("bkgls,bskh->blkgh", probs_BKGLS, v_BSKH)
-        out_BLNH = out_BLKGH.reshape(b, l, n, h).astype(spec.jnp_dtype)
-        out_BLNH = sharding.constrain(out_BLNH, (
+            mask_BLS = attention_mask(index_BL, kv_index_BS, window=spec.sliding_window,
+                                      kv_valid_BS=kv_index_BS <= index_BL[:, -1:])
+            out_BLNH = masked_softmax_attention(q_BLNH, k_BSKH, v_BSKH, mask_BLS,
+                                                spec.head_dim**-0.5)
+        out_BLNH = sharding.constrain(out_BLNH.astype(spec.jnp_dtype), (
             "activation_batch", "activation_length", "activation_heads", None))
         return self.o_proj(out_BLNH), new_cache

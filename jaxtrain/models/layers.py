@@ -6,6 +6,7 @@ turns those names into mesh shardings through the rule table, so model code neve
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -23,6 +24,42 @@ def make_param(rngs: nnx.Rngs, shape: Sequence[int], axes: Sequence[str], std: f
     else:
         value = std * jax.random.normal(rngs.params(), tuple(shape), dtype)
     return nnx.Param(value, logical_axes=tuple(axes))
+
+
+def _project(x: jax.Array, kernel: jax.Array, in_rank: int) -> jax.Array:
+    contract = tuple(range(x.ndim - in_rank, x.ndim))
+    return jax.lax.dot_general(x, kernel, ((contract, tuple(range(in_rank))), ((), ())))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def project(x: jax.Array, kernel: jax.Array, in_rank: int) -> jax.Array:
+    """`x[..., in...] @ kernel[in..., out...]`, contracting x's last `in_rank` dimensions.
+
+    The gradient is written out rather than derived because the operand order matters on
+    backends that canonicalise matmuls by transposing an operand: autodiff computes the kernel
+    gradient as `dy^T x` and so transposes the large activation gradient dy; `x^T dy` here
+    transposes x, which is the smaller tensor whenever out > in (MLP up/gate projections, the
+    output projection over the vocabulary), and is shared by projections of the same input.
+    """
+    return _project(x, kernel, in_rank)
+
+
+def _project_fwd(x, kernel, in_rank):
+    return _project(x, kernel, in_rank), (x, kernel)
+
+
+def _project_bwd(in_rank, residuals, dy):
+    x, kernel = residuals
+    out_rank = kernel.ndim - in_rank
+    batch = tuple(range(x.ndim - in_rank))
+    dy_out = tuple(range(dy.ndim - out_rank, dy.ndim))
+    k_out = tuple(range(in_rank, kernel.ndim))
+    dx = jax.lax.dot_general(dy, kernel, ((dy_out, k_out), ((), ())))
+    dkernel = jax.lax.dot_general(x, dy, ((batch, batch), ((), ())))
+    return dx.astype(x.dtype), dkernel.astype(kernel.dtype)
+
+
+project.defvjp(_project_fwd, _project_bwd)
 
 
 class Dense(nnx.Module):
@@ -45,10 +82,7 @@ class Dense(nnx.Module):
                      if use_bias else None)
 
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-        kernel = self.kernel[...].astype(self.dtype)
-        contract = tuple(range(x.ndim - self.in_rank, x.ndim))
-        y = jax.lax.dot_general(x.astype(self.dtype), kernel,
-                                ((contract, tuple(range(self.in_rank))), ((), ())))
+        y = project(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.in_rank)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y

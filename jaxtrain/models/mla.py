@@ -20,12 +20,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
-from jaxtrain.models.attention import attention_mask
+from jaxtrain.models.attention import attention_mask, masked_softmax_attention, self_attention
 from jaxtrain.models.layers import Dense, RMSNorm
 from jaxtrain.models.rope import apply_rope, apply_rope_interleaved, yarn_mscale
 from jaxtrain.models.spec import ModelSpec
 
-_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
 _LATENT_EPS = 1e-6
 _HEADS = ("activation_batch", "activation_length", "activation_heads", None)
 
@@ -94,29 +93,21 @@ class MLAttention(nnx.Module):
         k_BLNQ = jnp.concatenate([kv_BLNX[..., :nope], k_rot_BLNP.astype(kv_BLNX.dtype)], -1)
         v_BLNV = kv_BLNX[..., nope:]
 
-        kv_valid_BS = None
         if cache is None:
-            k_BSNQ, v_BSNV, kv_index_BS, kv_segment_BS = k_BLNQ, v_BLNV, index_BL, segment_BL
-            new_cache = None
-        else:
-            # Write this chunk at its slots; every row of a batch decodes in lockstep.
-            cache_k, cache_v = cache
-            start = index_BL[0, 0]
-            k_BSNQ = jax.lax.dynamic_update_slice_in_dim(cache_k, k_BLNQ.astype(cache_k.dtype),
-                                                         start, axis=1)
-            v_BSNV = jax.lax.dynamic_update_slice_in_dim(cache_v, v_BLNV.astype(cache_v.dtype),
-                                                         start, axis=1)
-            new_cache = (k_BSNQ, v_BSNV)
-            s = k_BSNQ.shape[1]
-            kv_index_BS = jnp.broadcast_to(jnp.arange(s), (b, s))
-            kv_valid_BS = kv_index_BS <= index_BL[:, -1:]
-            kv_segment_BS = segment_BL = None
-
-        scores_BNLS = jnp.einsum("blnq,bsnq->bnls", q_BLNQ, k_BSNQ.astype(q_BLNQ.dtype),
-                                 preferred_element_type=jnp.float32) * softmax_scale(spec)
-        mask_BLS = attention_mask(index_BL, kv_index_BS, window=0, kv_valid_BS=kv_valid_BS,
-                                  q_segment_BL=segment_BL, kv_segment_BS=kv_segment_BS)
-        scores_BNLS = jnp.where(mask_BLS[:, None], scores_BNLS, _MASKED)
-        probs_BNLS = jax.nn.softmax(scores_BNLS, axis=-1).astype(v_BSNV.dtype)
-        out_BLNV = jnp.einsum("bnls,bsnv->blnv", probs_BNLS, v_BSNV).astype(spec.jnp_dtype)
-        return self.o_proj(sharding.constrain(out_BLNV, _HEADS)), new_cache
+            out_BLNV = self_attention(spec, q_BLNQ, k_BLNQ, v_BLNV, segment_BL,
+                                      softmax_scale(spec))
+            return self.o_proj(sharding.constrain(out_BLNV.astype(spec.jnp_dtype), _HEADS)), None
+        # Write this chunk at its slots; every row of a batch decodes in lockstep.
+        cache_k, cache_v = cache
+        start = index_BL[0, 0]
+        k_BSNQ = jax.lax.dynamic_update_slice_in_dim(cache_k, k_BLNQ.astype(cache_k.dtype),
+                                                     start, axis=1)
+        v_BSNV = jax.lax.dynamic_update_slice_in_dim(cache_v, v_BLNV.astype(cache_v.dtype),
+                                                     start, axis=1)
+        s = k_BSNQ.shape[1]
+        kv_index_BS = jnp.broadcast_to(jnp.arange(s), (b, s))
+        mask_BLS = attention_mask(index_BL, kv_index_BS, window=0,
+                                  kv_valid_BS=kv_index_BS <= index_BL[:, -1:])
+        out_BLNV = masked_softmax_attention(q_BLNQ, k_BSNQ, v_BSNV, mask_BLS, softmax_scale(spec))
+        out_BLNV = sharding.constrain(out_BLNV.astype(spec.jnp_dtype), _HEADS)
+        return self.o_proj(out_BLNV), (k_BSNQ, v_BSNV)

@@ -13,6 +13,10 @@ import jax.numpy as jnp
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 ROPE_SCALINGS = ("none", "llama3", "linear", "yarn")
+# Training-time attention: blockwise (hand-written backward, no stored [L, L] probabilities),
+# dot (plain softmax(q k^T) v under autodiff), cudnn (jax.nn.dot_product_attention through
+# cuDNN's fused kernel; NVIDIA GPUs), auto (cudnn where it applies, else blockwise).
+ATTENTION_IMPLS = ("auto", "blockwise", "dot", "cudnn")
 REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims", "minimal")
 MOE_SCORES = ("topk_softmax", "softmax_topk", "sigmoid")  # Mixtral | Qwen-MoE, DeepSeek V2 | V3
 # How top-k is restricted to groups of experts: none | V2 (group score = its best expert) | V3
@@ -56,6 +60,8 @@ class ModelSpec:
     qkv_bias: bool = False  # biases on the q/k/v projections (Qwen 2.5)
     qk_norm: bool = False  # RMSNorm on queries and keys per head (Qwen 3)
     sliding_window: int = 0  # 0: full causal attention
+    attention_impl: str = "auto"  # auto | blockwise | dot | cudnn: see ATTENTION_IMPLS
+    attention_block: int = 128  # blockwise attention: queries per block
     init_std: float = 0.02  # standard deviation of the normal weight init
     param_dtype: str = "float32"  # dtype parameters are stored (and optimized) in
     dtype: str = "float32"  # compute dtype
@@ -135,6 +141,12 @@ class ModelSpec:
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r} is not one of "
                                   f"{sorted(allowed)}.")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ConfigError(f"model.attention_impl={self.attention_impl!r} is not one of "
+                              f"{list(ATTENTION_IMPLS)}.")
+        if self.attention_block <= 0:
+            raise ConfigError(f"model.attention_block={self.attention_block} must be a positive "
+                              "number of query positions per block (128 is a good default).")
         if self.sliding_window < 0:
             raise ConfigError(f"model.sliding_window={self.sliding_window} must be >= 0 "
                               "(0 means full causal attention).")

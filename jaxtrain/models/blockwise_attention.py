@@ -1,0 +1,132 @@
+"""Causal self-attention computed block by block, with a hand-written backward pass.
+
+Shape letters: B batch, L length (queries and keys), N query heads, K kv heads, G query heads per
+kv head (N = K x G), H query/key head dim, V value head dim, Q a block of queries, S the keys one
+block of queries can see.
+
+Why not `softmax(q k^T) v` under autodiff: the autodiff backward keeps every layer's [B, N, L, L]
+probabilities alive from the forward pass to the backward pass, and on CPUs writing, storing and
+re-reading those tensors costs more than the matmuls. This function instead keeps only q, k, v,
+the output and one log-sum-exp per query row, and recomputes the probabilities block by block in
+the backward pass (the flash-attention recurrence, without its online softmax: a block's keys are
+all in memory at once). Query blocks only visit the keys they can see, so above-diagonal blocks
+(and, with a sliding window, blocks left of the window) are never computed.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+def _blocks(length: int, block: int, window: int) -> list[tuple[int, int, int]]:
+    """(first query, end query, first visible key) of each query block."""
+    out = []
+    for start in range(0, length, block):
+        end = min(start + block, length)
+        first_key = max(0, start - window + 1) if window else 0
+        out.append((start, end, first_key))
+    return out
+
+
+def _visible(start: int, end: int, first_key: int, window: int,
+             segment_BL: jax.Array | None) -> jax.Array:
+    """Boolean [B or 1, 1, 1, Q, S]: causal, inside the window, and within one document."""
+    rows = jnp.arange(start, end)[:, None]
+    cols = jnp.arange(first_key, end)[None, :]
+    allowed_QS = cols <= rows
+    if window:
+        allowed_QS &= rows - cols < window
+    allowed = allowed_QS[None]
+    if segment_BL is not None:
+        same_BQS = (segment_BL[:, start:end, None] == segment_BL[:, None, first_key:end])
+        allowed = allowed & same_BQS
+    return allowed[:, None, None]
+
+
+def _scores(q_BKGQH, k_BKSH, mask, scale):
+    s = jnp.einsum("bkgqh,bksh->bkgqs", q_BKGQH, k_BKSH, preferred_element_type=jnp.float32)
+    return jnp.where(mask, s * scale, _MASKED)
+
+
+def _split_heads(q_BLNH, k_BLKH, v_BLKV):
+    """Head-major layouts: q [B, K, G, L, H], k [B, K, L, H], v [B, K, L, V]."""
+    b, l, n, h = q_BLNH.shape
+    kv = k_BLKH.shape[2]
+    q = q_BLNH.reshape(b, l, kv, n // kv, h).transpose(0, 2, 3, 1, 4)
+    return q, k_BLKH.transpose(0, 2, 1, 3), v_BLKV.transpose(0, 2, 1, 3)
+
+
+def _forward(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale, block):
+    q, k, v = _split_heads(q_BLNH, k_BLKH, v_BLKV)
+    outs, lses = [], []
+    for start, end, first in _blocks(q.shape[3], block, window):
+        mask = _visible(start, end, first, window, segment_BL)
+        s = _scores(q[:, :, :, start:end], k[:, :, first:end], mask, scale)
+        m = jnp.max(s, axis=-1, keepdims=True)
+        p = jnp.exp(s - m)
+        total = jnp.sum(p, axis=-1, keepdims=True)
+        o = jnp.einsum("bkgqs,bksv->bkgqv", p.astype(v.dtype), v[:, :, first:end],
+                       preferred_element_type=jnp.float32)
+        outs.append(o / total)
+        lses.append((m + jnp.log(total))[..., 0])
+    o_BKGLV = jnp.concatenate(outs, axis=3)
+    lse_BKGL = jnp.concatenate(lses, axis=3)
+    b, l, n, _ = q_BLNH.shape
+    out_BLNV = o_BKGLV.transpose(0, 3, 1, 2, 4).reshape(b, l, n, -1).astype(q_BLNH.dtype)
+    return out_BLNV, (q, k, v, o_BKGLV.astype(q_BLNH.dtype), lse_BKGL)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def blockwise_causal_attention(q_BLNH: jax.Array, k_BLKH: jax.Array, v_BLKV: jax.Array,
+                               segment_BL: jax.Array | None, window: int, scale: float,
+                               block: int) -> jax.Array:
+    """softmax(scale x q k^T, causal [, window] [, same segment]) v for self-attention.
+
+    q [B, L, N, H], k [B, L, K, H], v [B, L, K, V] (K divides N); `segment_BL` int ids or None;
+    `window` 0 for full causal attention. Returns [B, L, N, V] in q's dtype; scores, softmax
+    and accumulation are float32.
+    """
+    return _forward(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale, block)[0]
+
+
+def _fwd(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale, block):
+    out, residuals = _forward(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale, block)
+    return out, (*residuals, segment_BL)
+
+
+def _bwd(window, scale, block, residuals, dout_BLNV):
+    q, k, v, o, lse, segment_BL = residuals
+    b, kv, g, l, h = q.shape
+    dout = dout_BLNV.reshape(b, l, kv, g, -1).transpose(0, 2, 3, 1, 4)
+    # D_i = sum_j P_ij dP_ij = dO_i . O_i: the softmax Jacobian's row term.
+    delta_BKGL = jnp.sum(dout.astype(jnp.float32) * o.astype(jnp.float32), axis=-1)
+    dq_blocks = []
+    dk = jnp.zeros(k.shape, jnp.float32)
+    dv = jnp.zeros(v.shape, jnp.float32)
+    for start, end, first in _blocks(l, block, window):
+        mask = _visible(start, end, first, window, segment_BL)
+        q_b, k_b, v_b = q[:, :, :, start:end], k[:, :, first:end], v[:, :, first:end]
+        do_b = dout[:, :, :, start:end]
+        p = jnp.exp(_scores(q_b, k_b, mask, scale) - lse[:, :, :, start:end, None])
+        # [Q, S]-sized tensors go on the right, contracted over their leading query axis, so
+        # a matmul canonicalisation transposes the small [Q, H] operand instead of them.
+        dv = dv.at[:, :, first:end].add(jnp.einsum(
+            "bkgqv,bkgqs->bksv", do_b, p.astype(v.dtype), preferred_element_type=jnp.float32))
+        dp = jnp.einsum("bkgqv,bksv->bkgqs", do_b, v_b, preferred_element_type=jnp.float32)
+        ds = (p * (dp - delta_BKGL[:, :, :, start:end, None]) * scale).astype(q.dtype)
+        dq_blocks.append(jnp.einsum("bkgqs,bksh->bkgqh", ds, k_b,
+                                    preferred_element_type=jnp.float32))
+        dk = dk.at[:, :, first:end].add(jnp.einsum("bkgqh,bkgqs->bksh", q_b, ds,
+                                                   preferred_element_type=jnp.float32))
+    dq = jnp.concatenate(dq_blocks, axis=3).transpose(0, 3, 1, 2, 4).reshape(b, l, kv * g, h)
+    dk = dk.transpose(0, 2, 1, 3)
+    dv = dv.transpose(0, 2, 1, 3)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+
+
+blockwise_causal_attention.defvjp(_fwd, _bwd)

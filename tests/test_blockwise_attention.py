@@ -1,0 +1,145 @@
+"""The blockwise attention kernel and the hand-written projection gradient equal what autodiff
+gives for the plain formulas, so choosing an implementation never changes training."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jaxtrain.models.attention import attention_mask, fused_attention, masked_softmax_attention
+from jaxtrain.models.blockwise_attention import blockwise_causal_attention
+from jaxtrain.models.decoder import build_model
+from jaxtrain.models.layers import project
+from jaxtrain.models.presets import model_config
+from jaxtrain.models.spec import ModelSpec
+
+
+def _numpy_attention(q, k, v, segment, window, scale):
+    """The definition, one query at a time."""
+    b, l, n, _ = q.shape
+    group = n // k.shape[2]
+    out = np.zeros((b, l, n, v.shape[-1]))
+    for bi in range(b):
+        for i in range(l):
+            keys = [j for j in range(i + 1) if (not window or i - j < window)
+                    and (segment is None or segment[bi, i] == segment[bi, j])]
+            for h in range(n):
+                s = np.array([q[bi, i, h] @ k[bi, j, h // group] for j in keys]) * scale
+                p = np.exp(s - s.max())
+                p /= p.sum()
+                out[bi, i, h] = sum(pj * v[bi, j, h // group] for pj, j in zip(p, keys))
+    return out
+
+
+def _dot(q, k, v, segment, window, scale):
+    index = jnp.broadcast_to(jnp.arange(q.shape[1]), q.shape[:2])
+    mask = attention_mask(index, index, window=window, q_segment_BL=segment,
+                          kv_segment_BS=segment)
+    return masked_softmax_attention(q, k, v, mask, scale)
+
+
+def _inputs(length, value_dim, seed=0, dtype=jnp.float32):
+    keys = jax.random.split(jax.random.PRNGKey(seed), 5)
+    q = jax.random.normal(keys[0], (2, length, 4, 8), dtype)
+    k = jax.random.normal(keys[1], (2, length, 2, 8), dtype)
+    v = jax.random.normal(keys[2], (2, length, 2, value_dim), dtype)
+    # Documents start where a coin lands heads: several per row, of uneven lengths.
+    segment = jnp.cumsum(jax.random.uniform(keys[3], (2, length)) < 0.15, axis=1)
+    cotangent = jax.random.normal(keys[4], (2, length, 4, value_dim), jnp.float32)
+    return q, k, v, segment.astype(jnp.int32), cotangent
+
+
+def test_masked_softmax_path_is_the_definition():
+    q, k, v, segment, _ = _inputs(12, 8)
+    got = _dot(q, k, v, segment, 5, 0.3)
+    want = _numpy_attention(*(np.asarray(x, np.float64) for x in (q, k, v)),
+                            np.asarray(segment), 5, 0.3)
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("length,block,window,documents,value_dim", [
+    (64, 16, 0, False, 8),    # several blocks, full causal
+    (50, 16, 0, True, 12),    # a ragged last block, documents, value width != key width
+    (64, 16, 10, True, 8),    # sliding window: blocks skip keys left of the window
+    (64, 128, 7, False, 8),   # one block larger than the sequence
+])
+def test_blockwise_equals_masked_softmax_values_and_gradients(length, block, window, documents,
+                                                              value_dim):
+    q, k, v, segment, cotangent = _inputs(length, value_dim)
+    segment = segment if documents else None
+
+    def loss(fn):
+        return lambda q, k, v: jnp.sum(fn(q, k, v) * cotangent)
+
+    blockwise = lambda q, k, v: blockwise_causal_attention(q, k, v, segment, window, 0.3, block)
+    reference = lambda q, k, v: _dot(q, k, v, segment, window, 0.3)
+    np.testing.assert_allclose(blockwise(q, k, v), reference(q, k, v), atol=2e-6)
+    got = jax.grad(loss(blockwise), argnums=(0, 1, 2))(q, k, v)
+    want = jax.grad(loss(reference), argnums=(0, 1, 2))(q, k, v)
+    for name, g, w in zip("qkv", got, want):
+        np.testing.assert_allclose(g, w, atol=5e-6, err_msg=f"d{name}")
+
+
+def test_blockwise_in_bfloat16_stays_close_to_float32():
+    q, k, v, segment, _ = _inputs(64, 8)
+    out16 = blockwise_causal_attention(*(x.astype(jnp.bfloat16) for x in (q, k, v)), segment,
+                                       0, 0.3, 16)
+    assert out16.dtype == jnp.bfloat16
+    np.testing.assert_allclose(out16.astype(jnp.float32), _dot(q, k, v, segment, 0, 0.3),
+                               atol=5e-2)
+
+
+def test_fused_attention_arguments_mean_what_the_other_paths_mean():
+    # jax's XLA implementation takes the same arguments as the cuDNN one the GPU path uses.
+    q, k, v, _, _ = _inputs(40, 8)
+    for window in (0, 9):
+        np.testing.assert_allclose(fused_attention(q, k, v, 0.3, window, "xla"),
+                                   _dot(q, k, v, None, window, 0.3), atol=2e-6)
+
+
+def test_project_gradient_equals_autodiff():
+    keys = jax.random.split(jax.random.PRNGKey(1), 3)
+    x = jax.random.normal(keys[0], (2, 5, 3, 4))
+    kernel = jax.random.normal(keys[1], (3, 4, 6, 2))
+    cotangent = jax.random.normal(keys[2], (2, 5, 6, 2))
+
+    def plain(x, kernel):
+        return jnp.einsum("blij,ijoh->bloh", x, kernel)
+
+    for fn in (plain, lambda x, kernel: project(x, kernel, 2)):
+        np.testing.assert_allclose(fn(x, kernel), plain(x, kernel), atol=1e-5)
+    got = jax.grad(lambda x, w: jnp.sum(project(x, w, 2) * cotangent), (0, 1))(x, kernel)
+    want = jax.grad(lambda x, w: jnp.sum(plain(x, w) * cotangent), (0, 1))(x, kernel)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-5)
+
+
+@pytest.mark.parametrize("preset", ["llama-debug", "mistral-debug", "deepseek-v3-debug"])
+def test_model_gradients_do_not_depend_on_the_attention_implementation(preset):
+    tokens = jax.random.randint(jax.random.PRNGKey(2), (2, 48), 0, 512)
+    segments = jnp.repeat(jnp.arange(3), 16)[None].repeat(2, 0)
+
+    def grads(impl):
+        cfg = model_config(preset, attention_impl=impl, attention_block=16, max_seq_len=64)
+        model = build_model(ModelSpec.from_config(cfg), seed=0)
+        graphdef, params = nnx.split(model)
+
+        def loss(params):
+            logits = nnx.merge(graphdef, params)(tokens, segment_ids_BL=segments)
+            return jnp.mean(jax.nn.log_softmax(logits)[..., 0])
+
+        return jax.grad(loss)(params)
+
+    blockwise, dot = grads("blockwise"), grads("dot")
+    for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(blockwise),
+                            jax.tree_util.tree_leaves(dot)):
+        np.testing.assert_allclose(g, w, atol=2e-6, rtol=1e-4,
+                                   err_msg=jax.tree_util.keystr(path))
+
+
+def test_unknown_attention_implementation_is_named():
+    from jaxtrain.models.spec import ConfigError
+
+    with pytest.raises(ConfigError, match="model.attention_impl='flash'"):
+        ModelSpec.from_config(model_config("llama-debug", attention_impl="flash"))
