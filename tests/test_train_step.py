@@ -95,3 +95,30 @@ def test_z_loss_penalises_log_partition():
     log_z = float(jax.nn.logsumexp(logits))
     assert float(ce[0, 0]) == pytest.approx(log_z - 2.0, rel=1e-6)
     assert float(total[0, 0]) == pytest.approx(log_z - 2.0 + 1e-2 * log_z**2, rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_cross_entropy_gradient_equals_autodiff_of_the_definition(dtype):
+    from jaxtrain.train.cross_entropy import cross_entropy_and_log_z
+
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    logits = (3 * jax.random.normal(keys[0], (3, 5, 11))).astype(dtype)
+    targets = jax.random.randint(keys[1], (3, 5), 0, 11)
+    w_ce, w_z = jax.random.normal(keys[2], (3, 5)), jax.random.normal(keys[3], (3, 5))
+
+    def definition(logits, targets):
+        logits = logits.astype(jnp.float32)
+        log_z = jax.nn.logsumexp(logits, axis=-1)
+        return log_z - jnp.take_along_axis(logits, targets[..., None], -1)[..., 0], log_z
+
+    def loss(fn):
+        def total(logits):
+            ce, log_z = fn(logits, targets)
+            return jnp.sum(ce * w_ce + w_z * log_z**2)
+        return total
+
+    for got, want in zip(cross_entropy_and_log_z(logits, targets), definition(logits, targets)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    got, want = jax.grad(loss(cross_entropy_and_log_z))(logits), jax.grad(loss(definition))(logits)
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got.astype(jnp.float32), want.astype(jnp.float32), atol=1e-5)

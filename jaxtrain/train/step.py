@@ -17,6 +17,7 @@ from flax import nnx
 from jaxtrain import sharding
 from jaxtrain.models.moe import MOE_METRICS, moe_losses
 from jaxtrain.train import buffers
+from jaxtrain.train.cross_entropy import cross_entropy_and_log_z
 
 TrainState = dict[str, Any]  # {"step": int32[], "params": pure dict, "opt_state": optax state}
 
@@ -24,10 +25,7 @@ TrainState = dict[str, Any]  # {"step": int32[], "params": pure dict, "opt_state
 def token_losses(logits_BLV: jax.Array, targets_BL: jax.Array,
                  z_loss: float) -> tuple[jax.Array, jax.Array]:
     """Per-token cross-entropy in float32, plus z_loss * log(Z)^2 when z_loss > 0."""
-    logits_BLV = logits_BLV.astype(jnp.float32)
-    log_z_BL = jax.nn.logsumexp(logits_BLV, axis=-1)
-    target_logit_BL = jnp.take_along_axis(logits_BLV, targets_BL[..., None], axis=-1)[..., 0]
-    ce_BL = log_z_BL - target_logit_BL
+    ce_BL, log_z_BL = cross_entropy_and_log_z(logits_BLV, targets_BL)
     total_BL = ce_BL + z_loss * jnp.square(log_z_BL) if z_loss else ce_BL
     return total_BL, ce_BL
 
