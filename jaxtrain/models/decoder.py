@@ -81,7 +81,8 @@ def _stack(spec: ModelSpec, count: int, dense: bool, rngs: nnx.Rngs) -> Block:
 
 
 class Decoder(nnx.Module):
-    """A causal language model; `__call__` returns float logits [B, L, V] in compute dtype."""
+    """A causal language model; `__call__` returns float32 logits [B, L, V] (whatever the
+    compute dtype: the loss and sampling need them unrounded)."""
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         self.spec = spec
@@ -94,7 +95,8 @@ class Decoder(nnx.Module):
                                   param_dtype=spec.jnp_param_dtype)
         self.lm_head = None if spec.tie_embeddings else Dense(
             (spec.hidden_size,), (spec.vocab_size,), ("embed",), ("vocab",), rngs=rngs,
-            std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
+            std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype,
+            out_dtype=jnp.float32)
 
     def hidden_states(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
                       segment_ids_BL: jax.Array | None = None, cache: Cache | None = None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,14 +27,16 @@ def make_param(rngs: nnx.Rngs, shape: Sequence[int], axes: Sequence[str], std: f
     return nnx.Param(value, logical_axes=tuple(axes))
 
 
-def _project(x: jax.Array, kernel: jax.Array, in_rank: int) -> jax.Array:
+def _project(x: jax.Array, kernel: jax.Array, in_rank: int, out_dtype: Any) -> jax.Array:
     contract = tuple(range(x.ndim - in_rank, x.ndim))
-    return jax.lax.dot_general(x, kernel, ((contract, tuple(range(in_rank))), ((), ())))
+    return jax.lax.dot_general(x, kernel, ((contract, tuple(range(in_rank))), ((), ())),
+                               preferred_element_type=out_dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def project(x: jax.Array, kernel: jax.Array, in_rank: int) -> jax.Array:
-    """`x[..., in...] @ kernel[in..., out...]`, contracting x's last `in_rank` dimensions.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def project(x: jax.Array, kernel: jax.Array, in_rank: int, out_dtype: Any = None) -> jax.Array:
+    """`x[..., in...] @ kernel[in..., out...]`, contracting x's last `in_rank` dimensions; the
+    result in `out_dtype` (x's dtype when None; float32 keeps bfloat16 logits from rounding).
 
     The gradient is written out rather than derived because the operand order matters on
     backends that canonicalise matmuls by transposing an operand: autodiff computes the kernel
@@ -41,15 +44,16 @@ def project(x: jax.Array, kernel: jax.Array, in_rank: int) -> jax.Array:
     transposes x, which is the smaller tensor whenever out > in (MLP up/gate projections, the
     output projection over the vocabulary), and is shared by projections of the same input.
     """
-    return _project(x, kernel, in_rank)
+    return _project(x, kernel, in_rank, out_dtype)
 
 
-def _project_fwd(x, kernel, in_rank):
-    return _project(x, kernel, in_rank), (x, kernel)
+def _project_fwd(x, kernel, in_rank, out_dtype):
+    return _project(x, kernel, in_rank, out_dtype), (x, kernel)
 
 
-def _project_bwd(in_rank, residuals, dy):
+def _project_bwd(in_rank, out_dtype, residuals, dy):
     x, kernel = residuals
+    dy = dy.astype(x.dtype)
     out_rank = kernel.ndim - in_rank
     batch = tuple(range(x.ndim - in_rank))
     dy_out = tuple(range(dy.ndim - out_rank, dy.ndim))
@@ -73,16 +77,18 @@ class Dense(nnx.Module):
     def __init__(self, in_shape: Sequence[int], out_shape: Sequence[int],
                  in_axes: Sequence[str], out_axes: Sequence[str], *, rngs: nnx.Rngs,
                  std: float, use_bias: bool = False, dtype=jnp.float32,
-                 param_dtype=jnp.float32):
+                 param_dtype=jnp.float32, out_dtype=None):
         self.in_rank = len(in_shape)
         self.dtype = dtype
+        self.out_dtype = out_dtype
         self.kernel = make_param(rngs, (*in_shape, *out_shape), (*in_axes, *out_axes), std,
                                  param_dtype)
         self.bias = (make_param(rngs, out_shape, out_axes, 0.0, param_dtype)
                      if use_bias else None)
 
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-        y = project(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.in_rank)
+        y = project(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.in_rank,
+                    self.out_dtype)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
@@ -118,4 +124,6 @@ class Embed(nnx.Module):
                                           "activation_embed"))
 
     def attend(self, x_BLD: jnp.ndarray) -> jnp.ndarray:
-        return jnp.einsum("bld,vd->blv", x_BLD, self.embedding[...].astype(self.dtype))
+        """Tied output projection: float32 logits [B, L, V] (see `project`)."""
+        embedding_DV = self.embedding[...].astype(self.dtype).T
+        return project(x_BLD.astype(self.dtype), embedding_DV, 1, jnp.float32)
