@@ -15,28 +15,29 @@ from jaxtrain.models.presets import model_config
 from jaxtrain.models.spec import ModelSpec
 
 
-def _numpy_attention(q, k, v, segment, window, scale):
-    """The definition, one query at a time."""
+def _numpy_attention(q, k, v, segment, window, scale, chunk=0, sinks=None):
+    """The definition, one query at a time; a sink is one more exponent in the denominator."""
     b, l, n, _ = q.shape
     group = n // k.shape[2]
     out = np.zeros((b, l, n, v.shape[-1]))
     for bi in range(b):
         for i in range(l):
             keys = [j for j in range(i + 1) if (not window or i - j < window)
+                    and (not chunk or i // chunk == j // chunk)
                     and (segment is None or segment[bi, i] == segment[bi, j])]
             for h in range(n):
                 s = np.array([q[bi, i, h] @ k[bi, j, h // group] for j in keys]) * scale
                 p = np.exp(s - s.max())
-                p /= p.sum()
+                p /= p.sum() + (0.0 if sinks is None else np.exp(sinks[h] - s.max()))
                 out[bi, i, h] = sum(pj * v[bi, j, h // group] for pj, j in zip(p, keys))
     return out
 
 
-def _dot(q, k, v, segment, window, scale):
+def _dot(q, k, v, segment, window, scale, chunk=0, sinks=None):
     index = jnp.broadcast_to(jnp.arange(q.shape[1]), q.shape[:2])
-    mask = attention_mask(index, index, window=window, q_segment_BL=segment,
+    mask = attention_mask(index, index, window=window, chunk=chunk, q_segment_BL=segment,
                           kv_segment_BS=segment)
-    return masked_softmax_attention(q, k, v, mask, scale)
+    return masked_softmax_attention(q, k, v, mask, scale, sinks)
 
 
 def _inputs(length, value_dim, seed=0, dtype=jnp.float32):
@@ -81,6 +82,65 @@ def test_blockwise_equals_masked_softmax_values_and_gradients(length, block, win
         np.testing.assert_allclose(g, w, atol=5e-6, err_msg=f"d{name}")
 
 
+_SINKS = jnp.asarray([0.5, -1.0, 2.0, 0.0])
+
+
+@pytest.mark.parametrize("window,chunk,sinks", [(0, 5, False), (6, 0, True), (0, 7, True)])
+def test_masked_softmax_path_is_the_definition_with_chunks_and_sinks(window, chunk, sinks):
+    q, k, v, segment, _ = _inputs(20, 8)
+    sinks_N = _SINKS if sinks else None
+    got = _dot(q, k, v, segment, window, 0.3, chunk, sinks_N)
+    want = _numpy_attention(*(np.asarray(x, np.float64) for x in (q, k, v)),
+                            np.asarray(segment), window, 0.3, chunk,
+                            None if sinks_N is None else np.asarray(sinks_N, np.float64))
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("length,block,window,chunk,documents", [
+    (64, 16, 0, 24, False),   # chunks straddling query blocks: first keys at chunk starts
+    (50, 16, 0, 16, True),    # chunks aligned with blocks, documents, a ragged last block
+    (64, 16, 10, 0, True),    # sinks with a sliding window
+    (40, 128, 0, 0, False),   # sinks alone, one block
+])
+def test_blockwise_with_chunks_and_sinks_equals_masked_softmax(length, block, window, chunk,
+                                                               documents):
+    q, k, v, segment, cotangent = _inputs(length, 8)
+    segment = segment if documents else None
+
+    def loss(fn):
+        return lambda q, k, v, sinks: jnp.sum(fn(q, k, v, sinks) * cotangent)
+
+    def blockwise(q, k, v, sinks):
+        return blockwise_causal_attention(q, k, v, segment, window, 0.3, block, chunk=chunk,
+                                          sinks_N=sinks)
+
+    reference = lambda q, k, v, sinks: _dot(q, k, v, segment, window, 0.3, chunk, sinks)
+    np.testing.assert_allclose(blockwise(q, k, v, _SINKS), reference(q, k, v, _SINKS),
+                               atol=2e-6)
+    got = jax.grad(loss(blockwise), argnums=(0, 1, 2, 3))(q, k, v, _SINKS)
+    want = jax.grad(loss(reference), argnums=(0, 1, 2, 3))(q, k, v, _SINKS)
+    for name, g, w in zip(("q", "k", "v", "sinks"), got, want):
+        np.testing.assert_allclose(g, w, atol=5e-6, err_msg=f"d{name}")
+    if chunk:  # without sinks too
+        np.testing.assert_allclose(blockwise(q, k, v, None), reference(q, k, v, None),
+                                   atol=2e-6)
+
+
+def test_cudnn_is_never_chosen_for_sinks_or_chunks_and_refuses_them_when_asked():
+    from jaxtrain.models.attention import _use_cudnn
+    from jaxtrain.models.layer_pattern import AttentionKind
+
+    q, _, v, _, _ = _inputs(8, 8)
+    auto = ModelSpec(dtype="bfloat16")
+    assert not _use_cudnn(auto, q, v, None, AttentionKind(chunk=4))
+    assert not _use_cudnn(auto, q, v, None, AttentionKind(), sinks=True)
+    cudnn = ModelSpec(attention_impl="cudnn")
+    with pytest.raises(ValueError, match="cannot express model.attention_sinks"):
+        _use_cudnn(cudnn, q, v, None, AttentionKind(), sinks=True)
+    with pytest.raises(ValueError, match="cannot express model.attention_chunk=4"):
+        _use_cudnn(cudnn, q, v, None, AttentionKind(chunk=4))
+
+
 def test_blockwise_in_bfloat16_stays_close_to_float32():
     q, k, v, segment, _ = _inputs(64, 8)
     out16 = blockwise_causal_attention(*(x.astype(jnp.bfloat16) for x in (q, k, v)), segment,
@@ -115,7 +175,8 @@ def test_project_gradient_equals_autodiff():
         np.testing.assert_allclose(g, w, atol=1e-5)
 
 
-@pytest.mark.parametrize("preset", ["llama-debug", "mistral-debug", "deepseek-v3-debug"])
+@pytest.mark.parametrize("preset", ["llama-debug", "mistral-debug", "deepseek-v3-debug",
+                                    "gpt-oss-debug", "llama4-debug"])
 def test_model_gradients_do_not_depend_on_the_attention_implementation(preset):
     tokens = jax.random.randint(jax.random.PRNGKey(2), (2, 48), 0, 512)
     segments = jnp.repeat(jnp.arange(3), 16)[None].repeat(2, 0)

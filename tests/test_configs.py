@@ -22,7 +22,7 @@ from jaxtrain.models.spec import ConfigError, ModelSpec
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "deepseek_v2",
-            "deepseek_v3")
+            "deepseek_v3", "gpt_oss", "llama4")
 
 
 def _defines_get_config(path: Path) -> bool:
@@ -122,7 +122,9 @@ def _hf_param_count(family: str, **hf_config) -> int:
                     "mixtral": transformers.MixtralConfig,
                     "qwen3_moe": transformers.Qwen3MoeConfig,
                     "deepseek_v2": transformers.DeepseekV2Config,
-                    "deepseek_v3": transformers.DeepseekV3Config}[family]
+                    "deepseek_v3": transformers.DeepseekV3Config,
+                    "gpt_oss": transformers.GptOssConfig,
+                    "llama4": transformers.Llama4TextConfig}[family]
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config_class(**hf_config))
     return sum(p.numel() for p in model.parameters())  # tied weights are listed once
@@ -170,6 +172,27 @@ _HF_CONFIGS = {
                         first_k_dense_replace=3, q_lora_rank=1536, kv_lora_rank=512,
                         qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
                         n_group=8, topk_group=4, tie_word_embeddings=False),
+    "gpt-oss-20b": dict(family="gpt_oss", vocab_size=201088, hidden_size=2880,
+                        intermediate_size=2880, num_hidden_layers=24, num_attention_heads=64,
+                        num_key_value_heads=8, head_dim=64, num_local_experts=32,
+                        num_experts_per_tok=4, attention_bias=True, tie_word_embeddings=False),
+    "gpt-oss-120b": dict(family="gpt_oss", vocab_size=201088, hidden_size=2880,
+                         intermediate_size=2880, num_hidden_layers=36, num_attention_heads=64,
+                         num_key_value_heads=8, head_dim=64, num_local_experts=128,
+                         num_experts_per_tok=4, attention_bias=True, tie_word_embeddings=False),
+    "llama4-scout-17b-16e": dict(family="llama4", vocab_size=202048, hidden_size=5120,
+                                 intermediate_size=8192, intermediate_size_mlp=16384,
+                                 num_hidden_layers=48, num_attention_heads=40,
+                                 num_key_value_heads=8, head_dim=128, num_local_experts=16,
+                                 num_experts_per_tok=1, interleave_moe_layer_step=1,
+                                 use_qk_norm=True, tie_word_embeddings=False),
+    "llama4-maverick-17b-128e": dict(family="llama4", vocab_size=202048, hidden_size=5120,
+                                     intermediate_size=8192, intermediate_size_mlp=16384,
+                                     num_hidden_layers=48, num_attention_heads=40,
+                                     num_key_value_heads=8, head_dim=128,
+                                     num_local_experts=128, num_experts_per_tok=1,
+                                     interleave_moe_layer_step=2, use_qk_norm=False,
+                                     tie_word_embeddings=False),
 }
 
 
@@ -205,6 +228,15 @@ def _hf_moe_config(spec: ModelSpec) -> dict:
                     q_lora_rank=spec.q_lora_rank or None, kv_lora_rank=spec.kv_lora_rank,
                     qk_nope_head_dim=spec.qk_nope_head_dim,
                     qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim)
+    if spec.family == "gpt_oss":
+        return dict(num_local_experts=spec.num_experts, intermediate_size=spec.intermediate_size,
+                    num_experts_per_tok=spec.num_experts_per_tok, attention_bias=spec.qkv_bias)
+    if spec.family == "llama4":
+        return dict(num_local_experts=spec.num_experts,
+                    intermediate_size=spec.moe_intermediate_size,
+                    intermediate_size_mlp=spec.intermediate_size,
+                    num_experts_per_tok=spec.num_experts_per_tok,
+                    interleave_moe_layer_step=spec.moe_layer_step)
     if spec.family == "qwen3_moe":
         return dict(num_experts=spec.num_experts,
                     moe_intermediate_size=spec.moe_intermediate_size,
@@ -226,6 +258,15 @@ def test_active_parameter_counts() -> None:
     assert 2.4 <= activated("deepseek-v2-lite") < 2.5
     assert round(activated("deepseek-v2")) == 21
     assert round(activated("deepseek-v3")) == 37
+    # gpt-oss's model card (embedding left out): 20b 3.6B of 20.9B, 120b 5.1B of 116.8B.
+    assert round(activated("gpt-oss-20b"), 1) == 3.6
+    assert round(activated("gpt-oss-120b"), 1) == 5.1
+    assert round(PUBLISHED_PARAMS["gpt-oss-20b"] / 1e9, 1) == 20.9
+    assert round(PUBLISHED_PARAMS["gpt-oss-120b"] / 1e9, 1) == 116.8
+    # Llama 4: 17B active (embedding counted) for both; Maverick's text model alone is 400B.
+    for name in ("llama4-scout-17b-16e", "llama4-maverick-17b-128e"):
+        assert round(model_spec(name).num_active_params() / 1e9) == 17, name
+    assert 400e9 < PUBLISHED_PARAMS["llama4-maverick-17b-128e"] < 401e9
     dense = model_spec("llama3-8b")
     assert dense.num_active_params() == dense.num_params()
 

@@ -59,8 +59,8 @@ def test_dense_only_keys_need_their_feature():
     dense = model_spec("llama-debug")
     with pytest.raises(ConfigError, match="model.num_dense_layers=1 only applies"):
         dataclasses.replace(dense, num_dense_layers=1).validate()
-    with pytest.raises(ConfigError, match="model.rope_interleave=True"):
-        dataclasses.replace(dense, rope_interleave=True).validate()
+    with pytest.raises(ConfigError, match="model.moe_layer_step=2 only applies"):
+        dataclasses.replace(dense, moe_layer_step=2).validate()
 
 
 def _numpy_route(logits_E, k, sigmoid, bias_E, method, n_group, topk_group, norm, scaling):

@@ -47,9 +47,11 @@ UNSUPPORTED_FLAVORS = {
 UNSUPPORTED_MODELS = {
     "deepseek_v3": "TorchTitan's DeepSeek-V3 flavours are not mapped; start from "
                    "configs/deepseek_v3.py or deepseek_v3_debug.py",
-    "llama4": "Llama 4 (mixture of experts, chunked attention) is not implemented",
+    "llama4": "TorchTitan's Llama 4 flavours are not mapped; start from "
+              "configs/llama4_scout_17b_16e.py, llama4_maverick_17b_128e.py or llama4_debug.py",
     "qwen3_moe": "mixture of experts is not implemented yet",
-    "gpt_oss": "GPT-OSS (mixture of experts, attention sinks) is not implemented",
+    "gpt_oss": "TorchTitan's gpt-oss flavours are not mapped; start from configs/gpt_oss_20b.py, "
+               "gpt_oss_120b.py or gpt_oss_debug.py",
 }
 # JobConfig defaults of the keys read here, used when a file leaves them out.
 DEFAULTS: dict[str, Any] = {

@@ -35,6 +35,7 @@ from safetensors.numpy import save_file
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config
 from jaxtrain.interop.hf_layout import check_expert_layout, is_extra_layer
 from jaxtrain.models.decoder import Decoder
+from jaxtrain.models.layer_pattern import stack_layer_indices
 from jaxtrain.models.moe import RouterBias
 from jaxtrain.models.spec import ConfigError, ModelSpec
 
@@ -59,8 +60,11 @@ class TensorMap:
     for per-expert ones (`experts` of them, stacked after layers). `shape` is the jaxtrain
     shape of one layer's (and expert's) slice; kernels (`in_rank` set) are stored by HF as
     [prod(out), prod(in)] where jaxtrain has [*in, *out] with `in_rank` input dimensions.
-    A stacked parameter covers checkpoint layers `layer_offset` onwards, `layer_count` of them
-    (0: every layer). `dtype` pins the stored dtype (the float32 expert bias).
+    A stacked parameter's slot j holds checkpoint layer `layer_ids[j]` (empty: every layer, in
+    order). `dtype` pins the stored dtype (the float32 expert bias). `part` = (index, parts,
+    interleaved) makes the parameter one of `parts` pieces of the HF tensor's last axis
+    (`hf_shape` is the whole tensor): columns index, index + parts, ... when interleaved
+    (gpt-oss's gate/up), else the index-th contiguous block (Llama 4's gate/up).
     """
 
     path: tuple[str, ...]
@@ -69,9 +73,9 @@ class TensorMap:
     hf_shape: tuple[int, ...]
     in_rank: int | None = None
     experts: int = 0
-    layer_offset: int = 0
-    layer_count: int = 0
+    layer_ids: tuple[int, ...] = ()
     dtype: str | None = None
+    part: tuple[int, int, bool] | None = None
 
     @property
     def layered(self) -> bool:
@@ -80,7 +84,13 @@ class TensorMap:
 
     def count(self, num_layers: int) -> int:
         """How many layers the stacked parameter holds."""
-        return self.layer_count or num_layers
+        return len(self.layer_ids) or num_layers
+
+    def slot_of(self, i: int, num_layers: int) -> int | None:
+        """The stack slot holding checkpoint layer i (None when this stack lacks it)."""
+        if not self.layer_ids:
+            return i if i < num_layers else None
+        return self.layer_ids.index(i) if i in self.layer_ids else None
 
     def names(self, num_layers: int) -> list[str]:
         """Every HF tensor name this parameter covers."""
@@ -90,8 +100,8 @@ class TensorMap:
 
     def layer_slots(self, j: int) -> list[tuple[tuple[int, ...], str]]:
         """(index into the stacked parameter, HF tensor name) of every tensor of stack slot j
-        (checkpoint layer j + layer_offset)."""
-        i = j + self.layer_offset
+        (checkpoint layer `layer_ids[j]`)."""
+        i = self.layer_ids[j] if self.layer_ids else j
         if not self.experts:
             return [((j,), self.hf_name.format(i=i))]
         return [((j, e), self.hf_name.format(i=i, e=e)) for e in range(self.experts)]
@@ -102,12 +112,26 @@ class TensorMap:
             return self.shape
         return (self.count(num_layers), *((self.experts,) if self.experts else ()), *self.shape)
 
+    def _columns(self) -> slice:
+        index, parts, interleaved = self.part
+        if interleaved:
+            return slice(index, None, parts)
+        width = self.hf_shape[-1] // parts
+        return slice(index * width, (index + 1) * width)
+
     def to_jaxtrain(self, x: np.ndarray) -> np.ndarray:
         """One HF tensor -> one jaxtrain (per-layer) slice."""
+        if self.part is not None:
+            x = x[..., self._columns()]
         return (x if self.in_rank is None else x.T).reshape(self.shape)
 
-    def to_hf(self, x: np.ndarray) -> np.ndarray:
-        """One jaxtrain (per-layer) slice -> one contiguous HF tensor."""
+    def to_hf(self, x: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
+        """One jaxtrain (per-layer) slice -> one contiguous HF tensor; a `part` is written into
+        `into` (the tensor its other parts fill, allocated when None)."""
+        if self.part is not None:
+            into = np.empty(self.hf_shape, x.dtype) if into is None else into
+            into[..., self._columns()] = x.reshape(*self.hf_shape[:-1], -1)
+            return into
         if self.in_rank is None:
             return np.ascontiguousarray(x.reshape(self.hf_shape))
         return np.ascontiguousarray(x.reshape(math.prod(self.shape[:self.in_rank]), -1).T)
@@ -127,12 +151,12 @@ def tensor_maps(spec: ModelSpec) -> list[TensorMap]:
     """The parameter <-> tensor table for a spec, in Hugging Face checkpoint order."""
     d, v = spec.hidden_size, spec.vocab_size
     maps = [TensorMap(("embed", "embedding"), "model.embed_tokens.weight", (v, d), (v, d))]
-    if spec.num_dense_layers:
+    stacks = stack_layer_indices(spec)
+    if "dense_layers" in stacks:
         maps += [dataclasses.replace(m, path=("dense_layers", *m.path[1:]),
-                                     layer_count=spec.num_dense_layers)
+                                     layer_ids=tuple(stacks["dense_layers"]))
                  for m in _block_maps(spec, dense=True)]
-        maps += [dataclasses.replace(m, layer_offset=spec.num_dense_layers,
-                                     layer_count=spec.num_layers - spec.num_dense_layers)
+        maps += [dataclasses.replace(m, layer_ids=tuple(stacks["layers"]))
                  for m in _block_maps(spec, dense=False)]
     else:
         maps += _block_maps(spec, dense=not spec.num_experts)
@@ -148,11 +172,13 @@ def _block_maps(spec: ModelSpec, dense: bool) -> list[TensorMap]:
     lay = "model.layers.{i}."
     maps = _mla_maps(spec, lay) if spec.mla else _attention_maps(spec, lay)
     if not dense:
-        maps += _expert_maps(spec, lay)
+        maps += fused_expert_maps(spec, lay) if spec.family in FUSED_EXPERTS else (
+            _expert_maps(spec, lay))
     else:
+        mlp = "feed_forward" if spec.family == "llama4" else "mlp"
         for proj, ins, outs in (("gate", d, f), ("up", d, f), ("down", f, d)):
             maps.append(_kernel(("layers", "mlp", f"{proj}_proj", "kernel"),
-                                f"{lay}mlp.{proj}_proj.weight", (ins,), (outs,)))
+                                f"{lay}{mlp}.{proj}_proj.weight", (ins,), (outs,)))
     maps.append(_vector(("layers", "input_norm", "scale"), f"{lay}input_layernorm.weight", (d,)))
     maps.append(_vector(("layers", "post_attn_norm", "scale"),
                         f"{lay}post_attention_layernorm.weight", (d,)))
@@ -171,6 +197,11 @@ def _attention_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
             maps.append(_vector((*path, "bias"), f"{lay}self_attn.{proj}_proj.bias", (heads, h)))
     maps.append(_kernel(("layers", "attn", "o_proj", "kernel"), f"{lay}self_attn.o_proj.weight",
                         (n, h), (d,)))
+    if spec.o_bias:
+        maps.append(_vector(("layers", "attn", "o_proj", "bias"), f"{lay}self_attn.o_proj.bias",
+                            (d,)))
+    if spec.attention_sinks:
+        maps.append(_vector(("layers", "attn", "sinks"), f"{lay}self_attn.sinks", (n,)))
     if spec.qk_norm:
         for norm in ("q_norm", "k_norm"):
             maps.append(_vector(("layers", "attn", norm, "scale"),
@@ -235,6 +266,39 @@ def _expert_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
     return maps
 
 
+# Families whose checkpoints fuse every layer's experts into [E, ...] tensors, with gate and up
+# side by side: (module prefix, gate/up interleaved column by column).
+FUSED_EXPERTS = {"gpt_oss": ("mlp", True), "llama4": ("feed_forward", False)}
+
+
+def fused_expert_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
+    """Router and expert tensors of gpt-oss and Llama 4: `experts.gate_up_proj` [E, D, 2F]
+    (gate and up as `part`s), `experts.down_proj` [E, F, D] (stored [in, out], unlike
+    nn.Linear), gpt-oss's biases and Llama 4's shared expert."""
+    d, e, f = spec.hidden_size, spec.num_experts, spec.moe_intermediate_size
+    mlp, interleaved = FUSED_EXPERTS[spec.family]
+    hf, path = f"{lay}{mlp}.", ("layers", "mlp")
+    maps = [_kernel((*path, "router", "kernel"), f"{hf}router.weight", (d,), (e,))]
+    if spec.moe_router_bias:
+        maps.append(_vector((*path, "router", "bias"), f"{hf}router.bias", (e,)))
+    for index, name in enumerate(("gate", "up")):
+        maps.append(TensorMap((*path, f"{name}_proj"), f"{hf}experts.gate_up_proj", (e, d, f),
+                              (e, d, 2 * f), part=(index, 2, interleaved)))
+        if spec.moe_expert_bias:
+            maps.append(TensorMap((*path, f"{name}_bias"), f"{hf}experts.gate_up_proj_bias",
+                                  (e, f), (e, 2 * f), part=(index, 2, interleaved)))
+    maps.append(TensorMap((*path, "down_proj"), f"{hf}experts.down_proj", (e, f, d), (e, f, d)))
+    if spec.moe_expert_bias:
+        maps.append(TensorMap((*path, "down_bias"), f"{hf}experts.down_proj_bias", (e, d),
+                              (e, d)))
+    if spec.moe_shared_experts:
+        fs = spec.moe_shared_experts * f
+        for proj, ins, outs in (("gate", d, fs), ("up", d, fs), ("down", fs, d)):
+            maps.append(_kernel((*path, "shared", f"{proj}_proj", "kernel"),
+                                f"{hf}shared_expert.{proj}_proj.weight", (ins,), (outs,)))
+    return maps
+
+
 def _checkpoint_index(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     """Tensor name -> safetensors file, from the index json or the single weights file."""
     index = folder / INDEX_NAME
@@ -253,6 +317,12 @@ def _checkpoint_index(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     raise ConfigError(f"{folder} has neither {WEIGHTS_NAME} nor {INDEX_NAME} (found: "
                       f"{present or 'nothing'}); only safetensors checkpoints are read.")
+
+
+def _shape(path: pathlib.Path, name: str) -> tuple[int, ...]:
+    """A stored tensor's shape, read from its file header."""
+    with safe_open(path, framework="numpy") as f:
+        return tuple(f.get_slice(name).get_shape())
 
 
 def _set(tree: Params, path: tuple[str, ...], value: Any) -> None:
@@ -276,7 +346,7 @@ def load_hf_params(folder: str | pathlib.Path, spec: ModelSpec | None = None,
     elif overrides:
         spec = dataclasses.replace(spec, **overrides)
     files = _checkpoint_index(folder)
-    check_expert_layout(str(folder), files, spec)
+    check_expert_layout(str(folder), files, spec, lambda name: _shape(files[name], name))
     maps = tensor_maps(spec)
     expected = {name for m in maps for name in m.names(spec.num_layers)}
     missing = sorted(expected - set(files))
@@ -410,14 +480,16 @@ def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path
     order = [(m, None, m.hf_name) for m in maps if not m.layered and m.path[0] == "embed"]
     # Layer by layer in checkpoint order, whichever stack holds the layer.
     order += [(m, index, name) for i in range(spec.num_layers) for m in layered
-              if 0 <= i - m.layer_offset < m.count(spec.num_layers)
-              for index, name in m.layer_slots(i - m.layer_offset)]
+              if (slot := m.slot_of(i, spec.num_layers)) is not None
+              for index, name in m.layer_slots(slot)]
     order += [(m, None, m.hf_name) for m in maps if not m.layered and m.path[0] != "embed"]
     shards: list[list[tuple[TensorMap, tuple[int, ...] | None, str]]] = [[]]
     shard_bytes = 0
     for m, index, name in order:
-        size = math.prod(m.hf_shape) * np_dtype.itemsize
-        if shards[-1] and shard_bytes + size > max_shard_bytes:
+        size = math.prod(m.shape) * np_dtype.itemsize
+        # A tensor's later parts stay in the shard of its first.
+        continues = m.part is not None and m.part[0] > 0
+        if shards[-1] and shard_bytes + size > max_shard_bytes and not continues:
             shards.append([])
             shard_bytes = 0
         shards[-1].append((m, index, name))
@@ -435,9 +507,10 @@ def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path
         for m, index, name in shard:
             leaf = leaves[m.path]
             tensors[name] = m.to_hf(_host(leaf if index is None else leaf[index])
-                                    .astype(np.dtype(m.dtype) if m.dtype else np_dtype))
+                                    .astype(np.dtype(m.dtype) if m.dtype else np_dtype),
+                                    tensors.get(name))
             weight_map[name] = file
-            total += tensors[name].nbytes
+        total += sum(t.nbytes for t in tensors.values())
         save_file(tensors, str(out / file), metadata={"format": "pt"})
     if len(shards) > 1:
         with open(out / INDEX_NAME, "w") as f:

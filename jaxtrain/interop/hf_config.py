@@ -1,5 +1,6 @@
 """Hugging Face `config.json` <-> `ModelSpec`, for Llama 2/3, Qwen 2.5/3, Mistral, Mixtral,
-Qwen3-MoE and DeepSeek V2/V3 (the DeepSeek keys live in `jaxtrain.interop.hf_deepseek`).
+Qwen3-MoE, DeepSeek V2/V3, gpt-oss and Llama 4 text (the keys of the last three live in
+`hf_deepseek`, `hf_gpt_oss` and `hf_llama4`).
 
 Reading accepts both the transformers-4 layout (`rope_theta` at top level, `rope_scaling`) and
 the transformers-5 one (`rope_parameters` holding `rope_theta`); writing uses the layout of the
@@ -23,7 +24,13 @@ from jaxtrain.interop.hf_deepseek import (
     deepseek_config,
     deepseek_fields,
 )
+from jaxtrain.interop.hf_gpt_oss import check_gpt_oss_expressible, gpt_oss_config, gpt_oss_fields
+from jaxtrain.interop.hf_llama4 import check_llama4_expressible, llama4_config, llama4_fields
 from jaxtrain.models.spec import ConfigError, ModelSpec
+
+# Families whose keys live in their own module: (read fields, check a spec, write keys).
+_FAMILY_KEYS = {"gpt_oss": (gpt_oss_fields, check_gpt_oss_expressible, gpt_oss_config),
+                "llama4": (llama4_fields, check_llama4_expressible, llama4_config)}
 
 # Architecture name (config.json `architectures[0]`) -> (spec family, transformers model_type).
 ARCHITECTURES: dict[str, tuple[str, str]] = {
@@ -35,6 +42,8 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "Qwen3MoeForCausalLM": ("qwen3_moe", "qwen3_moe"),
     "DeepseekV2ForCausalLM": ("deepseek_v2", "deepseek_v2"),
     "DeepseekV3ForCausalLM": ("deepseek_v3", "deepseek_v3"),
+    "GptOssForCausalLM": ("gpt_oss", "gpt_oss"),
+    "Llama4ForCausalLM": ("llama4", "llama4_text"),
 }
 FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
 _MODEL_TYPE_ARCHITECTURE = {mt: arch for arch, (_, mt) in ARCHITECTURES.items()}
@@ -119,10 +128,9 @@ def _rope_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
 def _yarn_fields(cfg: Mapping[str, Any], params: Mapping[str, Any], where: str
                  ) -> dict[str, Any]:
     """The YaRN keys; a missing factor is the context ratio, as transformers infers it."""
-    for key, value in (("attention_factor", None), ("truncate", True)):
-        if params.get(key, value) != value:
-            raise ConfigError(f"{where}: yarn {key}={params[key]!r} is not supported (only "
-                              f"the default, {value}).")
+    if params.get("attention_factor") is not None:
+        raise ConfigError(f"{where}: yarn attention_factor={params['attention_factor']!r} is "
+                          "not supported (only the default, derived from factor and mscale).")
     original = params.get("original_max_position_embeddings")
     if original is None:
         raise ConfigError(f"{where}: rope type 'yarn' needs `original_max_position_embeddings`.")
@@ -132,7 +140,8 @@ def _yarn_fields(cfg: Mapping[str, Any], params: Mapping[str, Any], where: str
                 rope_beta_fast=float(params.get("beta_fast") or 32.0),
                 rope_beta_slow=float(params.get("beta_slow") or 1.0),
                 rope_mscale=float(params.get("mscale") or 0.0),
-                rope_mscale_all_dim=float(params.get("mscale_all_dim") or 0.0))
+                rope_mscale_all_dim=float(params.get("mscale_all_dim") or 0.0),
+                rope_truncate=bool(params.get("truncate", True)))
 
 
 def _qwen_window(cfg: Mapping[str, Any], num_layers: int, where: str) -> int:
@@ -234,6 +243,8 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
     )
     if family in DEEPSEEK_FAMILIES:
         fields.update(deepseek_fields(cfg, family, where))
+    elif family in _FAMILY_KEYS:
+        fields.update(_FAMILY_KEYS[family][0](cfg, where))
     known = {f.name for f in dataclasses.fields(ModelSpec)}
     unknown = sorted(set(overrides) - known)
     if unknown:
@@ -249,8 +260,12 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
 def _check_expressible(spec: ModelSpec, arch: str) -> None:
     """ConfigError when the spec has a feature the family's HF architecture lacks."""
     family = spec.family
+    _check_pattern_keys(spec, arch)
     if family in DEEPSEEK_FAMILIES:
         check_deepseek_expressible(spec, arch)
+        return
+    if family in _FAMILY_KEYS:
+        _FAMILY_KEYS[family][1](spec, arch)
         return
     deepseek_only = {"kv_lora_rank": spec.mla, "num_dense_layers": spec.num_dense_layers,
                      "moe_shared_experts": spec.moe_shared_experts,
@@ -283,6 +298,26 @@ def _check_expressible(spec: ModelSpec, arch: str) -> None:
                           "family 'mistral' (same weights plus a window).")
 
 
+def _check_pattern_keys(spec: ModelSpec, arch: str) -> None:
+    """ConfigError for a gpt-oss / Llama 4 feature on a family whose class lacks it."""
+    owners = {"attention_sinks": "gpt_oss", "o_bias": ("gpt_oss", "llama4"),
+              "global_layer_step": ("gpt_oss", "llama4"), "moe_router_bias": "gpt_oss",
+              "moe_expert_bias": "gpt_oss", "moe_activation": "gpt_oss",
+              "attention_chunk": "llama4", "nope_global": "llama4", "qk_l2_norm": "llama4",
+              "attn_temperature_tuning": "llama4", "moe_weight_inputs": "llama4",
+              "moe_layer_step": "llama4", "rope_truncate": "gpt_oss",
+              "rope_interleave": ("llama4", "deepseek_v2", "deepseek_v3")}
+    defaults = {"moe_activation": "swiglu", "moe_layer_step": 1, "rope_truncate": True}
+    for key, families in owners.items():
+        families = (families,) if isinstance(families, str) else families
+        if getattr(spec, key) != defaults.get(key, False) and spec.family not in families:
+            raise ConfigError(f"model.{key}={getattr(spec, key)!r} has no place in {arch}; "
+                              f"use family {' or '.join(map(repr, families))}, or the default.")
+    if spec.moe_score == "topk_sigmoid" and spec.family != "llama4":
+        raise ConfigError(f"model.moe_score='topk_sigmoid' has no place in {arch}; use family "
+                          "'llama4', or another moe_score.")
+
+
 def _rope_parameters(spec: ModelSpec) -> dict[str, Any]:
     if spec.rope_scaling == "none":
         return {"rope_type": "default"}
@@ -297,6 +332,8 @@ def _rope_parameters(spec: ModelSpec) -> dict[str, Any]:
                            ("mscale_all_dim", spec.rope_mscale_all_dim)):
             if value:
                 rope[key] = value
+        if not spec.rope_truncate:
+            rope["truncate"] = False
         return rope
     return {"rope_type": "llama3", "factor": spec.rope_factor,
             "low_freq_factor": spec.rope_low_freq_factor,
@@ -326,7 +363,7 @@ def _moe_config(spec: ModelSpec) -> dict[str, Any]:
 def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
                         extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A transformers `config.json` dict for the spec's family (llama, qwen2, qwen3, mistral,
-    mixtral, qwen3_moe, deepseek_v2, deepseek_v3).
+    mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, llama4).
 
     `dtype` is the stored weight dtype (default `spec.param_dtype`); `extra` keys (token ids,
     say) are added last. Raises ConfigError when the family cannot express the spec.
@@ -363,6 +400,8 @@ def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
         cfg["sliding_window"] = spec.sliding_window or None
     if spec.family in DEEPSEEK_FAMILIES:
         cfg.update(deepseek_config(spec))
+    elif spec.family in _FAMILY_KEYS:
+        cfg.update(_FAMILY_KEYS[spec.family][2](spec))
     else:
         cfg.update(_moe_config(spec))
     if spec.family in _QWEN:

@@ -10,7 +10,12 @@ re-reading those tensors costs more than the matmuls. This function instead keep
 the output and one log-sum-exp per query row, and recomputes the probabilities block by block in
 the backward pass (the flash-attention recurrence, without its online softmax: a block's keys are
 all in memory at once). Query blocks only visit the keys they can see, so above-diagonal blocks
-(and, with a sliding window, blocks left of the window) are never computed.
+(and, with a sliding window or chunked local attention, blocks left of the window or chunk)
+are never computed.
+
+Attention sinks (gpt-oss) add one learned logit per query head to every softmax denominator:
+a key with that score and a zero value. The log-sum-exp then includes it, and its gradient is
+-p_sink x (dO . O) summed over the head's queries.
 """
 
 from __future__ import annotations
@@ -23,24 +28,29 @@ import jax.numpy as jnp
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
 
 
-def _blocks(length: int, block: int, window: int) -> list[tuple[int, int, int]]:
-    """(first query, end query, first visible key) of each query block."""
+def _blocks(length: int, block: int, window: int, chunk: int) -> list[tuple[int, int, int]]:
+    """(first query, end query, first visible key) of each query block: the block's first
+    query sees back to its window's start, or to its chunk's start."""
     out = []
     for start in range(0, length, block):
         end = min(start + block, length)
         first_key = max(0, start - window + 1) if window else 0
+        if chunk:
+            first_key = max(first_key, start // chunk * chunk)
         out.append((start, end, first_key))
     return out
 
 
-def _visible(start: int, end: int, first_key: int, window: int,
+def _visible(start: int, end: int, first_key: int, window: int, chunk: int,
              segment_BL: jax.Array | None) -> jax.Array:
-    """Boolean [B or 1, 1, 1, Q, S]: causal, inside the window, and within one document."""
+    """Boolean [B or 1, 1, 1, Q, S]: causal, inside the window or chunk, within one document."""
     rows = jnp.arange(start, end)[:, None]
     cols = jnp.arange(first_key, end)[None, :]
     allowed_QS = cols <= rows
     if window:
         allowed_QS &= rows - cols < window
+    if chunk:
+        allowed_QS &= rows // chunk == cols // chunk
     allowed = allowed_QS[None]
     if segment_BL is not None:
         same_BQS = (segment_BL[:, start:end, None] == segment_BL[:, None, first_key:end])
@@ -61,15 +71,25 @@ def _split_heads(q_BLNH, k_BLKH, v_BLKV):
     return q, k_BLKH.transpose(0, 2, 1, 3), v_BLKV.transpose(0, 2, 1, 3)
 
 
-def _forward(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale, block):
+def _sink_logits(sinks_N, kv_heads):
+    """Sinks as [1, K, G, 1, 1] float32 logits, broadcasting against [B, K, G, Q, S] scores."""
+    return sinks_N.astype(jnp.float32).reshape(1, kv_heads, -1, 1, 1)
+
+
+def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block):
     q, k, v = _split_heads(q_BLNH, k_BLKH, v_BLKV)
+    sink = None if sinks_N is None else _sink_logits(sinks_N, k.shape[1])
     outs, lses = [], []
-    for start, end, first in _blocks(q.shape[3], block, window):
-        mask = _visible(start, end, first, window, segment_BL)
+    for start, end, first in _blocks(q.shape[3], block, window, chunk):
+        mask = _visible(start, end, first, window, chunk, segment_BL)
         s = _scores(q[:, :, :, start:end], k[:, :, first:end], mask, scale)
         m = jnp.max(s, axis=-1, keepdims=True)
+        if sink is not None:
+            m = jnp.maximum(m, sink)
         p = jnp.exp(s - m)
         total = jnp.sum(p, axis=-1, keepdims=True)
+        if sink is not None:
+            total = total + jnp.exp(sink - m)  # the sink's share of the denominator
         o = jnp.einsum("bkgqs,bksv->bkgqv", p.astype(v.dtype), v[:, :, first:end],
                        preferred_element_type=jnp.float32)
         outs.append(o / total)
@@ -81,26 +101,35 @@ def _forward(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale, block):
     return out_BLNV, (q, k, v, o_BKGLV.astype(q_BLNH.dtype), lse_BKGL)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
 def blockwise_causal_attention(q_BLNH: jax.Array, k_BLKH: jax.Array, v_BLKV: jax.Array,
                                segment_BL: jax.Array | None, window: int, scale: float,
-                               block: int) -> jax.Array:
-    """softmax(scale x q k^T, causal [, window] [, same segment]) v for self-attention.
+                               block: int, *, chunk: int = 0,
+                               sinks_N: jax.Array | None = None) -> jax.Array:
+    """softmax(scale x q k^T, causal [, window | chunk] [, same segment] [, sink]) v for
+    self-attention.
 
     q [B, L, N, H], k [B, L, K, H], v [B, L, K, V] (K divides N); `segment_BL` int ids or None;
-    `window` 0 for full causal attention. Returns [B, L, N, V] in q's dtype; scores, softmax
-    and accumulation are float32.
+    `window` 0 for full causal attention; `chunk` > 0 limits each token to earlier tokens of
+    its own chunk of that many positions; `sinks_N` one extra softmax logit per query head.
+    Returns [B, L, N, V] in q's dtype; scores, softmax and accumulation are float32.
     """
-    return _forward(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale, block)[0]
+    return _attention(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block)
 
 
-def _fwd(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale, block):
-    out, residuals = _forward(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale, block)
-    return out, (*residuals, segment_BL)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _attention(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block):
+    return _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale,
+                    block)[0]
 
 
-def _bwd(window, scale, block, residuals, dout_BLNV):
-    q, k, v, o, lse, segment_BL = residuals
+def _fwd(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block):
+    out, residuals = _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk,
+                              scale, block)
+    return out, (*residuals, sinks_N, segment_BL)
+
+
+def _bwd(window, chunk, scale, block, residuals, dout_BLNV):
+    q, k, v, o, lse, sinks_N, segment_BL = residuals
     b, kv, g, l, h = q.shape
     dout = dout_BLNV.reshape(b, l, kv, g, -1).transpose(0, 2, 3, 1, 4)
     # D_i = sum_j P_ij dP_ij = dO_i . O_i: the softmax Jacobian's row term.
@@ -108,8 +137,8 @@ def _bwd(window, scale, block, residuals, dout_BLNV):
     dq_blocks = []
     dk = jnp.zeros(k.shape, jnp.float32)
     dv = jnp.zeros(v.shape, jnp.float32)
-    for start, end, first in _blocks(l, block, window):
-        mask = _visible(start, end, first, window, segment_BL)
+    for start, end, first in _blocks(l, block, window, chunk):
+        mask = _visible(start, end, first, window, chunk, segment_BL)
         q_b, k_b, v_b = q[:, :, :, start:end], k[:, :, first:end], v[:, :, first:end]
         do_b = dout[:, :, :, start:end]
         p = jnp.exp(_scores(q_b, k_b, mask, scale) - lse[:, :, :, start:end, None])
@@ -126,7 +155,13 @@ def _bwd(window, scale, block, residuals, dout_BLNV):
     dq = jnp.concatenate(dq_blocks, axis=3).transpose(0, 3, 1, 2, 4).reshape(b, l, kv * g, h)
     dk = dk.transpose(0, 2, 1, 3)
     dv = dv.transpose(0, 2, 1, 3)
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+    dsinks = None
+    if sinks_N is not None:
+        # The sink is a key with value 0: dP_sink = 0, so dS_sink = -p_sink x D.
+        p_sink_BKGL = jnp.exp(_sink_logits(sinks_N, kv)[..., 0] - lse)
+        dsinks = -jnp.sum(p_sink_BKGL * delta_BKGL, axis=(0, 3)).reshape(-1)
+        dsinks = dsinks.astype(sinks_N.dtype)
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dsinks, None
 
 
-blockwise_causal_attention.defvjp(_fwd, _bwd)
+_attention.defvjp(_fwd, _bwd)

@@ -7,7 +7,12 @@ with `nnx.scan` (plus `nnx.remat` when asked), so compile time does not grow wit
 
 A mixture of experts whose first blocks are dense (DeepSeek's `first_k_dense_replace`) keeps
 those in a second stack, `dense_layers`, scanned before `layers`; only such specs have it, so
-every other family keeps its parameter tree.
+every other family keeps its parameter tree. When dense and expert blocks alternate (Llama 4's
+`moe_layer_step` s), `dense_layers` holds the s - 1 dense blocks of every group and `layers` its
+expert block, and one scan runs group after group (`_scan_groups`).
+
+Blocks that differ only in their attention (sliding / full, chunked RoPE / global NoPE) share a
+stack; each gets its `AttentionKind` index as a scanned per-layer array.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from flax import nnx
 
 from jaxtrain import sharding
 from jaxtrain.models.attention import Attention
+from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices
 from jaxtrain.models.layers import Dense, Embed, RMSNorm
 from jaxtrain.models.mla import MLAttention
 from jaxtrain.models.mlp import SwiGLU
@@ -42,7 +48,8 @@ _REMAT_POLICIES = {
 class Block(nnx.Module):
     """x + attn(norm(x)), then x + mlp(norm(x)); the mlp is a mixture of experts when
     `num_experts` > 0 and not `dense`, whose routing statistics the block returns ({} for a
-    dense mlp). The attention is latent (MLA) when `kv_lora_rank` > 0."""
+    dense mlp). The attention is latent (MLA) when `kv_lora_rank` > 0; `kind` indexes the
+    block's grouped-query `AttentionKind` (see `layer_pattern`)."""
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, dense: bool = False):
         norm = dict(dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
@@ -52,9 +59,10 @@ class Block(nnx.Module):
         experts = spec.num_experts and not dense
         self.mlp = MoE(spec, rngs=rngs) if experts else SwiGLU(spec, rngs=rngs)
 
-    def __call__(self, x_BLD, cos, sin, index_BL, segment_BL=None, cache=None):
+    def __call__(self, x_BLD, cos, sin, index_BL, segment_BL=None, cache=None, kind=0):
+        extra = {} if isinstance(self.attn, MLAttention) else {"kind": kind}
         attn_BLD, cache = self.attn(self.input_norm(x_BLD), cos, sin, index_BL, segment_BL,
-                                    cache)
+                                    cache, **extra)
         x_BLD = x_BLD + attn_BLD
         mlp_BLD, stats = self._mlp(self.post_attn_norm(x_BLD))
         x_BLD = x_BLD + mlp_BLD
@@ -88,9 +96,10 @@ class Decoder(nnx.Module):
         self.spec = spec
         self.embed = Embed(spec.vocab_size, spec.hidden_size, rngs=rngs, std=spec.init_std,
                            dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
-        if spec.num_dense_layers:
-            self.dense_layers = _stack(spec, spec.num_dense_layers, True, rngs)
-        self.layers = _stack(spec, spec.num_layers - spec.num_dense_layers, False, rngs)
+        stacks = stack_layer_indices(spec)
+        if "dense_layers" in stacks:
+            self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs)
+        self.layers = _stack(spec, len(stacks["layers"]), False, rngs)
         self.final_norm = RMSNorm(spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype,
                                   param_dtype=spec.jnp_param_dtype)
         self.lm_head = None if spec.tie_embeddings else Dense(
@@ -122,34 +131,91 @@ class Decoder(nnx.Module):
         unroll = True if not spec.scan_layers else 1
 
         dense_layers = getattr(self, "dense_layers", None)
-        if cache is None:
-            def layer(x, block):
-                x, _, stats = block(x, cos, sin, index_BL, segment_ids_BL)
+        per_layer = attention_kinds(spec)[1]
+        kinds = {name: jnp.asarray([per_layer[i] for i in layers], jnp.int32)
+                 for name, layers in stack_layer_indices(spec).items()}
+        if spec.moe_layer_step > 1:
+            args = (cos, sin, index_BL, segment_ids_BL if cache is None else None)
+            x_BLD, new_cache, stats = self._scan_groups(x_BLD, args, kinds, cache, unroll)
+        elif cache is None:
+            def layer(x, block, kind):
+                x, _, stats = block(x, cos, sin, index_BL, segment_ids_BL, kind=kind)
                 return x, stats
 
             if spec.remat != "none":
                 layer = nnx.remat(layer, policy=_REMAT_POLICIES[spec.remat])
-            scan = nnx.scan(layer, in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0),
+            scan = nnx.scan(layer, in_axes=(nnx.Carry, 0, 0), out_axes=(nnx.Carry, 0),
                             unroll=unroll)
             if dense_layers is not None:
-                x_BLD, _ = scan(x_BLD, dense_layers)  # dense blocks have no statistics
-            x_BLD, stats = scan(x_BLD, self.layers)
+                # dense blocks have no statistics
+                x_BLD, _ = scan(x_BLD, dense_layers, kinds["dense_layers"])
+            x_BLD, stats = scan(x_BLD, self.layers, kinds["layers"])
             new_cache = None
         else:
-            def layer_with_cache(x, block, k, v):
-                x, (k, v), _ = block(x, cos, sin, index_BL, None, (k, v))
+            def layer_with_cache(x, block, kind, k, v):
+                x, (k, v), _ = block(x, cos, sin, index_BL, None, (k, v), kind=kind)
                 return x, (k, v)
 
-            scan = nnx.scan(layer_with_cache, in_axes=(nnx.Carry, 0, 0, 0),
+            scan = nnx.scan(layer_with_cache, in_axes=(nnx.Carry, 0, 0, 0, 0),
                             out_axes=(nnx.Carry, 0), unroll=unroll)
             new_cache = {}
             if dense_layers is not None:
-                x_BLD, (k, v) = scan(x_BLD, dense_layers, cache["dense_k"], cache["dense_v"])
+                x_BLD, (k, v) = scan(x_BLD, dense_layers, kinds["dense_layers"],
+                                     cache["dense_k"], cache["dense_v"])
                 new_cache.update(dense_k=k, dense_v=v)
-            x_BLD, (k, v) = scan(x_BLD, self.layers, cache["k"], cache["v"])
+            x_BLD, (k, v) = scan(x_BLD, self.layers, kinds["layers"], cache["k"], cache["v"])
             new_cache.update(k=k, v=v)
             stats = {}
         return self.final_norm(x_BLD), new_cache, stats
+
+    def _scan_groups(self, x_BLD: jax.Array, args: tuple, kinds: dict[str, jax.Array],
+                     cache: Cache | None, unroll: int | bool
+                     ) -> tuple[jax.Array, Cache | None, dict]:
+        """Alternating dense and expert blocks: one scan step per group of s - 1 dense blocks
+        (slots g(s-1) .. g(s-1) + s-2 of `dense_layers`) and one expert block (slot g of
+        `layers`), so the two stacks keep their own parameter shapes."""
+        spec = self.spec
+        sub = spec.moe_layer_step - 1
+        groups = spec.num_layers // spec.moe_layer_step
+        dense_def, dense_state = nnx.split(self.dense_layers)
+        moe_def, moe_state = nnx.split(self.layers)
+
+        def by_group(t):
+            return t.reshape(groups, sub, *t.shape[1:])
+
+        dense_state = jax.tree.map(by_group, dense_state)
+        xs = {"dense": dense_state, "moe": moe_state, "dense_kind": by_group(
+            kinds["dense_layers"]), "moe_kind": kinds["layers"]}
+        if cache is not None:
+            xs["cache"] = {"dense_k": by_group(cache["dense_k"]),
+                           "dense_v": by_group(cache["dense_v"]),
+                           "k": cache["k"], "v": cache["v"]}
+
+        def group(x, xs):
+            caches = xs.get("cache")
+            new = {"dense_k": [], "dense_v": []}
+            for r in range(sub):
+                block = nnx.merge(dense_def, jax.tree.map(lambda t, r=r: t[r], xs["dense"]))
+                kv = None if caches is None else (caches["dense_k"][r], caches["dense_v"][r])
+                x, kv, _ = block(x, *args, kv, kind=xs["dense_kind"][r])
+                if kv is not None:
+                    new["dense_k"].append(kv[0])
+                    new["dense_v"].append(kv[1])
+            block = nnx.merge(moe_def, xs["moe"])
+            kv = None if caches is None else (caches["k"], caches["v"])
+            x, kv, stats = block(x, *args, kv, kind=xs["moe_kind"])
+            if kv is None:
+                return x, (stats, None)
+            new = {name: jnp.stack(values) for name, values in new.items()}
+            return x, ({}, dict(new, k=kv[0], v=kv[1]))
+
+        if spec.remat != "none" and cache is None:
+            group = jax.checkpoint(group, policy=_REMAT_POLICIES[spec.remat])
+        x_BLD, (stats, new_cache) = jax.lax.scan(group, x_BLD, xs, unroll=unroll)
+        if new_cache is not None:
+            new_cache = {name: value.reshape(cache[name].shape)
+                         for name, value in new_cache.items()}
+        return x_BLD, new_cache, stats
 
     def logits(self, x_BLD: jax.Array) -> jax.Array:
         """Output projection of final hidden states (tied to the embedding when configured)."""
@@ -183,12 +249,11 @@ class Decoder(nnx.Module):
             v_shape = (batch, max_len, spec.num_heads, spec.v_head_dim)
         else:
             k_shape = v_shape = (batch, max_len, spec.num_kv_heads, spec.head_dim)
-        moe_stack = spec.num_layers - spec.num_dense_layers
-        cache = {"k": jnp.zeros((moe_stack, *k_shape), dtype),
-                 "v": jnp.zeros((moe_stack, *v_shape), dtype)}
-        if spec.num_dense_layers:
-            cache["dense_k"] = jnp.zeros((spec.num_dense_layers, *k_shape), dtype)
-            cache["dense_v"] = jnp.zeros((spec.num_dense_layers, *v_shape), dtype)
+        cache = {}
+        for name, layers in stack_layer_indices(spec).items():
+            prefix = "dense_" if name == "dense_layers" else ""
+            cache[f"{prefix}k"] = jnp.zeros((len(layers), *k_shape), dtype)
+            cache[f"{prefix}v"] = jnp.zeros((len(layers), *v_shape), dtype)
         return cache
 
 

@@ -3,11 +3,14 @@
 Shape letters: B batch, L length, D embed, E experts, K top-k, F expert hidden size,
 T tokens (B x L), A assignments (T x K), G expert groups, P experts per group.
 
-Routers score experts by softmax (Mixtral, Qwen-MoE, DeepSeek V2) or sigmoid (DeepSeek V3),
-may first limit each token to its best groups of experts (DeepSeek), and may add a per-expert
-bias to the scores that choose experts, never to the weights (DeepSeek V3's auxiliary-loss-free
-balancing: the train step moves the bias toward even load, see `updated_router_bias`). Shared
-experts (DeepSeek) are one dense SwiGLU every token passes through, added to the routed output.
+Routers score experts by softmax (Mixtral, gpt-oss, Qwen-MoE, DeepSeek V2) or sigmoid
+(DeepSeek V3, Llama 4), may first limit each token to its best groups of experts (DeepSeek), and
+may add a per-expert bias to the scores that choose experts, never to the weights (DeepSeek V3's
+auxiliary-loss-free balancing: the train step moves the bias toward even load, see
+`updated_router_bias`). Shared experts (DeepSeek, Llama 4) are one dense SwiGLU every token
+passes through, added to the routed output. gpt-oss adds biases to the router and the experts
+and clamps its SwiGLU (`clamped_swiglu`); Llama 4 scales each expert's input, not its output,
+by the router weight.
 
 Routing is dropless: every token reaches all of its k experts, whatever the load. Assignments
 are sorted by expert so each expert's tokens are contiguous, then one `jax.lax.ragged_dot`
@@ -65,7 +68,8 @@ def route(logits_TE: jax.Array, k: int, score: str, norm_topk: bool, *,
     score "topk_softmax" (Mixtral) takes the k largest logits and softmaxes over them;
     "softmax_topk" (Qwen-MoE, DeepSeek V2) softmaxes over all experts, keeps the k largest
     probabilities and renormalises them to sum to one only when `norm_topk`; "sigmoid"
-    (DeepSeek V3) scores each expert by its own sigmoid, renormalised likewise. Experts are
+    (DeepSeek V3) scores each expert by its own sigmoid, renormalised likewise; "topk_sigmoid"
+    (Llama 4) keeps the k largest logits and weights each by its sigmoid. Experts are
     chosen by score + `bias_E` among the groups `limit_to_groups` keeps, weighted by the
     unbiased score times `scaling`. `probs` (the load-balancing loss's router probabilities)
     is the softmax over all experts, or for sigmoid the scores normalised to sum to one.
@@ -75,6 +79,9 @@ def route(logits_TE: jax.Array, k: int, score: str, norm_topk: bool, *,
     if score == "topk_softmax" and plain:
         top_logits_TK, experts_TK = jax.lax.top_k(logits_TE, k)
         return jax.nn.softmax(top_logits_TK, axis=-1), experts_TK, probs_TE
+    if score == "topk_sigmoid":  # Llama 4: each kept logit's own sigmoid, not renormalised
+        top_logits_TK, experts_TK = jax.lax.top_k(logits_TE, k)
+        return jax.nn.sigmoid(top_logits_TK) * scaling, experts_TK, probs_TE
     if score == "sigmoid":
         scores_TE = jax.nn.sigmoid(logits_TE)
         probs_TE = scores_TE / jnp.sum(scores_TE, axis=-1, keepdims=True)
@@ -104,6 +111,14 @@ def load_balancing_loss(probs_TE: jax.Array, experts_TK: jax.Array) -> tuple[jax
     return num_experts * jnp.sum(load_E * prob_E), load_E
 
 
+def clamped_swiglu(gate: jax.Array, up: jax.Array, alpha: float, limit: float) -> jax.Array:
+    """gpt-oss's expert activation: (up + 1) x gate x sigmoid(alpha x gate), with the gate
+    clamped to at most `limit` and up to [-limit, limit] so no activation can blow up."""
+    gate = jnp.minimum(gate, limit)
+    up = jnp.clip(up, -limit, limit)
+    return (up + 1.0) * gate * jax.nn.sigmoid(alpha * gate)
+
+
 def router_z_loss(logits_TE: jax.Array) -> jax.Array:
     """Mean squared log-partition of the router logits (ST-MoE), keeping logits small."""
     return jnp.mean(jnp.square(jax.nn.logsumexp(logits_TE, axis=-1)))
@@ -124,10 +139,16 @@ class MoE(nnx.Module):
         # Routing decisions are made in float32 whatever the compute dtype: near-ties in
         # bfloat16 would flip expert choices.
         self.router = Dense((d,), (e,), ("embed",), ("exp",), rngs=rngs, std=spec.init_std,
-                            dtype=jnp.float32, param_dtype=pdt)
+                            use_bias=spec.moe_router_bias, dtype=jnp.float32, param_dtype=pdt)
         self.gate_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
         self.up_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
         self.down_proj = make_param(rngs, (e, f, d), ("exp", "mlp", "embed"), spec.init_std, pdt)
+        self.activation = (spec.moe_activation, spec.moe_swiglu_alpha, spec.moe_swiglu_limit)
+        self.weight_inputs = spec.moe_weight_inputs
+        if spec.moe_expert_bias:
+            self.gate_bias = make_param(rngs, (e, f), ("exp", "mlp"), 0.0, pdt)
+            self.up_bias = make_param(rngs, (e, f), ("exp", "mlp"), 0.0, pdt)
+            self.down_bias = make_param(rngs, (e, d), ("exp", "embed"), 0.0, pdt)
         # Attributes only when used, so Mixtral / Qwen3-MoE keep their parameter tree.
         if spec.moe_shared_experts:
             self.shared = SwiGLU(spec, rngs=rngs,
@@ -151,13 +172,29 @@ class MoE(nnx.Module):
         experts_A = experts_TK.reshape(-1)
         order_A = jnp.argsort(experts_A, stable=True)
         x_AD = jnp.take(x_TD, order_A // self.k, axis=0).astype(self.dtype)
+        if self.weight_inputs:
+            # Llama 4 weights what enters the expert; the outputs are then summed as they are.
+            weight_A = jnp.take(weights_TK.reshape(-1), order_A)
+            x_AD = x_AD * weight_A[:, None].astype(self.dtype)
+            weights_TK = jnp.ones_like(weights_TK)
         sizes_E = jnp.bincount(experts_A, length=num_experts).astype(jnp.int32)
+        expert_A = jnp.take(experts_A, order_A)  # each sorted row's expert, for its biases
 
-        def grouped(lhs, w):
-            return jax.lax.ragged_dot(lhs, w[...].astype(self.dtype), sizes_E)
+        def grouped(lhs, w, bias):
+            out = jax.lax.ragged_dot(lhs, w[...].astype(self.dtype), sizes_E)
+            if hasattr(self, bias):
+                out = out + jnp.take(getattr(self, bias)[...], expert_A, axis=0).astype(
+                    self.dtype)
+            return out
 
-        h_AF = jax.nn.silu(grouped(x_AD, self.gate_proj)) * grouped(x_AD, self.up_proj)
-        y_AD = grouped(h_AF, self.down_proj)
+        gate_AF = grouped(x_AD, self.gate_proj, "gate_bias")
+        up_AF = grouped(x_AD, self.up_proj, "up_bias")
+        kind, alpha, limit = self.activation
+        if kind == "clamped_swiglu":
+            h_AF = clamped_swiglu(gate_AF, up_AF, alpha, limit)
+        else:
+            h_AF = jax.nn.silu(gate_AF) * up_AF
+        y_AD = grouped(h_AF, self.down_proj, "down_bias")
         # Back to (token, slot) order, then the router-weighted sum over each token's k experts.
         y_TKD = jnp.zeros_like(y_AD).at[order_A].set(y_AD).reshape(b * l, self.k, d)
         y_TD = jnp.einsum("tkd,tk->td", y_TKD, weights_TK.astype(self.dtype))

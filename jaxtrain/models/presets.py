@@ -52,6 +52,29 @@ _DEEPSEEK_V3 = dict(_MLA, family="deepseek_v3", vocab_size=129280, rope_mscale=1
                     moe_topk_group=4, moe_routed_scaling=2.5, moe_shared_experts=1,
                     num_dense_layers=3, moe_score_bias=True, moe_bias_update_rate=0.001,
                     moe_aux_loss_coef=0.001)
+# gpt-oss: alternating 128-token sliding and full attention with per-head sinks, biased q/k/v/o,
+# biased top-4 softmax routing to biased experts with a clamped SwiGLU, YaRN without rounding
+# its ramp. The published router_aux_loss_coef 0.9 counts tokens; x top-k for assignments.
+_GPT_OSS = dict(family="gpt_oss", vocab_size=201088, hidden_size=2880, num_heads=64,
+                num_kv_heads=8, head_dim=64, intermediate_size=2880, moe_intermediate_size=2880,
+                max_seq_len=131072, norm_eps=1e-5, rope_theta=150000.0, rope_scaling="yarn",
+                rope_factor=32.0, rope_original_max_len=4096, rope_beta_fast=32.0,
+                rope_beta_slow=1.0, rope_truncate=False, sliding_window=128,
+                global_layer_step=2, attention_sinks=True, qkv_bias=True, o_bias=True,
+                num_experts_per_tok=4, moe_score="topk_softmax", moe_router_bias=True,
+                moe_expert_bias=True, moe_activation="clamped_swiglu", moe_swiglu_alpha=1.702,
+                moe_swiglu_limit=7.0, moe_aux_loss_coef=3.6)
+# Llama 4: 8192-token chunked attention with interleaved-pair RoPE on three of every four
+# blocks, global NoPE attention with temperature tuning on the fourth; top-1 sigmoid routing
+# that weights the expert input, plus a shared expert; dense blocks (when experts interleave)
+# use the wider intermediate_size_mlp.
+_LLAMA4 = dict(family="llama4", vocab_size=202048, hidden_size=5120, num_layers=48,
+               num_heads=40, num_kv_heads=8, head_dim=128, intermediate_size=16384,
+               moe_intermediate_size=8192, norm_eps=1e-5, rope_theta=500000.0,
+               rope_interleave=True, attention_chunk=8192, global_layer_step=4,
+               nope_global=True, attn_temperature_tuning=True, attn_floor_scale=8192.0,
+               attn_scale=0.1, num_experts_per_tok=1, moe_score="topk_sigmoid",
+               moe_weight_inputs=True, moe_shared_experts=1, moe_aux_loss_coef=0.001)
 # Tiny sizes for tests and smoke runs (two layers, dims <= 64).
 _DEBUG = dict(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
               head_dim=16, intermediate_size=128, max_seq_len=512)
@@ -96,6 +119,23 @@ PRESETS: dict[str, dict] = {
                               moe_n_group=4, moe_topk_group=2, moe_routed_scaling=2.5,
                               moe_shared_experts=1, num_dense_layers=1, moe_score_bias=True,
                               moe_bias_update_rate=0.001, moe_aux_loss_coef=0.001),
+    # A sliding block then a full one; YaRN on a 128-token original context, ramp unrounded.
+    "gpt-oss-debug": dict(_DEBUG, family="gpt_oss", intermediate_size=32, norm_eps=1e-5,
+                          rope_theta=150000.0, rope_scaling="yarn", rope_factor=4.0,
+                          rope_original_max_len=128,
+                          rope_truncate=False, sliding_window=8, global_layer_step=2,
+                          attention_sinks=True, qkv_bias=True, o_bias=True, num_experts=4,
+                          num_experts_per_tok=2, moe_intermediate_size=32,
+                          moe_score="topk_softmax", moe_router_bias=True, moe_expert_bias=True,
+                          moe_activation="clamped_swiglu", moe_aux_loss_coef=0.02),
+    # A dense chunked-RoPE block then an expert global-NoPE block (shared expert, top-1).
+    "llama4-debug": dict(_DEBUG, family="llama4", rope_theta=500000.0, rope_interleave=True,
+                         attention_chunk=16, global_layer_step=2, nope_global=True,
+                         qk_l2_norm=True, attn_temperature_tuning=True, attn_floor_scale=4.0,
+                         attn_scale=0.1, num_experts=4, num_experts_per_tok=1,
+                         moe_intermediate_size=32, moe_score="topk_sigmoid",
+                         moe_weight_inputs=True, moe_shared_experts=1, moe_layer_step=2,
+                         moe_aux_loss_coef=0.001),
     "llama2-7b": dict(_LLAMA2, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=32,
                       intermediate_size=11008),
     "llama2-13b": dict(_LLAMA2, hidden_size=5120, num_layers=40, num_heads=40, num_kv_heads=40,
@@ -166,6 +206,16 @@ PRESETS: dict[str, dict] = {
                         num_experts=160, q_lora_rank=1536, moe_topk_method="group_limited_greedy",
                         moe_n_group=8, moe_topk_group=3, moe_routed_scaling=16.0,
                         moe_aux_loss_coef=0.003),
+    "gpt-oss-20b": dict(_GPT_OSS, num_layers=24, num_experts=32),
+    "gpt-oss-120b": dict(_GPT_OSS, num_layers=36, num_experts=128),
+    # Scout: experts in every block, qk-norm, Llama 3 RoPE scaling (x16 of 8K, one hard cut).
+    "llama4-scout-17b-16e": dict(_LLAMA4, num_experts=16, moe_layer_step=1, qk_l2_norm=True,
+                                 max_seq_len=10485760, rope_scaling="llama3", rope_factor=16.0,
+                                 rope_low_freq_factor=1.0, rope_high_freq_factor=1.0,
+                                 rope_original_max_len=8192),
+    # Maverick: dense and expert blocks alternate; no qk-norm, no RoPE scaling.
+    "llama4-maverick-17b-128e": dict(_LLAMA4, num_experts=128, moe_layer_step=2,
+                                     max_seq_len=1048576),
     # 61 blocks, the first 3 dense; the multi-token-prediction module (block 61) is not built.
     "deepseek-v3": dict(_DEEPSEEK_V3, hidden_size=7168, num_layers=61, num_heads=128,
                         num_kv_heads=128, intermediate_size=18432, moe_intermediate_size=2048,
@@ -205,6 +255,11 @@ PUBLISHED_PARAMS: dict[str, int] = {
     "deepseek-v2-lite": 15_706_484_224,
     "deepseek-v2": 235_741_434_880,
     "deepseek-v3": 671_026_404_352,  # the multi-token-prediction module not counted
+    "gpt-oss-20b": 20_914_757_184,
+    "gpt-oss-120b": 116_829_156_672,
+    # Text models only: Meta's 109B / 400B also count the vision encoder.
+    "llama4-scout-17b-16e": 107_769_861_120,
+    "llama4-maverick-17b-128e": 400_711_848_960,
 }
 
 

@@ -36,15 +36,18 @@ def attention_factor(spec: ModelSpec) -> float:
 def _yarn(spec: ModelSpec, inv_freq: np.ndarray) -> np.ndarray:
     """YaRN: pairs turning more than beta_fast times over the original context keep their
     frequency, those turning fewer than beta_slow times are slowed by `factor`, and a linear
-    ramp over the (integer-rounded) pair indices between blends the two."""
+    ramp over the pair indices between (rounded to whole pairs when `rope_truncate`) blends
+    the two."""
     dim, base, old_len = spec.rope_dim, spec.rope_theta, spec.rope_original_max_len
 
     def pair_index(rotations: float) -> float:
         # The dimension whose wavelength fits `rotations` times into the original context.
         return dim * math.log(old_len / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    low = max(math.floor(pair_index(spec.rope_beta_fast)), 0)
-    high = min(math.ceil(pair_index(spec.rope_beta_slow)), dim - 1)
+    low, high = pair_index(spec.rope_beta_fast), pair_index(spec.rope_beta_slow)
+    if spec.rope_truncate:  # gpt-oss keeps the fractional ends
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001  # a zero-width ramp would divide by zero
     ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
@@ -67,11 +70,15 @@ def inverse_frequencies(spec: ModelSpec) -> np.ndarray:
         high_wavelen = old_len / spec.rope_high_freq_factor
         wavelen = 2 * math.pi / inv_freq
         scaled = np.where(wavelen > low_wavelen, inv_freq / spec.rope_factor, inv_freq)
-        smooth = (old_len / wavelen - spec.rope_low_freq_factor) / (
-            spec.rope_high_freq_factor - spec.rope_low_freq_factor)
-        blended = (1 - smooth) * scaled / spec.rope_factor + smooth * scaled
         medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-        inv_freq = np.where(medium, blended, scaled)
+        # Equal factors (Llama 4 Scout) leave no band to blend over: a hard cut.
+        band = spec.rope_high_freq_factor - spec.rope_low_freq_factor
+        if band:
+            smooth = (old_len / wavelen - spec.rope_low_freq_factor) / band
+            blended = (1 - smooth) * scaled / spec.rope_factor + smooth * scaled
+            inv_freq = np.where(medium, blended, scaled)
+        else:
+            inv_freq = scaled
     return inv_freq.astype(np.float32)
 
 

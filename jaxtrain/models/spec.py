@@ -18,7 +18,10 @@ ROPE_SCALINGS = ("none", "llama3", "linear", "yarn")
 # cuDNN's fused kernel; NVIDIA GPUs), auto (cudnn where it applies, else blockwise).
 ATTENTION_IMPLS = ("auto", "blockwise", "dot", "cudnn")
 REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims", "minimal")
-MOE_SCORES = ("topk_softmax", "softmax_topk", "sigmoid")  # Mixtral | Qwen-MoE, DeepSeek V2 | V3
+# Mixtral, gpt-oss | Qwen-MoE, DeepSeek V2 | DeepSeek V3 | Llama 4 (sigmoid of the top-k logits)
+MOE_SCORES = ("topk_softmax", "softmax_topk", "sigmoid", "topk_sigmoid")
+# Expert activation: silu(gate) x up, or gpt-oss's clamped variant (see `moe.clamped_swiglu`).
+MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu")
 # How top-k is restricted to groups of experts: none | V2 (group score = its best expert) | V3
 # (group score = sum of its two best biased scores).
 MOE_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
@@ -30,10 +33,11 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """Hyperparameters of one decoder (Llama 2/3, Qwen 2.5/3, Mistral; Mixtral, Qwen3-MoE and
-    DeepSeek V2/V3 when `num_experts` > 0, which swaps the MLP of every block after the first
-    `num_dense_layers` for a mixture of experts; `kv_lora_rank` > 0 swaps grouped-query
-    attention for multi-head latent attention)."""
+    """Hyperparameters of one decoder (Llama 2/3, Qwen 2.5/3, Mistral; Mixtral, Qwen3-MoE,
+    DeepSeek V2/V3, gpt-oss and Llama 4 when `num_experts` > 0, which swaps the MLP of every
+    block after the first `num_dense_layers` (or of every `moe_layer_step`-th block) for a
+    mixture of experts; `kv_lora_rank` > 0 swaps grouped-query attention for multi-head latent
+    attention; `global_layer_step` alternates local and global attention layers)."""
 
     family: str = "llama"  # informational: llama, qwen2, qwen3, mistral, mixtral, deepseek_v3, ...
     vocab_size: int = 32000  # rows of the embedding and output projection
@@ -55,11 +59,22 @@ class ModelSpec:
     rope_beta_slow: float = 1.0  # yarn: wavelengths turning less often than this are slowed fully
     rope_mscale: float = 0.0  # yarn: attention-factor numerator; 0 = unset
     rope_mscale_all_dim: float = 0.0  # yarn: its denominator, MLA softmax boost
-    rope_interleave: bool = False  # MLA: rotate pairs (2i, 2i+1), not (i, i+H/2)
+    rope_truncate: bool = True  # yarn: round the ramp ends to whole dims (gpt-oss: False)
+    rope_interleave: bool = False  # rotate pairs (2i, 2i+1), not (i, i+H/2) (DeepSeek, Llama 4)
     tie_embeddings: bool = False  # output projection shares the embedding matrix
     qkv_bias: bool = False  # biases on the q/k/v projections (Qwen 2.5)
     qk_norm: bool = False  # RMSNorm on queries and keys per head (Qwen 3)
     sliding_window: int = 0  # 0: full causal attention
+    attention_chunk: int = 0  # > 0: tokens see only earlier tokens of their chunk (Llama 4)
+    # Global blocks ignore sliding_window / attention_chunk (gpt-oss: 2, Llama 4: 4).
+    global_layer_step: int = 0  # > 0: every this-many-th block is global; 0: all blocks alike
+    nope_global: bool = False  # global blocks skip RoPE (Llama 4's NoPE layers)
+    qk_l2_norm: bool = False  # weightless RMS norm of q and k after RoPE, RoPE blocks (Llama 4)
+    attn_temperature_tuning: bool = False  # NoPE blocks scale q by log1p(floor((i+1)/floor))
+    attn_floor_scale: float = 8192.0  # temperature tuning: positions per step of the log
+    attn_scale: float = 0.1  # temperature tuning: q x (1 + attn_scale x log1p(...))
+    attention_sinks: bool = False  # a learned per-head logit in each softmax denominator
+    o_bias: bool = False  # bias on the attention output projection (gpt-oss)
     attention_impl: str = "auto"  # auto | blockwise | dot | cudnn: see ATTENTION_IMPLS
     attention_block: int = 128  # blockwise attention: queries per block
     init_std: float = 0.02  # standard deviation of the normal weight init
@@ -77,7 +92,7 @@ class ModelSpec:
     num_experts: int = 0  # 0: dense MLP in every block
     num_experts_per_tok: int = 2  # top-k
     moe_intermediate_size: int = 0  # each expert's hidden size
-    moe_score: str = "topk_softmax"  # topk_softmax | softmax_topk | sigmoid (DeepSeek V3)
+    moe_score: str = "topk_softmax"  # topk_softmax | softmax_topk | sigmoid | topk_sigmoid
     moe_norm_topk: bool = True  # softmax_topk / sigmoid: kept scores sum to 1
     moe_topk_method: str = "greedy"  # greedy | group_limited_greedy | noaux_tc
     moe_n_group: int = 1  # expert groups; grouped top-k keeps moe_topk_group of them per token
@@ -89,6 +104,13 @@ class ModelSpec:
     moe_bias_update_rate: float = 0.0  # bias += rate * sign(mean load - load) per step
     moe_aux_loss_coef: float = 0.0  # load-balancing loss weight
     moe_z_loss_coef: float = 0.0  # router z-loss weight
+    moe_layer_step: int = 1  # every this-many-th block has experts, the rest dense (Llama 4)
+    moe_router_bias: bool = False  # bias on the router logits (gpt-oss)
+    moe_expert_bias: bool = False  # biases on each expert's gate, up and down (gpt-oss)
+    moe_weight_inputs: bool = False  # router weights scale the expert input (Llama 4)
+    moe_activation: str = "swiglu"  # swiglu | clamped_swiglu (gpt-oss)
+    moe_swiglu_alpha: float = 1.702  # clamped_swiglu: gate x sigmoid(alpha x gate)
+    moe_swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
 
     @property
     def jnp_dtype(self) -> Any:
@@ -110,8 +132,11 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
-        """Blocks whose MLP is a mixture of experts (those after the leading dense ones)."""
-        return self.num_layers - self.num_dense_layers if self.num_experts else 0
+        """Blocks whose MLP is a mixture of experts (those after the leading dense ones, or
+        one in every `moe_layer_step`)."""
+        if not self.num_experts:
+            return 0
+        return (self.num_layers - self.num_dense_layers) // self.moe_layer_step
 
     @classmethod
     def from_config(cls, model_cfg: Any) -> ModelSpec:
@@ -152,11 +177,49 @@ class ModelSpec:
                               "(0 means full causal attention).")
         self._validate_rope()
         self._validate_mla()
+        self._validate_layer_pattern()
         if self.num_experts:
             self._validate_moe()
-        elif self.num_dense_layers:
-            raise ConfigError(f"model.num_dense_layers={self.num_dense_layers} only applies to "
-                              "a mixture of experts; set it to 0 or set model.num_experts > 0.")
+            return
+        expert_only = {"num_dense_layers": self.num_dense_layers,
+                       "moe_layer_step": self.moe_layer_step != 1,
+                       "moe_router_bias": self.moe_router_bias,
+                       "moe_expert_bias": self.moe_expert_bias,
+                       "moe_weight_inputs": self.moe_weight_inputs,
+                       "moe_activation": self.moe_activation != "swiglu"}
+        for key, used in expert_only.items():
+            if used:
+                raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to a mixture"
+                                  " of experts; set it to its default or set model.num_experts "
+                                  "> 0.")
+
+    def _validate_layer_pattern(self) -> None:
+        """Local / global attention layers, chunks, NoPE and attention temperature keys."""
+        for key in ("attention_chunk", "global_layer_step"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 (0: off).")
+        if self.attention_chunk and self.sliding_window:
+            raise ConfigError(f"model.attention_chunk={self.attention_chunk} and model."
+                              f"sliding_window={self.sliding_window} are both set; local layers "
+                              "use one of them, so set the other to 0.")
+        if self.global_layer_step == 1:
+            raise ConfigError("model.global_layer_step=1 makes every layer global; set it to 0 "
+                              "and model.sliding_window / attention_chunk to 0 instead.")
+        if self.nope_global and not self.global_layer_step:
+            raise ConfigError("model.nope_global=True needs global layers: set "
+                              "model.global_layer_step > 1 (Llama 4: 4).")
+        if self.attn_temperature_tuning and not self.nope_global:
+            raise ConfigError("model.attn_temperature_tuning=True applies to NoPE layers only; "
+                              "set model.nope_global=True (and global_layer_step) or turn it off.")
+        if self.attn_floor_scale <= 0:
+            raise ConfigError(f"model.attn_floor_scale={self.attn_floor_scale} must be > 0.")
+        if self.mla:
+            for key in ("attention_chunk", "global_layer_step", "attention_sinks", "o_bias",
+                        "qk_l2_norm"):
+                if getattr(self, key):
+                    raise ConfigError(f"model.{key}={getattr(self, key)!r} is not supported with"
+                                      " multi-head latent attention (model.kv_lora_rank > 0); "
+                                      "set it off.")
 
     def _validate_rope(self) -> None:
         """The context-extension keys of the chosen rope_scaling."""
@@ -189,9 +252,6 @@ class ModelSpec:
                     raise ConfigError(
                         f"model.{key}={getattr(self, key)} only applies to multi-head latent "
                         "attention; set model.kv_lora_rank > 0 to use it, or set it to 0.")
-            if self.rope_interleave:
-                raise ConfigError("model.rope_interleave=True is only implemented for multi-head"
-                                  " latent attention (model.kv_lora_rank > 0); set it to False.")
             return
         if self.qk_rope_head_dim <= 0 or self.qk_rope_head_dim % 2:
             raise ConfigError(f"model.qk_rope_head_dim={self.qk_rope_head_dim} must be a "
@@ -229,6 +289,25 @@ class ModelSpec:
             raise ConfigError(f"model.num_dense_layers={self.num_dense_layers} must be between 0 "
                               f"and model.num_layers - 1 = {self.num_layers - 1}: at least one "
                               "block keeps its experts.")
+        if self.moe_activation not in MOE_ACTIVATIONS:
+            raise ConfigError(f"model.moe_activation={self.moe_activation!r} is not one of "
+                              f"{list(MOE_ACTIVATIONS)}.")
+        for key in ("moe_swiglu_alpha", "moe_swiglu_limit"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be > 0.")
+        step = self.moe_layer_step
+        if step < 1 or self.num_layers % step:
+            raise ConfigError(f"model.moe_layer_step={step} must be a positive divisor of "
+                              f"model.num_layers={self.num_layers}: the blocks form whole groups "
+                              "of step - 1 dense blocks and one expert block.")
+        if step > 1 and self.num_dense_layers:
+            raise ConfigError(f"model.moe_layer_step={step} and model.num_dense_layers="
+                              f"{self.num_dense_layers} are both set; use leading dense blocks "
+                              "or interleaved ones, not both.")
+        if self.moe_score == "topk_sigmoid" and (self.moe_score_bias or
+                                                 self.moe_topk_method != "greedy"):
+            raise ConfigError("model.moe_score='topk_sigmoid' ranks raw logits; it takes no "
+                              "model.moe_score_bias and only moe_topk_method='greedy'.")
         if self.moe_bias_update_rate and not self.moe_score_bias:
             raise ConfigError(f"model.moe_bias_update_rate={self.moe_bias_update_rate} needs the "
                               "expert bias it updates; set model.moe_score_bias=True or the "
@@ -274,7 +353,7 @@ class ModelSpec:
         return d * h * hd + 2 * d * kv * hd + h * hd * d
 
     def _attn_params(self) -> int:
-        """One block's attention parameters: projections plus biases and norm weights."""
+        """One block's attention parameters: projections plus biases, norm weights and sinks."""
         extra = 0
         if self.mla:
             extra = self.q_lora_rank + self.kv_lora_rank  # the two latent RMSNorms
@@ -282,18 +361,32 @@ class ModelSpec:
             extra += (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
         if self.qk_norm:
             extra += 2 * self.head_dim
+        if self.o_bias:
+            extra += self.hidden_size
+        if self.attention_sinks:
+            extra += self.num_heads
         return self._attn_matmul_params() + extra
 
-    def _ffn_params(self, experts: int) -> int:
+    def _expert_params(self, with_biases: bool) -> int:
+        """One routed expert's weights (and its biases when counted)."""
+        d, f = self.hidden_size, self.moe_intermediate_size
+        biases = 2 * f + d if with_biases and self.moe_expert_bias else 0
+        return 3 * d * f + biases
+
+    def _ffn_params(self, experts: int, with_biases: bool = True) -> int:
         """Feed-forward parameters of all blocks, with `experts` routed experts counted in each
-        expert block (its router and shared experts included)."""
+        expert block (its router and shared experts included); biases only when asked (FLOPs
+        count matmul weights)."""
         d = self.hidden_size
         dense = (self.num_layers - self.num_moe_layers) * 3 * d * self.intermediate_size
         if not self.num_experts:
             return dense
-        routed_and_shared = (experts + self.moe_shared_experts) * 3 * d * (
-            self.moe_intermediate_size)
-        return dense + self.num_moe_layers * (routed_and_shared + d * self.num_experts)
+        routed = experts * self._expert_params(with_biases)
+        shared = self.moe_shared_experts * 3 * d * self.moe_intermediate_size
+        router = d * self.num_experts
+        if with_biases and self.moe_router_bias:
+            router += self.num_experts
+        return dense + self.num_moe_layers * (routed + shared + router)
 
     def num_params(self) -> int:
         """Parameter count, embeddings included (the figure model cards publish).
@@ -310,8 +403,7 @@ class ModelSpec:
         if not self.num_experts:
             return self.num_params()
         unused = self.num_experts - self.num_experts_per_tok
-        return self.num_params() - self.num_moe_layers * unused * 3 * self.hidden_size * (
-            self.moe_intermediate_size)
+        return self.num_params() - self.num_moe_layers * unused * self._expert_params(True)
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token: 6 x matmul params (no embedding gather) + attention.
@@ -321,15 +413,19 @@ class ModelSpec:
         qk_rope and its value width v_head_dim), with causal masking halving that (the PaLM
         appendix B convention counts the full T); we count the causal half, times 3 for
         forward + backward. Expert blocks count the router, the shared experts and the top-k
-        routed experts; MLA counts its low-rank projections as the weights they are.
+        routed experts; MLA counts its low-rank projections as the weights they are. A local
+        layer's context is its sliding window or chunk in place of T when shorter.
         """
+        from jaxtrain.models.layer_pattern import attention_kinds
+
         matmul = self.num_layers * self._attn_matmul_params()
-        matmul += self._ffn_params(self.num_experts_per_tok)
+        matmul += self._ffn_params(self.num_experts_per_tok, with_biases=False)
         matmul += self.vocab_size * self.hidden_size  # the output projection
         if self.mla:
             qk, v = self.qk_nope_head_dim + self.qk_rope_head_dim, self.v_head_dim
         else:
             qk = v = self.head_dim
-        context = min(seq_len, self.sliding_window) if self.sliding_window else seq_len
-        attention = self.num_layers * 2 * self.num_heads * (qk + v) * context / 2
+        kinds, per_layer = attention_kinds(self)
+        contexts = [min(seq_len, kinds[i].window or kinds[i].chunk or seq_len) for i in per_layer]
+        attention = sum(contexts) * 2 * self.num_heads * (qk + v) / 2
         return 6.0 * matmul + 3.0 * attention
