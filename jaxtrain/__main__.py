@@ -257,6 +257,10 @@ def runs_main(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Dispatches to a subcommand; `train` is the default."""
+    if argv is None:  # a real command line, which may restart with CPU malloc settings
+        from jaxtrain.host_malloc import reexec_with_tuned_malloc
+
+        reexec_with_tuned_malloc()
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv.pop(0) if argv and argv[0] in SUBCOMMANDS else "train"
     handlers = {"train": train_main, "sample": sample_main, "config": config_main,

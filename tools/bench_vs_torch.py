@@ -110,6 +110,11 @@ class TorchContender:
 
 def main(argv: list[str]) -> int:
     from jaxtrain.__main__ import _split_config_args
+    from jaxtrain.host_malloc import reexec_with_tuned_malloc
+
+    # The malloc settings `python -m jaxtrain` runs with on CPUs; one process, so torch gets
+    # them as well.
+    reexec_with_tuned_malloc()
 
     _, overrides, rest = _split_config_args(argv)
     parser = argparse.ArgumentParser(prog="bench_vs_torch")
