@@ -28,9 +28,12 @@ SPEC = ModelSpec(vocab_size=128, hidden_size=32, num_layers=2, num_heads=4, num_
                  moe_z_loss_coef=0.001, init_std=0.2)
 
 
-def _naive_moe(moe: MoE, x_TD: np.ndarray, score: str, norm_topk: bool) -> np.ndarray:
+def _naive_moe(moe: MoE, x_TD: np.ndarray, score: str, norm_topk: bool,
+               capacity: int | None = None) -> np.ndarray:
     """One token at a time: transformers' routing (softmax over all experts, top-k, then
-    renormalised for Mixtral and for Qwen with norm_topk), each chosen expert run densely."""
+    renormalised for Mixtral and for Qwen with norm_topk), each chosen expert run densely;
+    with a `capacity`, an expert ignores tokens once it has taken that many."""
+    taken = np.zeros(moe.gate_proj.shape[0], int)
     router_DE = np.asarray(moe.router.kernel[...], np.float64)
     gate_EDF, up_EDF, down_EFD = (np.asarray(p[...], np.float64)
                                   for p in (moe.gate_proj, moe.up_proj, moe.down_proj))
@@ -44,6 +47,9 @@ def _naive_moe(moe: MoE, x_TD: np.ndarray, score: str, norm_topk: bool) -> np.nd
         if score == "topk_softmax" or norm_topk:
             weights_K = weights_K / weights_K.sum()
         for e, w in zip(chosen_K, weights_K):
+            taken[e] += 1
+            if capacity is not None and taken[e] > capacity:
+                continue
             g_F, u_F = x_D @ gate_EDF[e], x_D @ up_EDF[e]
             out_TD[t] += w * ((g_F / (1 + np.exp(-g_F)) * u_F) @ down_EFD[e])
     return out_TD
@@ -60,6 +66,38 @@ def test_moe_layer_matches_a_per_token_loop(score, norm_topk):
     np.testing.assert_allclose(np.asarray(y_BLD).reshape(14, -1), ref_TD, atol=1e-5, rtol=1e-5)
     assert stats["load"].shape == (spec.num_experts,)
     np.testing.assert_allclose(float(jnp.sum(stats["load"])), 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("factor", [0.5, 1.0, 4.0])
+def test_capacity_drops_an_experts_assignments_past_its_capacity_in_token_order(factor):
+    spec = dataclasses.replace(SPEC, moe_score="softmax_topk", moe_capacity_factor=factor)
+    moe = MoE(spec, rngs=nnx.Rngs(params=0))
+    x_BLD = jax.random.normal(jax.random.key(1), (2, 7, spec.hidden_size))
+    y_BLD, stats = moe(x_BLD)
+    capacity = int(np.ceil(factor * 14 * spec.num_experts_per_tok / spec.num_experts))
+    ref_TD = _naive_moe(moe, np.asarray(x_BLD).reshape(14, -1), "softmax_topk", True, capacity)
+    np.testing.assert_allclose(np.asarray(y_BLD).reshape(14, -1), ref_TD, atol=1e-5, rtol=1e-5)
+    # Four times the even share never drops; half of it must.
+    assert (float(stats["dropped"]) == 0.0) == (factor == 4.0)
+
+
+def test_capacity_path_trains_and_reports_dropped_assignments():
+    spec = dataclasses.replace(SPEC, moe_capacity_factor=0.5)
+    model = build_model(spec)
+    graphdef, params = nnx.split(model)
+    tokens = jax.random.randint(jax.random.key(2), (2, 16), 0, spec.vocab_size)
+    batch = {"inputs": tokens, "targets": tokens, "loss_mask": jnp.ones((2, 16))}
+    (loss, aux), grads = jax.value_and_grad(step.loss_sums, argnums=1, has_aux=True)(
+        graphdef, params, batch, 0.0)
+    assert np.isfinite(float(loss))
+    assert 0.0 < float(aux["moe_dropped_sum"] / aux["tokens"]) < 1.0
+    gate_grad = grads["layers"]["mlp"]["gate_proj"]
+    assert float(jnp.sum(jnp.abs(gate_grad))) > 0.0
+
+
+def test_negative_capacity_factor_is_named():
+    with pytest.raises(ConfigError, match="model.moe_capacity_factor=-1"):
+        dataclasses.replace(SPEC, moe_capacity_factor=-1.0).validate()
 
 
 def test_router_losses_follow_their_formulas():

@@ -21,6 +21,8 @@ collectives; an explicit all-to-all dispatch under `shard_map` is a later optimi
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -30,7 +32,7 @@ from jaxtrain.models.layers import Dense, make_param
 from jaxtrain.models.mlp import SwiGLU
 from jaxtrain.models.spec import ModelSpec
 
-MoeStats = dict[str, jax.Array]  # {"aux_loss": [], "z_loss": [], "load": [E]}
+MoeStats = dict[str, jax.Array]  # {"aux_loss": [], "z_loss": [], "load": [E], "dropped": []}
 
 
 class RouterBias(nnx.Variable):
@@ -145,6 +147,7 @@ class MoE(nnx.Module):
         self.down_proj = make_param(rngs, (e, f, d), ("exp", "mlp", "embed"), spec.init_std, pdt)
         self.activation = (spec.moe_activation, spec.moe_swiglu_alpha, spec.moe_swiglu_limit)
         self.weight_inputs = spec.moe_weight_inputs
+        self.capacity_factor = spec.moe_capacity_factor
         if spec.moe_expert_bias:
             self.gate_bias = make_param(rngs, (e, f), ("exp", "mlp"), 0.0, pdt)
             self.up_bias = make_param(rngs, (e, f), ("exp", "mlp"), 0.0, pdt)
@@ -179,22 +182,12 @@ class MoE(nnx.Module):
             weights_TK = jnp.ones_like(weights_TK)
         sizes_E = jnp.bincount(experts_A, length=num_experts).astype(jnp.int32)
         expert_A = jnp.take(experts_A, order_A)  # each sorted row's expert, for its biases
-
-        def grouped(lhs, w, bias):
-            out = jax.lax.ragged_dot(lhs, w[...].astype(self.dtype), sizes_E)
-            if hasattr(self, bias):
-                out = out + jnp.take(getattr(self, bias)[...], expert_A, axis=0).astype(
-                    self.dtype)
-            return out
-
-        gate_AF = grouped(x_AD, self.gate_proj, "gate_bias")
-        up_AF = grouped(x_AD, self.up_proj, "up_bias")
-        kind, alpha, limit = self.activation
-        if kind == "clamped_swiglu":
-            h_AF = clamped_swiglu(gate_AF, up_AF, alpha, limit)
+        if self.capacity_factor:
+            y_AD, dropped = self._experts_with_capacity(x_AD, expert_A, sizes_E)
         else:
-            h_AF = jax.nn.silu(gate_AF) * up_AF
-        y_AD = grouped(h_AF, self.down_proj, "down_bias")
+            y_AD, dropped = self._experts_dropless(x_AD, expert_A, sizes_E), jnp.float32(0.0)
+        stats["dropped"] = dropped
+
         # Back to (token, slot) order, then the router-weighted sum over each token's k experts.
         y_TKD = jnp.zeros_like(y_AD).at[order_A].set(y_AD).reshape(b * l, self.k, d)
         y_TD = jnp.einsum("tkd,tk->td", y_TKD, weights_TK.astype(self.dtype))
@@ -205,9 +198,58 @@ class MoE(nnx.Module):
                                                            "activation_embed"))
         return y_BLD, stats
 
+    def _ffn(self, x_RD: jax.Array, matmul) -> jax.Array:
+        """The experts' (clamped) SwiGLU over rows x_RD, with `matmul(rows, weight, bias name)`
+        applying each row's own expert."""
+        gate_RF = matmul(x_RD, self.gate_proj, "gate_bias")
+        up_RF = matmul(x_RD, self.up_proj, "up_bias")
+        kind, alpha, limit = self.activation
+        if kind == "clamped_swiglu":
+            h_RF = clamped_swiglu(gate_RF, up_RF, alpha, limit)
+        else:
+            h_RF = jax.nn.silu(gate_RF) * up_RF
+        return matmul(h_RF, self.down_proj, "down_bias")
+
+    def _experts_dropless(self, x_AD: jax.Array, expert_A: jax.Array,
+                          sizes_E: jax.Array) -> jax.Array:
+        """Every assignment through its expert: one grouped matmul per weight."""
+
+        def grouped(lhs, w, bias):
+            out = jax.lax.ragged_dot(lhs, w[...].astype(self.dtype), sizes_E)
+            if hasattr(self, bias):
+                out = out + jnp.take(getattr(self, bias)[...], expert_A, axis=0).astype(
+                    self.dtype)
+            return out
+
+        return self._ffn(x_AD, grouped)
+
+    def _experts_with_capacity(self, x_AD: jax.Array, expert_A: jax.Array, sizes_E: jax.Array
+                               ) -> tuple[jax.Array, jax.Array]:
+        """Assignments (sorted by expert) packed into a fixed [E, C, D] buffer, C the capacity;
+        an expert's assignments past C are dropped and give zeros. Returns (y_AD, fraction
+        dropped). Static shapes let the expert axis shard without ragged sizes."""
+        num_assignments, num_experts = x_AD.shape[0], sizes_E.shape[0]
+        capacity = max(1, math.ceil(self.capacity_factor * num_assignments / num_experts))
+        first_E = jnp.cumsum(sizes_E) - sizes_E
+        rank_A = jnp.arange(num_assignments) - jnp.take(first_E, expert_A)
+        kept_A = rank_A < capacity
+        x_ECD = jnp.zeros((num_experts, capacity, x_AD.shape[1]), x_AD.dtype)
+        x_ECD = x_ECD.at[expert_A, rank_A].set(x_AD, mode="drop")
+
+        def batched(lhs, w, bias):
+            out = jnp.einsum("ecx,exy->ecy", lhs, w[...].astype(self.dtype))
+            if hasattr(self, bias):
+                out = out + getattr(self, bias)[...][:, None].astype(self.dtype)
+            return out
+
+        y_ECD = self._ffn(x_ECD, batched)
+        y_AD = y_ECD[expert_A, jnp.minimum(rank_A, capacity - 1)]
+        y_AD = jnp.where(kept_A[:, None], y_AD, 0)
+        return y_AD, 1.0 - jnp.mean(kept_A.astype(jnp.float32))
 
 # Train-step metrics of a mixture of experts: token-weighted means over the step.
-MOE_METRICS = ("moe_aux_loss", "moe_z_loss", "moe_load_max", "moe_load_min")
+MOE_METRICS = ("moe_aux_loss", "moe_z_loss", "moe_load_max", "moe_load_min",
+               "moe_dropped")
 
 
 def moe_losses(stats: MoeStats, aux_coef: float, z_coef: float
@@ -220,7 +262,8 @@ def moe_losses(stats: MoeStats, aux_coef: float, z_coef: float
     aux_loss = jnp.mean(stats["aux_loss"])
     z_loss = jnp.mean(stats["z_loss"])
     metrics = {"moe_aux_loss": aux_loss, "moe_z_loss": z_loss,
-               "moe_load_max": jnp.max(stats["load"]), "moe_load_min": jnp.min(stats["load"])}
+               "moe_load_max": jnp.max(stats["load"]), "moe_load_min": jnp.min(stats["load"]),
+               "moe_dropped": jnp.mean(stats["dropped"])}
     return aux_coef * aux_loss + z_coef * z_loss, metrics
 
 

@@ -108,6 +108,9 @@ class ModelSpec:
     moe_router_bias: bool = False  # bias on the router logits (gpt-oss)
     moe_expert_bias: bool = False  # biases on each expert's gate, up and down (gpt-oss)
     moe_weight_inputs: bool = False  # router weights scale the expert input (Llama 4)
+    # An expert keeps its first ceil(factor x tokens x k / experts) assignments of a micro batch,
+    # in token order, and drops the rest (static shapes).
+    moe_capacity_factor: float = 0.0  # expert capacity over the even share; 0: dropless
     moe_activation: str = "swiglu"  # swiglu | clamped_swiglu (gpt-oss)
     moe_swiglu_alpha: float = 1.702  # clamped_swiglu: gate x sigmoid(alpha x gate)
     moe_swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
@@ -268,6 +271,9 @@ class ModelSpec:
 
     def _validate_moe(self) -> None:
         """The mixture-of-experts keys, checked only when num_experts > 0."""
+        if self.moe_capacity_factor < 0:
+            raise ConfigError(f"model.moe_capacity_factor={self.moe_capacity_factor} must be >= 0 "
+                              "(0: dropless routing; 1.25 is a common capacity).")
         if self.num_experts < 0:
             raise ConfigError(f"model.num_experts={self.num_experts} must be >= 0 (0: dense).")
         if not 0 < self.num_experts_per_tok <= self.num_experts:
