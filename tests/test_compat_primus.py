@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from jaxtrain import compat
-from jaxtrain.compat.megatron import moe_layers
+from jaxtrain.compat.megatron_layers import moe_layers
 from jaxtrain.models.spec import ConfigError
 
 EXAMPLES = "Primus/examples/{}/configs/MI300X/{}"
@@ -216,23 +216,23 @@ def test_megatron_fp8_is_unsupported_unless_allowed(compat_samples):
     assert cfg.model.dtype == "bfloat16"
 
 
-@pytest.mark.parametrize("name,experts,layers", [
-    ("deepseek_v2_lite-BF16-pretrain.yaml", 64, "26 of 27"),
-    ("mixtral_8x7B_v0.1-BF16-pretrain.yaml", 8, "32 of 32"),
-    ("qwen3_30B_A3B-BF16-pretrain.yaml", 128, "48 of 48"),
+@pytest.mark.parametrize("name,experts,dense", [
+    ("deepseek_v2_lite-BF16-pretrain.yaml", 64, 1),
+    ("mixtral_8x7B_v0.1-BF16-pretrain.yaml", 8, 0),
+    ("qwen3_30B_A3B-BF16-pretrain.yaml", 128, 0),
 ])
-def test_megatron_moe_examples_are_reported_unsupported(compat_samples, name, experts, layers):
-    with pytest.raises(ConfigError, match="num_experts"):
-        load(compat_samples, "megatron", name)
+def test_megatron_moe_examples_map_their_experts(compat_samples, name, experts, dense):
     cfg, report = load(compat_samples, "megatron", name, allow_unsupported=True,
                        env={"PRIMUS_SEQ_LENGTH": "2048"})
-    entry = report.entries["num_experts"]
-    assert entry.status == "unsupported" and entry.value == experts and layers in entry.reason
-    assert report.entries["moe_router_topk"].status == "unsupported"
+    assert report.entries["num_experts"].status == "mapped"
+    assert (cfg.model.num_experts, cfg.model.num_dense_layers) == (experts, dense)
+    assert report.entries["moe_router_topk"].status == "mapped"
     if name.startswith("deepseek"):
         assert cfg.train.seq_len == 2048  # ${PRIMUS_SEQ_LENGTH:4096} from the environment
         assert report.entries["multi_latent_attention"].status == "ignored"  # off here
         assert report.entries["tokenizer_model"].status == "unsupported"  # size unknown
+        with pytest.raises(ConfigError, match="moe_router_load_balancing_type='seq_aux_loss'"):
+            load(compat_samples, "megatron", name, overrides={"model.vocab_size": 102400})
 
 
 def test_torchtitan_qwen3_06b(compat_samples):

@@ -85,3 +85,38 @@ def test_primus_megatron_llama2_trains_on_megatron_shards(compat_samples, tmp_pa
     assert str(prefix) in cfg.data.paths
     step, history = train(cfg)
     assert step == 3 and all(math.isfinite(h["loss"]) for h in history)
+
+
+MOE_SHRINK = [*SHRINK, "num_experts=4", "moe_router_topk=2", "moe_ffn_hidden_size=32",
+              "train_iters=2"]
+
+
+def test_primus_megatron_mixtral_trains_two_steps(compat_samples, tmp_path):
+    cfg, report = compat.load_foreign(
+        compat_samples / "Primus/examples/megatron/configs/MI300X/"
+        "mixtral_8x7B_v0.1-BF16-pretrain.yaml",
+        {"run.dir": str(tmp_path / "run"), "train.progress": False, "mesh.ici_expert": 1},
+        env={}, native_overrides=[*MOE_SHRINK, "num_query_groups=2"])
+    assert (cfg.model.num_experts, cfg.model.moe_intermediate_size) == (4, 32)
+    step, history = train(cfg)
+    assert step == 2 and all(math.isfinite(h["loss"]) for h in history)
+
+
+def test_primus_megatron_deepseek_v2_lite_mla_trains_two_steps(compat_samples, tmp_path):
+    # MLA switched back on, with YaRN from the preset; the balancing loss made micro-batch wide;
+    # one device, so no expert parallelism (the example asks for 8).
+    cfg, report = compat.load_foreign(
+        compat_samples / "Primus/examples/megatron/configs/MI300X/"
+        "deepseek_v2_lite-BF16-pretrain.yaml",
+        {"run.dir": str(tmp_path / "run"), "train.progress": False, "model.vocab_size": 512,
+         "mesh.ici_expert": 1},
+        env={}, native_overrides=[
+            *MOE_SHRINK, "multi_latent_attention=true", "kv_lora_rank=32", "q_lora_rank=24",
+            "qk_head_dim=16", "qk_pos_emb_head_dim=8", "v_head_dim=16",
+            "moe_shared_expert_intermediate_size=32", "moe_layer_freq=([0]*1+[1]*1)",
+            "moe_router_load_balancing_type=aux_loss", "original_max_position_embeddings=16"])
+    m = cfg.model
+    assert (m.kv_lora_rank, m.rope_scaling, m.num_dense_layers, m.moe_shared_experts) == (
+        32, "yarn", 1, 1)
+    step, history = train(cfg)
+    assert step == 2 and all(math.isfinite(h["loss"]) for h in history)

@@ -9,25 +9,16 @@ from 0, so the first step runs at lr_warmup_init), which `optim.warmup_offset=0`
 
 from __future__ import annotations
 
-import ast
 import math
 from typing import Any
 
 from jaxtrain.compat import known
 from jaxtrain.compat.megatron_keys import IGNORE_RULES
+from jaxtrain.compat.megatron_mla import MLA_KEYS, map_mla
+from jaxtrain.compat.megatron_moe import MOE_KEYS, map_moe
 from jaxtrain.compat.report import KeyReport, is_off
 from jaxtrain.models.spec import ConfigError
 
-MOE_ARCH_KEYS = (
-    "num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_layer_freq",
-    "moe_shared_expert_intermediate_size", "moe_router_score_function", "moe_router_pre_softmax",
-    "moe_router_num_groups", "moe_router_group_topk", "moe_router_topk_scaling_factor",
-    "moe_router_enable_expert_bias", "moe_router_bias_update_rate",
-    "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff",
-    "moe_expert_capacity_factor", "moe_token_drop_policy", "moe_pad_expert_input_to_capacity",
-    "moe_input_jitter_eps", "expert_tensor_parallel_size")
-MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
-            "mscale", "mscale_all_dim", "rotary_scaling_factor", "original_max_position_embeddings")
 # (key, value that changes nothing, why any other value cannot be reproduced)
 NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("hidden_dropout", 0.0, "dropout is not implemented (pretraining runs without it)"),
@@ -47,9 +38,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("fp32_residual_connection", False, "the residual stream follows model.dtype"),
     ("init_method_xavier_uniform", False, "only normal initialisation exists"),
     ("model_type", "gpt", "only decoder-only GPT models exist"),
-    ("multi_latent_attention", False, "multi-latent attention (MLA) keys are not mapped from "
-                                      "Megatron; start from configs/deepseek_v2*.py or "
-                                      "deepseek_v3.py"),
     ("fp16", False, "fp16 with loss scaling is not implemented; use bf16"),
     ("pipeline_model_parallel_size", 1, "pipeline parallelism is not implemented; use "
                                         "mesh.ici_fsdp / mesh.ici_tensor"),
@@ -71,7 +59,7 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("exit_duration_in_mins", None, "runs stop at train.steps only"),
     ("final_logit_softcapping", None, "logit soft-capping is not implemented"),
     ("attn_logit_softcapping", None, "logit soft-capping is not implemented"),
-    ("router_logit_softcapping", None, "MoE is not implemented"),
+    ("router_logit_softcapping", None, "router logit soft-capping is not implemented"),
     ("main_grads_dtype", "fp32", "gradients are accumulated in float32"),
     ("main_params_dtype", "fp32", "master parameters are float32"),
     ("exp_avg_dtype", "fp32", "Adam moments are float32"),
@@ -86,7 +74,8 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("lr_decay_samples", None, "sample-based schedules are not implemented; use "
                                "lr_decay_iters"),
     ("lr_wsd_decay_samples", None, "sample-based schedules are not implemented"),
-    ("rope_type", (None, "rope"), "only plain rotary embeddings (and llama3 scaling) exist"),
+    ("rope_type", (None, "rope"), "only plain rotary embeddings (and llama3 scaling; YaRN "
+                                  "with multi-latent attention) exist"),
 )
 
 
@@ -99,35 +88,9 @@ def _int(report: KeyReport, key: str, default: Any = None) -> int:
     return int(value)
 
 
-def moe_layers(freq: Any, num_layers: int) -> list[int]:
-    """Megatron's moe_layer_freq as a 0/1 per layer: an int k marks every k-th layer; a list or
-    a list expression such as "([0]*1+[1]*26)" spells the pattern (parsed, never evaluated)."""
-    if isinstance(freq, int):
-        return [int(i % freq == 0) for i in range(num_layers)]
-
-    def value(node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, (ast.List, ast.Tuple)):
-            return [value(e) for e in node.elts]
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
-            left, right = value(node.left), value(node.right)
-            return left + right if isinstance(node.op, ast.Add) else left * right
-        raise ValueError(f"unsupported expression {ast.dump(node)}")
-
-    try:
-        parsed = value(ast.parse(str(freq).strip(), mode="eval").body)
-    except (SyntaxError, ValueError, TypeError) as e:
-        raise ConfigError(f"moe_layer_freq={freq!r} is neither an int nor a list pattern "
-                          f"({e}).") from None
-    if isinstance(parsed, int):
-        return moe_layers(parsed, num_layers)
-    return [int(bool(x)) for x in parsed]
-
-
-def _neutral(report: KeyReport, moe: bool, mla: bool) -> None:
+def _neutral(report: KeyReport, mla: bool) -> None:
     for key, neutral, why in NEUTRAL:
-        if not report.has(key):
+        if not report.has(key) or report.handled(key):
             continue
         value = report.get(key)
         accepted = neutral if isinstance(neutral, tuple) else (neutral,)
@@ -138,30 +101,25 @@ def _neutral(report: KeyReport, moe: bool, mla: bool) -> None:
             report.ignored(key, "matches jaxtrain's fixed behaviour")
         else:
             report.unsupported(key, why)
-    for key in MOE_ARCH_KEYS:
+    if report.has("multi_latent_attention") and not mla:
+        report.ignored("multi_latent_attention", "off: grouped-query attention")
+    for key in MOE_KEYS:
         if report.has(key) and not report.handled(key):
-            if moe and not is_off(report.get(key)):
-                report.unsupported(key, "mixture-of-experts layers are not implemented yet "
-                                        "(the model zoo is dense)")
-            else:
+            if not report.get("num_experts"):
                 report.ignored(key, "no experts (num_experts unset): a dense model")
+            elif is_off(report.get(key)):
+                report.ignored(key, "unset/off: asks for nothing")
+            else:
+                report.unsupported(key, "an expert setting jaxtrain has no counterpart for")
     for key in MLA_KEYS:
         if report.has(key) and not report.handled(key):
-            report.ignored(key, "used only with multi-latent attention or YaRN rotary "
-                                "embeddings, both off here" if not mla else
-                                "part of multi-latent attention, reported above")
+            report.ignored(key, "used only with multi-latent attention (its YaRN rotary "
+                                "embeddings included), off here")
 
 
 def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     layers, hidden = _int(r, "num_layers"), _int(r, "hidden_size")
     heads = _int(r, "num_attention_heads")
-    experts = r.get("num_experts")
-    if experts:
-        pattern = moe_layers(r.get("moe_layer_freq", 1), layers)
-        r.unsupported("num_experts", f"mixture of experts ({sum(pattern)} of {layers} layers "
-                                     f"with {experts} experts) keys are not mapped from "
-                                     "Megatron yet; the zoo's expert models start from "
-                                     "configs/mixtral_*, qwen3_*_a*b, deepseek_*")
     ffn = r.get("ffn_hidden_size")
     if ffn is None:  # Megatron's defaults: 4h, or its 2/3 rounded to 64 for SwiGLU
         ffn = int(4 * hidden * 2 / 3 / 64) * 64 if r.get("swiglu") else 4 * hidden
@@ -236,9 +194,23 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
         if r.has(key) and not r.handled(key):
             r.ignored(key, "activation recomputation detail (memory only); jaxtrain remats "
                            "every layer alike (model.remat)")
+    if r.get("multi_latent_attention"):
+        map_mla(r, model)
+    if r.get("num_experts"):
+        map_moe(r, model)
+    model["family"] = _family(model)
     model["vocab_size"] = _vocab(r, s, tp)
     s.update({f"model.{k}": v for k, v in model.items()})
     s["model.preset"] = ""
+
+
+def _family(model: dict[str, Any]) -> str:
+    """The informational family name of the zoo model the mapped settings resemble."""
+    if model.get("kv_lora_rank"):
+        return "deepseek_v3" if model.get("moe_score") == "sigmoid" else "deepseek_v2"
+    if model.get("num_experts"):
+        return "qwen3_moe" if model["qk_norm"] else "mixtral"
+    return model["family"]
 
 
 def _vocab(r: KeyReport, s: dict[str, Any], tp: int) -> int:
@@ -278,10 +250,9 @@ def to_jaxtrain(r: KeyReport, default_origins: tuple[str, ...] = ()) -> dict[str
 
     s: dict[str, Any] = {}
     tp = _int(r, "tensor_model_parallel_size", 1)
-    moe, mla = bool(r.get("num_experts")), bool(r.get("multi_latent_attention"))
     _model(r, s, tp)
     megatron_train.map_training(r, s, tp)
-    _neutral(r, moe, mla)
+    _neutral(r, bool(r.get("multi_latent_attention")))
     r.finish(IGNORE_RULES, default_origins)
     return s
 
