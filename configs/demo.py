@@ -4,7 +4,7 @@ Run:  python -m jaxtrain --config configs/demo.py
 
 On first use it builds data/demo/ from the standard library's docstrings and pydoc topics
 (about 3.4M characters), trains a 4096-token byte-level BPE on it, and writes train/val
-datatrove shards. It then trains a ~5M-parameter Llama for a few minutes on CPU, validating every
+datatrove shards. It then trains a ~3M-parameter Llama for a few minutes on CPU, validating every
 50 steps, and ends by continuing a prompt with the trained model (KV-cache sampling).
 Afterwards:  python -m jaxtrain sample --run runs/demo --prompt "The module"
 """
