@@ -132,6 +132,28 @@ def masked_softmax_attention(q_BLNH: jnp.ndarray, k_BSKH: jnp.ndarray, v_BSKH: j
     return out_BLKGH.reshape(b, l, n, -1)
 
 
+def cached_attention(q_BLNH: jnp.ndarray, k_BLKH: jnp.ndarray, v_BLKV: jnp.ndarray,
+                     cache: tuple[jnp.ndarray, jnp.ndarray], index_BL: jnp.ndarray,
+                     scale: float, *, window: int = 0, chunk: int = 0,
+                     sinks_N: jnp.ndarray | None = None
+                     ) -> tuple[jnp.ndarray, tuple[jnp.ndarray, jnp.ndarray]]:
+    """Decoding: writes this chunk's keys/values at its slots of `cache` ([B, S, K, H] each)
+    and attends to every filled slot; returns (output [B, L, N, V], updated cache). Every row
+    of a batch decodes in lockstep, so the chunk starts at the same slot in each."""
+    cache_k, cache_v = cache
+    start = index_BL[0, 0]
+    k_BSKH = jax.lax.dynamic_update_slice_in_dim(cache_k, k_BLKH.astype(cache_k.dtype), start,
+                                                 axis=1)
+    v_BSKV = jax.lax.dynamic_update_slice_in_dim(cache_v, v_BLKV.astype(cache_v.dtype), start,
+                                                 axis=1)
+    s = k_BSKH.shape[1]
+    kv_index_BS = jnp.broadcast_to(jnp.arange(s), (q_BLNH.shape[0], s))
+    mask_BLS = attention_mask(index_BL, kv_index_BS, window=window, chunk=chunk,
+                              kv_valid_BS=kv_index_BS <= index_BL[:, -1:])
+    out_BLNV = masked_softmax_attention(q_BLNH, k_BSKH, v_BSKV, mask_BLS, scale, sinks_N)
+    return out_BLNV, (k_BSKH, v_BSKV)
+
+
 def temperature(index_BL: jnp.ndarray, floor_scale: float, attn_scale: float) -> jnp.ndarray:
     """Llama 4's query scale on NoPE layers, [B, L]: 1 + attn_scale x log1p(floor((i + 1) /
     floor_scale)), growing with the token's slot i so long contexts keep attention sharp."""
@@ -223,21 +245,10 @@ class Attention(nnx.Module):
             if cache is None:
                 return self_attention(spec, q_BLNH, k_BLKH, v_BLKH, segment_BL, scale, kind,
                                       sinks_N), None
-            # Write this chunk at its slots; every row of a batch decodes in lockstep.
-            cache_k, cache_v = cache
-            start = index_BL[0, 0]
-            k_BSKH = jax.lax.dynamic_update_slice_in_dim(cache_k, k_BLKH.astype(cache_k.dtype),
-                                                         start, axis=1)
-            v_BSKH = jax.lax.dynamic_update_slice_in_dim(cache_v, v_BLKH.astype(cache_v.dtype),
-                                                         start, axis=1)
-            s = k_BSKH.shape[1]
-            kv_index_BS = jnp.broadcast_to(jnp.arange(s), (q_BLNH.shape[0], s))
-            mask_BLS = attention_mask(index_BL, kv_index_BS, window=kind.window,
-                                      chunk=kind.chunk,
-                                      kv_valid_BS=kv_index_BS <= index_BL[:, -1:])
-            out_BLNH = masked_softmax_attention(q_BLNH, k_BSKH, v_BSKH, mask_BLS, scale,
-                                                sinks_N)
-            return out_BLNH.astype(q_BLNH.dtype), (k_BSKH, v_BSKH)
+            out_BLNH, cache = cached_attention(q_BLNH, k_BLKH, v_BLKH, cache, index_BL, scale,
+                                               window=kind.window, chunk=kind.chunk,
+                                               sinks_N=sinks_N)
+            return out_BLNH.astype(q_BLNH.dtype), cache
 
         return attend
 

@@ -15,12 +15,11 @@ code and transformers do.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
-from jaxtrain.models.attention import attention_mask, masked_softmax_attention, self_attention
+from jaxtrain.models.attention import cached_attention, self_attention
 from jaxtrain.models.layers import Dense, RMSNorm
 from jaxtrain.models.rope import apply_rope, apply_rope_interleaved, yarn_mscale
 from jaxtrain.models.spec import ModelSpec
@@ -96,18 +95,8 @@ class MLAttention(nnx.Module):
         if cache is None:
             out_BLNV = self_attention(spec, q_BLNQ, k_BLNQ, v_BLNV, segment_BL,
                                       softmax_scale(spec))
-            return self.o_proj(sharding.constrain(out_BLNV.astype(spec.jnp_dtype), _HEADS)), None
-        # Write this chunk at its slots; every row of a batch decodes in lockstep.
-        cache_k, cache_v = cache
-        start = index_BL[0, 0]
-        k_BSNQ = jax.lax.dynamic_update_slice_in_dim(cache_k, k_BLNQ.astype(cache_k.dtype),
-                                                     start, axis=1)
-        v_BSNV = jax.lax.dynamic_update_slice_in_dim(cache_v, v_BLNV.astype(cache_v.dtype),
-                                                     start, axis=1)
-        s = k_BSNQ.shape[1]
-        kv_index_BS = jnp.broadcast_to(jnp.arange(s), (b, s))
-        mask_BLS = attention_mask(index_BL, kv_index_BS, window=0,
-                                  kv_valid_BS=kv_index_BS <= index_BL[:, -1:])
-        out_BLNV = masked_softmax_attention(q_BLNQ, k_BSNQ, v_BSNV, mask_BLS, softmax_scale(spec))
+        else:
+            out_BLNV, cache = cached_attention(q_BLNQ, k_BLNQ, v_BLNV, cache, index_BL,
+                                               softmax_scale(spec))
         out_BLNV = sharding.constrain(out_BLNV.astype(spec.jnp_dtype), _HEADS)
-        return self.o_proj(out_BLNV), (k_BSNQ, v_BSNV)
+        return self.o_proj(out_BLNV), cache
