@@ -8,15 +8,16 @@ Shape letters: B batch, L length, T tokens, E experts, K top-k, G groups.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import training_helpers
 from flax import nnx
 from jax.sharding import PartitionSpec
-from ml_collections import ConfigDict
+from training_helpers import mesh as _mesh
+from training_helpers import optim as _optim
 
 from jaxtrain import sharding
 from jaxtrain.checkpoint import Checkpointer
@@ -24,7 +25,7 @@ from jaxtrain.models import build_model
 from jaxtrain.models.moe import RouterBias, route
 from jaxtrain.models.presets import model_spec
 from jaxtrain.models.spec import ConfigError
-from jaxtrain.train import optimizer, state, step
+from jaxtrain.train import optimizer, state
 
 V2 = model_spec("deepseek-v2-debug", vocab_size=128, max_seq_len=64, init_std=0.2)
 V3 = model_spec("deepseek-v3-debug", vocab_size=128, max_seq_len=64, init_std=0.2,
@@ -158,41 +159,8 @@ def test_mla_flops_count_latent_projections_and_attention_widths():
     assert spec.flops_per_token(32) == 6.0 * matmul + 3.0 * 2 * 2 * n * (q + v) * 32 / 2
 
 
-def _mesh(**sizes):
-    cfg = {f"{side}_{a}": 1 for a in sharding.MESH_AXES for side in ("ici", "dcn")}
-    cfg.update(sizes)
-    return sharding.make_mesh(ConfigDict(cfg), devices=jax.devices()[:int(np.prod(
-        list(sizes.values()) or [1]))])
-
-
-def _optim(lr=1e-2):
-    return ConfigDict(dict(lr=lr, min_lr=lr / 10, schedule="constant", warmup_steps=0,
-                           decay_steps=0, weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8,
-                           clip_grad_norm=1.0))
-
-
 def _train(spec, mesh, steps=2, lr=1e-2, num_micro=1):
-    """(losses, metrics of the last step, final state, expert weight sharding) on one batch."""
-    rules = sharding.RULE_PRESETS["fsdp_tensor"]
-    tx = optimizer.make_optimizer(_optim(lr), steps)
-    with sharding.use_mesh(mesh, rules):
-        layout = state.state_layout(spec, tx, mesh, rules)
-        train_state = state.init_state(spec, tx, layout, seed=0)
-        fn = jax.jit(functools.partial(
-            step.train_step, graphdef=layout.graphdef, tx=tx,
-            schedule=optimizer.learning_rate_schedule(_optim(lr), steps), num_micro=num_micro,
-            z_loss=0.0), in_shardings=(layout.shardings, None),
-            out_shardings=(layout.shardings, None))
-        toks = np.random.default_rng(0).integers(0, spec.vocab_size, (8, 17))
-        batch = {"inputs": jnp.asarray(toks[:, :-1], jnp.int32),
-                 "targets": jnp.asarray(toks[:, 1:], jnp.int32),
-                 "loss_mask": jnp.ones((8, 16), jnp.float32)}
-        losses = []
-        for _ in range(steps):
-            train_state, metrics = fn(train_state, batch)
-            losses.append(float(metrics["loss"]))
-    gate_spec = layout.shardings["params"]["layers"]["mlp"]["gate_proj"].spec
-    return losses, jax.device_get(metrics), jax.device_get(train_state), gate_spec, batch
+    return training_helpers.train(spec, mesh, steps, _optim(lr), num_micro)
 
 
 def _load(spec, params, batch):

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec
-from test_deepseek import _mesh, _train
+from training_helpers import mesh as _mesh
+from training_helpers import train as _train
 
 from jaxtrain.models import build_model
 from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices

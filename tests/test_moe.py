@@ -6,21 +6,22 @@ Shape letters: B batch, L length, D embed, E experts, K top-k, F expert hidden, 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import training_helpers
 from flax import nnx
 from jax.sharding import PartitionSpec
 from ml_collections import ConfigDict
+from training_helpers import mesh as _mesh
 
 from jaxtrain import mesh_check, sharding
 from jaxtrain.models import ModelSpec, build_model
 from jaxtrain.models.moe import MoE, load_balancing_loss, route, router_z_loss
 from jaxtrain.models.spec import ConfigError
-from jaxtrain.train import optimizer, state, step
+from jaxtrain.train import step
 
 SPEC = ModelSpec(vocab_size=128, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                  head_dim=8, intermediate_size=64, max_seq_len=64, num_experts=4,
@@ -146,44 +147,14 @@ def test_active_params_and_flops_count_top_k_experts():
     assert everything.flops_per_token(16) - SPEC.flops_per_token(16) == 6.0 * unused
 
 
-def _mesh(**sizes):
-    cfg = {f"{side}_{a}": 1 for a in sharding.MESH_AXES for side in ("ici", "dcn")}
-    cfg.update(sizes)
-    return sharding.make_mesh(ConfigDict(cfg), devices=jax.devices()[:_prod(sizes)])
-
-
-def _prod(sizes):
-    out = 1
-    for v in sizes.values():
-        out *= v
-    return out
-
-
 def _train(mesh, steps=2, num_micro=1):
-    """Losses and last metrics of a few steps on one fixed batch, sharded by the rule table."""
-    rules = sharding.RULE_PRESETS["fsdp_tensor"]
+    """Losses, last metrics and expert weight sharding of a few steps on one fixed batch."""
     optim = ConfigDict(dict(lr=1e-2, min_lr=1e-3, schedule="cosine", warmup_steps=1,
                             decay_steps=0, weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8,
                             clip_grad_norm=1.0))
-    tx = optimizer.make_optimizer(optim, steps)
-    with sharding.use_mesh(mesh, rules):
-        layout = state.state_layout(SPEC, tx, mesh, rules)
-        train_state = state.init_state(SPEC, tx, layout, seed=0)
-        fn = jax.jit(functools.partial(
-            step.train_step, graphdef=layout.graphdef, tx=tx,
-            schedule=optimizer.learning_rate_schedule(optim, steps), num_micro=num_micro,
-            z_loss=0.0), in_shardings=(layout.shardings, None),
-            out_shardings=(layout.shardings, None))
-        toks = np.random.default_rng(0).integers(0, SPEC.vocab_size, (8, 17))
-        batch = {"inputs": jnp.asarray(toks[:, :-1], jnp.int32),
-                 "targets": jnp.asarray(toks[:, 1:], jnp.int32),
-                 "loss_mask": jnp.ones((8, 16), jnp.float32)}
-        losses = []
-        for _ in range(steps):
-            train_state, metrics = fn(train_state, batch)
-            losses.append(float(metrics["loss"]))
-    gate_spec = layout.shardings["params"]["layers"]["mlp"]["gate_proj"].spec
-    return losses, jax.device_get(metrics), gate_spec
+    losses, metrics, _, gate_spec, _ = training_helpers.train(SPEC, mesh, steps, optim,
+                                                              num_micro)
+    return losses, metrics, gate_spec
 
 
 def test_expert_parallel_training_matches_one_device():
