@@ -18,7 +18,13 @@ torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers ref
                                             "install the `test` extra to run parity tests.")
 transformers = pytest.importorskip("transformers")
 
-from parity_helpers import hf_logits, max_diff, random_params  # noqa: E402
+from parity_helpers import (  # noqa: E402
+    assert_logits_match,
+    exported_hf_model,
+    random_hf_model,
+    random_params,
+    tokens,
+)
 
 from jaxtrain.interop.hf import load_hf_params, model_from_params, save_hf_checkpoint  # noqa: E402
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config  # noqa: E402
@@ -61,24 +67,11 @@ SPEC_CASES = {
 }
 
 
-def _tokens() -> np.ndarray:
-    return np.random.default_rng(0).integers(0, VOCAB, (2, SEQ), dtype=np.int32)
-
 
 def _random_hf_model(config_cls: str, kwargs: dict):
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(
-        getattr(transformers, config_cls)(**kwargs), attn_implementation="eager").eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)
-            else:
-                p.normal_(0.0, 0.2)
-        for name, buffer in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):
-                buffer.normal_(0.0, 0.3)  # large enough to change which experts win
-    return model
+    # The expert score bias large enough to change which experts win.
+    return random_hf_model(getattr(transformers, config_cls)(**kwargs),
+                           buffer_std={"e_score_correction_bias": 0.3})
 
 
 @pytest.mark.parametrize("case", sorted(HF_CASES))
@@ -90,27 +83,19 @@ def test_hf_to_jaxtrain_logits(case, tmp_path):
     assert (spec.mla, spec.num_dense_layers, spec.num_experts) == (True, 1, 8)
     if case.startswith("v3"):
         assert float(np.abs(params["layers"]["mlp"]["score_bias"]).max()) > 0.1
-    tokens_BL = _tokens()
-    ours = model_from_params(spec, params)(tokens_BL)
-    ref = hf_logits(hf_model, tokens_BL)
-    assert float(np.abs(ref).max()) > 1.0
-    assert max_diff(ours, ref) < 1e-4
+    tokens_BL = tokens(VOCAB, SEQ)
+    assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL)
 
 
 @pytest.mark.parametrize("case", sorted(SPEC_CASES))
 def test_jaxtrain_to_hf_logits(case, tmp_path):
     spec = SPEC_CASES[case]
     params = random_params(spec)
-    save_hf_checkpoint(spec, params, tmp_path)
-    hf_model = transformers.AutoModelForCausalLM.from_pretrained(
-        tmp_path, attn_implementation="eager").eval()
-    assert type(hf_model).__name__ == {"deepseek_v2": "DeepseekV2ForCausalLM",
-                                       "deepseek_v3": "DeepseekV3ForCausalLM"}[spec.family]
-    tokens_BL = _tokens()
-    ours = model_from_params(spec, params)(tokens_BL)
-    ref = hf_logits(hf_model, tokens_BL)
-    assert float(np.abs(ref).max()) > 1.0
-    assert max_diff(ours, ref) < 1e-4
+    hf_model = exported_hf_model(spec, params, tmp_path,
+                                 {"deepseek_v2": "DeepseekV2ForCausalLM",
+                                  "deepseek_v3": "DeepseekV3ForCausalLM"}[spec.family])
+    tokens_BL = tokens(VOCAB, SEQ)
+    assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL)
     # The written config reads back as the same spec.
     assert spec_from_hf_config(tmp_path) == spec
 

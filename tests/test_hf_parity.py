@@ -15,9 +15,17 @@ torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers ref
                                             "install the `test` extra to run parity tests.")
 transformers = pytest.importorskip("transformers")
 
-from parity_helpers import hf_logits, max_diff, random_params  # noqa: E402
+from parity_helpers import (  # noqa: E402
+    assert_logits_match,
+    exported_hf_model,
+    hf_logits,
+    max_diff,
+    random_hf_model,
+    random_params,
+    tokens,
+)
 
-from jaxtrain.interop.hf import load_hf_params, model_from_params, save_hf_checkpoint  # noqa: E402
+from jaxtrain.interop.hf import load_hf_params, model_from_params  # noqa: E402
 from jaxtrain.models import ModelSpec  # noqa: E402
 
 VOCAB, SEQ = 160, 20
@@ -56,27 +64,16 @@ SPEC_CASES = {
 }
 
 
-def _tokens() -> np.ndarray:
-    return np.random.default_rng(0).integers(0, VOCAB, (2, SEQ), dtype=np.int32)
-
 
 @pytest.mark.parametrize("case", sorted(HF_CASES))
 def test_hf_to_jaxtrain_logits(case, tmp_path):
     config_cls, kwargs = HF_CASES[case]
-    config = getattr(transformers, config_cls)(**kwargs)
-    torch.manual_seed(0)
-    hf_model = transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation="eager").eval()
-    with torch.no_grad():
-        for name, p in hf_model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)
-            else:
-                p.normal_(0.0, 0.1 if name.endswith(".bias") else 0.15)
+    hf_model = random_hf_model(getattr(transformers, config_cls)(**kwargs), std=0.15,
+                               param_std={".bias": 0.1})
     hf_model.save_pretrained(tmp_path)
 
     spec, params = load_hf_params(tmp_path)
-    tokens_BL = _tokens()
+    tokens_BL = tokens(VOCAB, SEQ)
     ours = model_from_params(spec, params)(tokens_BL)
     ref = hf_logits(hf_model, tokens_BL)
     assert ours.shape == ref.shape == (2, SEQ, VOCAB)
@@ -94,15 +91,8 @@ def test_hf_to_jaxtrain_logits(case, tmp_path):
 def test_jaxtrain_tohf_logits(case, tmp_path):
     spec = SPEC_CASES[case]
     params = random_params(spec)
-    save_hf_checkpoint(spec, params, tmp_path)
-    hf_model = transformers.AutoModelForCausalLM.from_pretrained(
-        tmp_path, attn_implementation="eager").eval()
     expected_arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                      "qwen3": "Qwen3ForCausalLM", "mistral": "MistralForCausalLM"}[spec.family]
-    assert type(hf_model).__name__ == expected_arch
-
-    tokens_BL = _tokens()
-    ours = model_from_params(spec, params)(tokens_BL)
-    ref = hf_logits(hf_model, tokens_BL)
-    assert float(np.abs(ref).max()) > 1.0
-    assert max_diff(ours, ref) < 1e-4
+    hf_model = exported_hf_model(spec, params, tmp_path, expected_arch)
+    tokens_BL = tokens(VOCAB, SEQ)
+    assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL)

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers reference; "
                                             "install the `test` extra to run parity tests.")
 transformers = pytest.importorskip("transformers")
 
-from parity_helpers import hf_logits, max_diff, random_params  # noqa: E402
+from parity_helpers import (  # noqa: E402
+    assert_logits_match,
+    exported_hf_model,
+    random_hf_model,
+    random_params,
+    tokens,
+)
 
 from jaxtrain.interop.hf import load_hf_params, model_from_params, save_hf_checkpoint  # noqa: E402
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config  # noqa: E402
@@ -44,21 +49,9 @@ SPEC = model_spec("llama4-debug", vocab_size=VOCAB, num_layers=4, global_layer_s
                   attention_chunk=4, attn_floor_scale=3.0, init_std=0.2)
 
 
-def _tokens() -> np.ndarray:
-    return np.random.default_rng(0).integers(0, VOCAB, (2, SEQ), dtype=np.int32)
-
 
 def _random_hf_model(kwargs: dict):
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(
-        transformers.Llama4TextConfig(**kwargs), attn_implementation="eager").eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)
-            else:
-                p.normal_(0.0, 0.2)
-    return model
+    return random_hf_model(transformers.Llama4TextConfig(**kwargs))
 
 
 @pytest.mark.parametrize("case", sorted(HF_CASES))
@@ -70,26 +63,18 @@ def test_hf_to_jaxtrain_logits(case, tmp_path):
     assert (spec.family, spec.attention_chunk, spec.global_layer_step) == ("llama4", 4, 4)
     assert spec.nope_global and spec.attn_temperature_tuning
     assert spec.moe_layer_step == (2 if case == "maverick-like" else 1)
-    tokens_BL = _tokens()
-    ref = hf_logits(hf_model, tokens_BL)
-    assert float(np.abs(ref).max()) > 1.0
+    tokens_BL = tokens(VOCAB, SEQ)
     for impl in ("blockwise", "dot"):
-        ours = model_from_params(dataclasses.replace(spec, attention_impl=impl,
-                                                     attention_block=3), params)(tokens_BL)
-        assert max_diff(ours, ref) < 1e-4, impl
+        spec_impl = dataclasses.replace(spec, attention_impl=impl, attention_block=3)
+        assert_logits_match(model_from_params(spec_impl, params)(tokens_BL), hf_model, tokens_BL,
+                            impl)
 
 
 def test_jaxtrain_to_hf_logits(tmp_path):
     params = random_params(SPEC)
-    save_hf_checkpoint(SPEC, params, tmp_path)
-    hf_model = transformers.AutoModelForCausalLM.from_pretrained(
-        tmp_path, attn_implementation="eager").eval()
-    assert type(hf_model).__name__ == "Llama4ForCausalLM"
-    tokens_BL = _tokens()
-    ours = model_from_params(SPEC, params)(tokens_BL)
-    ref = hf_logits(hf_model, tokens_BL)
-    assert float(np.abs(ref).max()) > 1.0
-    assert max_diff(ours, ref) < 1e-4
+    hf_model = exported_hf_model(SPEC, params, tmp_path, "Llama4ForCausalLM")
+    tokens_BL = tokens(VOCAB, SEQ)
+    assert_logits_match(model_from_params(SPEC, params)(tokens_BL), hf_model, tokens_BL)
     assert spec_from_hf_config(tmp_path) == SPEC
 
 

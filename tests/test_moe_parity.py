@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers reference; "
                                             "install the `test` extra to run parity tests.")
 transformers = pytest.importorskip("transformers")
 
-from parity_helpers import hf_logits, max_diff, random_params  # noqa: E402
+from parity_helpers import (  # noqa: E402
+    assert_logits_match,
+    exported_hf_model,
+    random_hf_model,
+    random_params,
+    tokens,
+)
 
-from jaxtrain.interop.hf import load_hf_params, model_from_params, save_hf_checkpoint  # noqa: E402
+from jaxtrain.interop.hf import load_hf_params, model_from_params  # noqa: E402
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config  # noqa: E402
 from jaxtrain.models import ModelSpec  # noqa: E402
 from jaxtrain.models.spec import ConfigError  # noqa: E402
@@ -49,47 +54,28 @@ SPEC_CASES = {
 }
 
 
-def _tokens() -> np.ndarray:
-    return np.random.default_rng(0).integers(0, VOCAB, (2, SEQ), dtype=np.int32)
-
 
 @pytest.mark.parametrize("case", sorted(HF_CASES))
 def test_hf_to_jaxtrain_logits(case, tmp_path):
     config_cls, kwargs = HF_CASES[case]
-    torch.manual_seed(0)
-    hf_model = transformers.AutoModelForCausalLM.from_config(
-        getattr(transformers, config_cls)(**kwargs), attn_implementation="eager").eval()
-    with torch.no_grad():
-        for name, p in hf_model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)
-            else:
-                p.normal_(0.0, 0.2)
+    hf_model = random_hf_model(getattr(transformers, config_cls)(**kwargs))
     hf_model.save_pretrained(tmp_path)
 
     spec, params = load_hf_params(tmp_path)
     assert (spec.num_experts, spec.num_experts_per_tok) == (4, 2)
-    tokens_BL = _tokens()
-    ours = model_from_params(spec, params)(tokens_BL)
-    ref = hf_logits(hf_model, tokens_BL)
-    assert float(np.abs(ref).max()) > 1.0
-    assert max_diff(ours, ref) < 1e-4
+    tokens_BL = tokens(VOCAB, SEQ)
+    assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL)
 
 
 @pytest.mark.parametrize("case", sorted(SPEC_CASES))
 def test_jaxtrain_tohf_logits(case, tmp_path):
     spec = SPEC_CASES[case]
     params = random_params(spec)
-    save_hf_checkpoint(spec, params, tmp_path)
-    hf_model = transformers.AutoModelForCausalLM.from_pretrained(
-        tmp_path, attn_implementation="eager").eval()
-    assert type(hf_model).__name__ == {"mixtral": "MixtralForCausalLM",
-                                       "qwen3_moe": "Qwen3MoeForCausalLM"}[spec.family]
-    tokens_BL = _tokens()
-    ours = model_from_params(spec, params)(tokens_BL)
-    ref = hf_logits(hf_model, tokens_BL)
-    assert float(np.abs(ref).max()) > 1.0
-    assert max_diff(ours, ref) < 1e-4
+    hf_model = exported_hf_model(spec, params, tmp_path,
+                                 {"mixtral": "MixtralForCausalLM",
+                                  "qwen3_moe": "Qwen3MoeForCausalLM"}[spec.family])
+    tokens_BL = tokens(VOCAB, SEQ)
+    assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL)
     # The written config reads back as the same spec (run-choice fields aside).
     assert spec_from_hf_config(tmp_path) == spec
 
