@@ -73,6 +73,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
     """One optimizer step over a global batch made of `num_micro` micro batches."""
     grad_fn = jax.value_and_grad(loss_sums, argnums=1, has_aux=True)
     params = state["params"]
+    spec = nnx.merge(graphdef, params).spec  # merging only reads the spec at trace time
 
     if num_micro == 1:
         (_, aux), grads = grad_fn(graphdef, params, batch, z_loss)
@@ -84,9 +85,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
             return (grads_acc, {k: aux_acc[k] + aux[k] for k in aux_acc}), None
 
         zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-        # The scan carry needs its keys up front; merging only reads the spec at trace time.
+        # The scan carry needs its keys up front.
         keys = ["ce_sum", "tokens"]
-        spec = nnx.merge(graphdef, params).spec
         if spec.num_experts:
             keys += [f"{k}_sum" for k in MOE_METRICS]
         init = dict.fromkeys(keys, 0.0)
@@ -104,9 +104,9 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
     grads, _ = buffers.split(graphdef, grads)
     updates, opt_state = tx.update(grads, state["opt_state"], trainable)
     new_params = optax.apply_updates(trainable, updates)
-    rate = nnx.merge(graphdef, params).spec.moe_bias_update_rate
-    if frozen and rate:
-        frozen = buffers.update_router_bias(frozen, aux["moe_layer_load_sum"] / denom, rate)
+    if frozen and spec.moe_bias_update_rate:
+        frozen = buffers.update_router_bias(frozen, aux["moe_layer_load_sum"] / denom,
+                                            spec.moe_bias_update_rate)
     new_params = buffers.merge(new_params, frozen)
     metrics = {
         "loss": aux["ce_sum"] / denom,
