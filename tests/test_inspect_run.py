@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 from pathlib import Path
@@ -47,20 +48,53 @@ def test_verify_reads_every_array_on_any_device_count(run_dir):
     assert str(result).startswith("step 2: OK: 39 arrays (418,755 values) read")
 
 
+def _middle_of_largest_compressed_frame(data: bytes) -> int:
+    """Offset in the middle of the biggest zstd frame of an OCDBT data file.
+
+    The data files pack many zstd frames (array chunks and b-tree nodes); which file holds
+    what depends on write order. A flip inside a frame's body always changes what it
+    decodes to or makes it undecodable, where a flip in a frame header might not.
+    """
+    starts = [i for i in range(len(data)) if data.startswith(b"\x28\xb5\x2f\xfd", i)]
+    assert starts, "OCDBT data files are expected to be zstd-compressed"
+    bounds = list(zip(starts, starts[1:] + [len(data)]))
+    begin, end = max(bounds, key=lambda b: b[1] - b[0])
+    return (begin + end) // 2
+
+
 def test_verify_reports_a_damaged_step_and_exits_nonzero(run_dir, tmp_path, capsys):
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
     files = sorted(glob.glob(str(copy / "checkpoints" / "4" / "state" / "ocdbt.process_0" /
                                  "d" / "*")), key=os.path.getsize)
     data = bytearray(Path(files[-1]).read_bytes())
-    data[len(data) // 3] ^= 0x01
+    data[_middle_of_largest_compressed_frame(bytes(data))] ^= 0x01
     Path(files[-1]).write_bytes(bytes(data))
     capsys.readouterr()
     assert main(["checkpoints", str(copy), "--verify"]) == 1
     out = capsys.readouterr().out
+    # Either the chunk no longer decodes or it decodes to values whose checksum differs;
+    # both are reported as damage with the way back to step 2.
     assert "step 4: FAILED" in out
-    assert "differ from the checksums saved with them" in out
+    assert "checkpoint step 4" in out and "is damaged: " in out
+    assert f"mv {copy / 'checkpoints' / '4'} {copy / 'checkpoints' / '4'}.damaged" in out
     assert main(["checkpoints", str(copy), "--verify", "--step", "2"]) == 0
     assert "step 2: OK" in capsys.readouterr().out
     assert main(["checkpoints", str(copy), "--verify", "--step", "3"]) == 2
     assert "no checkpoint at step 3; saved steps: [2, 4]" in capsys.readouterr().err
+
+
+def test_verify_names_the_arrays_whose_values_changed(run_dir, tmp_path, capsys):
+    # Values that read back cleanly but differ from what was saved (a silent bit flip
+    # on disk, or a file swapped in from another run) are caught by the saved checksums.
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    checksums_file = copy / "checkpoints" / "4" / "checksums" / "metadata"
+    checksums = json.loads(checksums_file.read_text())
+    checksums["params.lm_head.kernel"] ^= 0x5A5A
+    checksums_file.write_text(json.dumps(checksums))
+    capsys.readouterr()
+    assert main(["checkpoints", str(copy), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "step 4: FAILED" in out
+    assert "1 array(s) differ from the checksums saved with them: params.lm_head.kernel" in out
