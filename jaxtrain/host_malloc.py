@@ -3,9 +3,11 @@
 XLA:CPU allocates each step's scratch buffer (hundreds of MB for a small model) afresh. glibc
 serves such sizes with mmap and returns them on free, so every step page-faults the whole buffer
 back in: on the 2-core benchmark machine about 93,000 faults and a quarter of a CPU-second per
-step, a fifth of the step time. With mmap off, at most two arenas (threads other than the first
-cannot grow an arena past 64 MB, so they too fall back to mmap) and no trimming, the buffer stays
-mapped and is reused.
+step, a fifth of the step time. With mmap off, one arena and no trimming, the buffer stays mapped
+and is reused. One arena, because an allocation that a worker thread makes in an arena of its own
+cannot grow past 64 MB there and glibc then maps it directly, whatever `MALLOC_MMAP_MAX_` says:
+with two arenas the scratch buffer went back to being mapped and unmapped every step in about one
+start in three, depending on which thread first ran the step.
 
 The settings are environment variables glibc reads once, at start-up, so `python -m jaxtrain`
 restarts itself with them before doing anything else (`reexec_with_tuned_malloc`). It does so
@@ -24,7 +26,7 @@ import sys
 SETTINGS = {
     "MALLOC_MMAP_MAX_": "0",  # large blocks from the heap, which stays mapped ...
     "MALLOC_TRIM_THRESHOLD_": str(64 << 30),  # ... and is never trimmed back to the system;
-    "MALLOC_ARENA_MAX": "2",  # worker threads share the heap that can grow that large.
+    "MALLOC_ARENA_MAX": "1",  # worker threads share the one heap that can grow that large.
 }
 OPT_OUT = "JAXTRAIN_MALLOC"  # =off keeps the process's malloc as it is
 

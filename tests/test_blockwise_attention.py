@@ -204,3 +204,17 @@ def test_unknown_attention_implementation_is_named():
 
     with pytest.raises(ConfigError, match="model.attention_impl='flash'"):
         ModelSpec.from_config(model_config("llama-debug", attention_impl="flash"))
+
+
+def test_attention_block_is_chosen_by_device_and_length_unless_set():
+    from jaxtrain.models.attention import attention_block_size
+    from jaxtrain.models.spec import ConfigError
+
+    auto = ModelSpec.from_config(model_config("llama-debug"))
+    assert auto.attention_block == 0
+    # These tests run on CPU, where short sequences take smaller blocks.
+    assert [attention_block_size(auto, n) for n in (256, 1024, 2048)] == [64, 64, 128]
+    fixed = ModelSpec.from_config(model_config("llama-debug", attention_block=32))
+    assert attention_block_size(fixed, 4096) == 32
+    with pytest.raises(ConfigError, match="model.attention_block=-1"):
+        ModelSpec.from_config(model_config("llama-debug", attention_block=-1))

@@ -76,7 +76,7 @@ class ModelSpec:
     attention_sinks: bool = False  # a learned per-head logit in each softmax denominator
     o_bias: bool = False  # bias on the attention output projection (gpt-oss)
     attention_impl: str = "auto"  # auto | blockwise | dot | cudnn: see ATTENTION_IMPLS
-    attention_block: int = 128  # blockwise attention: queries per block
+    attention_block: int = 0  # blockwise attention: queries per block; 0: by device and length
     init_std: float = 0.02  # standard deviation of the normal weight init
     param_dtype: str = "float32"  # dtype parameters are stored (and optimized) in
     dtype: str = "float32"  # compute dtype
@@ -172,9 +172,10 @@ class ModelSpec:
         if self.attention_impl not in ATTENTION_IMPLS:
             raise ConfigError(f"model.attention_impl={self.attention_impl!r} is not one of "
                               f"{list(ATTENTION_IMPLS)}.")
-        if self.attention_block <= 0:
-            raise ConfigError(f"model.attention_block={self.attention_block} must be a positive "
-                              "number of query positions per block (128 is a good default).")
+        if self.attention_block < 0:
+            raise ConfigError(f"model.attention_block={self.attention_block} must be a number "
+                              "of query positions per block, or 0 to choose by device and "
+                              "sequence length.")
         if self.sliding_window < 0:
             raise ConfigError(f"model.sliding_window={self.sliding_window} must be >= 0 "
                               "(0 means full causal attention).")
