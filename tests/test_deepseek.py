@@ -200,8 +200,9 @@ def test_zero_rate_leaves_the_bias_and_the_step_trains_the_rest():
 @pytest.mark.parametrize("spec", [V2, V3], ids=["v2", "v3"])
 def test_expert_parallel_deepseek_training_matches_one_device(spec):
     reference, ref_metrics, ref_state, _, _ = _train(spec, _mesh())
-    sharded, metrics, sharded_state, gate_spec, _ = _train(spec, _mesh(ici_expert=4,
-                                                                       ici_fsdp=2))
+    sharded, metrics, sharded_state, param_shardings, _ = _train(
+        spec, _mesh(ici_expert=4, ici_fsdp=2))
+    gate_spec = param_shardings["layers"]["mlp"]["gate_proj"].spec
     assert gate_spec == PartitionSpec(None, "expert", "fsdp", "tensor")
     np.testing.assert_allclose(sharded, reference, rtol=2e-5)
     for key in ("moe_aux_loss", "moe_load_max", "moe_load_min"):

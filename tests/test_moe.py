@@ -152,9 +152,9 @@ def _train(mesh, steps=2, num_micro=1):
     optim = ConfigDict(dict(lr=1e-2, min_lr=1e-3, schedule="cosine", warmup_steps=1,
                             decay_steps=0, weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8,
                             clip_grad_norm=1.0))
-    losses, metrics, _, gate_spec, _ = training_helpers.train(SPEC, mesh, steps, optim,
-                                                              num_micro)
-    return losses, metrics, gate_spec
+    losses, metrics, _, param_shardings, _ = training_helpers.train(SPEC, mesh, steps, optim,
+                                                                    num_micro)
+    return losses, metrics, param_shardings["layers"]["mlp"]["gate_proj"].spec
 
 
 def test_expert_parallel_training_matches_one_device():

@@ -15,16 +15,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import training_helpers
 from conftest import REPO
 from flax import nnx
 from ml_collections import ConfigDict
+from training_helpers import mesh_config as mesh_cfg
 
 from jaxtrain import config as config_lib
 from jaxtrain import mesh_check, sharding
 from jaxtrain.models import ModelSpec
 from jaxtrain.models.decoder import Decoder
 from jaxtrain.sharding import MeshError
-from jaxtrain.train import optimizer, state, step
+from jaxtrain.train import optimizer, state
 from jaxtrain.train.trainer import Trainer
 
 # Grouped-query attention (2 query heads per kv head) for every strategy with tensor <= 2, and
@@ -38,39 +40,16 @@ OPTIM = ConfigDict(dict(lr=1e-2, min_lr=1e-3, schedule="cosine", warmup_steps=1,
 STEPS = 3
 
 
-def mesh_cfg(**sizes: int) -> ConfigDict:
-    """A `config.mesh` with every size 1 except those given."""
-    cfg = {f"{side}_{a}": 1 for a in sharding.MESH_AXES for side in ("ici", "dcn")}
-    cfg.update(sizes)
-    return ConfigDict(cfg)
-
-
-def losses(spec: ModelSpec, mesh, rules) -> list[float]:
+def losses(spec: ModelSpec, mesh, rules: str) -> list[float]:
     """Losses of STEPS steps on one fixed batch of 8 x 16 tokens."""
-    tx = optimizer.make_optimizer(OPTIM, STEPS)
-    with sharding.use_mesh(mesh, rules):
-        layout = state.state_layout(spec, tx, mesh, rules)
-        train_state = state.init_state(spec, tx, layout, seed=0)
-        fn = jax.jit(functools.partial(
-            step.train_step, graphdef=layout.graphdef, tx=tx,
-            schedule=optimizer.learning_rate_schedule(OPTIM, STEPS), num_micro=1, z_loss=0.0),
-            in_shardings=(layout.shardings, None), out_shardings=(layout.shardings, None))
-        toks = np.random.default_rng(0).integers(0, spec.vocab_size, (8, 17))
-        batch = {"inputs": jnp.asarray(toks[:, :-1], jnp.int32),
-                 "targets": jnp.asarray(toks[:, 1:], jnp.int32),
-                 "loss_mask": jnp.ones((8, 16), jnp.float32)}
-        out = []
-        for _ in range(STEPS):
-            train_state, metrics = fn(train_state, batch)
-            out.append(float(metrics["loss"]))
-    return out
+    return training_helpers.train(spec, mesh, STEPS, OPTIM, rules=rules)[0]
 
 
 @functools.cache
 def one_device(spec: ModelSpec) -> tuple[float, ...]:
     """The reference: every mesh axis of size 1, so any rule table gives the same program."""
     mesh = sharding.make_mesh(mesh_cfg(), devices=jax.devices()[:1])
-    return tuple(losses(spec, mesh, sharding.RULE_PRESETS["fsdp_tensor"]))
+    return tuple(losses(spec, mesh, "fsdp_tensor"))
 
 
 @pytest.mark.parametrize("spec, sizes, rules", [
@@ -84,7 +63,7 @@ def test_strategy_trains_like_one_device(spec, sizes, rules):
     table = sharding.RULE_PRESETS[rules]
     mesh_check.check_fits_mesh(spec, mesh, table, seq_len=16, micro_batch=8)
     reference = one_device(spec)
-    np.testing.assert_allclose(losses(spec, mesh, table), reference, rtol=2e-5)
+    np.testing.assert_allclose(losses(spec, mesh, rules), reference, rtol=2e-5)
     assert reference[-1] < reference[0]
 
 

@@ -1,26 +1,21 @@
 """Mesh construction, the logical-axis rule table, and sharded training equal to one device."""
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import training_helpers
 from ml_collections import ConfigDict
+from training_helpers import mesh_config as mesh_cfg
 
 from jaxtrain import sharding
 from jaxtrain.models import ModelSpec, build_model
-from jaxtrain.train import optimizer, state, step
+from jaxtrain.train import state
 
 SPEC = ModelSpec(vocab_size=128, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                  head_dim=8, intermediate_size=64, max_seq_len=64)
-
-
-def mesh_cfg(**sizes):
-    cfg = {f"{side}_{a}": 1 for a in sharding.MESH_AXES for side in ("ici", "dcn")}
-    cfg.update(sizes)
-    return ConfigDict(cfg)
 
 
 def test_mesh_fills_the_wildcard_axis():
@@ -70,28 +65,13 @@ def test_logical_spec_rejects_unknown_names():
         sharding.logical_spec(("nonsense",), dict(sharding.RULE_PRESETS["fsdp"]))
 
 
-def _losses(mesh, rules, steps=3):
+def _losses(mesh, rules: str, steps: int = 3) -> list[float]:
+    """Losses of `steps` steps on one fixed batch: the loss must fall as the model memorises
+    it."""
     optim = ConfigDict(dict(lr=1e-2, min_lr=1e-3, schedule="cosine", warmup_steps=1,
                             decay_steps=0, weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8,
                             clip_grad_norm=1.0))
-    tx = optimizer.make_optimizer(optim, steps)
-    with sharding.use_mesh(mesh, rules):
-        layout = state.state_layout(SPEC, tx, mesh, rules)
-        train_state = state.init_state(SPEC, tx, layout, seed=0)
-        fn = jax.jit(functools.partial(
-            step.train_step, graphdef=layout.graphdef, tx=tx,
-            schedule=optimizer.learning_rate_schedule(optim, steps), num_micro=1, z_loss=0.0),
-            in_shardings=(layout.shardings, None), out_shardings=(layout.shardings, None))
-        # One fixed batch: the loss must fall as the model memorises it.
-        toks = np.random.default_rng(0).integers(0, SPEC.vocab_size, (8, 17))
-        batch = {"inputs": jnp.asarray(toks[:, :-1], jnp.int32),
-                 "targets": jnp.asarray(toks[:, 1:], jnp.int32),
-                 "loss_mask": jnp.ones((8, 16), jnp.float32)}
-        out = []
-        for _ in range(steps):
-            train_state, metrics = fn(train_state, batch)
-            out.append(float(metrics["loss"]))
-    return out
+    return training_helpers.train(SPEC, mesh, steps, optim, rules=rules)[0]
 
 
 @pytest.mark.parametrize("sizes, rules", [
@@ -101,7 +81,7 @@ def _losses(mesh, rules, steps=3):
 ])
 def test_sharded_training_matches_one_device(sizes, rules):
     one = sharding.make_mesh(mesh_cfg(), devices=jax.devices()[:1])
-    reference = _losses(one, sharding.RULE_PRESETS[rules])
-    sharded = _losses(sharding.make_mesh(mesh_cfg(**sizes)), sharding.RULE_PRESETS[rules])
+    reference = _losses(one, rules)
+    sharded = _losses(sharding.make_mesh(mesh_cfg(**sizes)), rules)
     np.testing.assert_allclose(sharded, reference, rtol=2e-5)
     assert reference[-1] < reference[0]
