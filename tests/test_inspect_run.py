@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -48,6 +49,9 @@ def test_verify_reads_every_array_on_any_device_count(run_dir):
     assert str(result).startswith("step 2: OK: 39 arrays (418,755 values) read")
 
 
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # the first four bytes of every zstd frame
+
+
 def _middle_of_largest_compressed_frame(data: bytes) -> int:
     """Offset in the middle of the biggest zstd frame of an OCDBT data file.
 
@@ -55,7 +59,7 @@ def _middle_of_largest_compressed_frame(data: bytes) -> int:
     what depends on write order. A flip inside a frame's body always changes what it
     decodes to or makes it undecodable, where a flip in a frame header might not.
     """
-    starts = [i for i in range(len(data)) if data.startswith(b"\x28\xb5\x2f\xfd", i)]
+    starts = [m.start() for m in re.finditer(re.escape(_ZSTD_MAGIC), data)]
     assert starts, "OCDBT data files are expected to be zstd-compressed"
     bounds = list(zip(starts, starts[1:] + [len(data)]))
     begin, end = max(bounds, key=lambda b: b[1] - b[0])
