@@ -10,7 +10,7 @@ from flax import nnx
 
 from jaxtrain.models import ConfigError, ModelSpec, build_model
 from jaxtrain.models.attention import attention_mask
-from jaxtrain.models.rope import inverse_frequencies
+from jaxtrain.models.rope import inverse_frequencies, rope_angles, rope_angles_for_length
 
 TINY = ModelSpec(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                  head_dim=8, intermediate_size=64, max_seq_len=64)
@@ -104,6 +104,29 @@ def test_llama3_rope_scaling_keeps_high_frequencies():
     f0, f1 = inverse_frequencies(base), inverse_frequencies(scaled)
     assert f1[0] == pytest.approx(f0[0])  # shortest wavelength untouched
     assert f1[-1] == pytest.approx(f0[-1] / 8.0)  # longest wavelength slowed by the factor
+
+
+@pytest.mark.parametrize("scaling", [
+    dict(),
+    dict(rope_scaling="llama3", rope_factor=8.0, rope_original_max_len=16),
+    dict(rope_scaling="yarn", rope_factor=4.0, rope_original_max_len=16),  # cos/sin scaled
+])
+def test_host_rope_tables_match_the_traced_ones(scaling):
+    spec = dataclasses.replace(TINY, rope_theta=10000.0, **scaling)
+    length = 300
+    cos, sin = rope_angles_for_length(spec, length)
+    ref_cos, ref_sin = rope_angles(spec, jnp.arange(length)[None])
+    assert cos.shape == sin.shape == (1, length, spec.head_dim)
+    np.testing.assert_allclose(cos, ref_cos, atol=2e-6)
+    np.testing.assert_allclose(sin, ref_sin, atol=2e-6)
+
+
+def test_default_positions_match_explicit_ones():
+    # Training without positions takes the host tables; explicit positions the traced path.
+    model = build_model(TINY)
+    toks = tokens(length=20)
+    explicit = model(toks, jnp.broadcast_to(jnp.arange(20), toks.shape))
+    np.testing.assert_allclose(model(toks), explicit, atol=2e-5)
 
 
 @pytest.mark.parametrize("change, key", [

@@ -30,7 +30,7 @@ from jaxtrain.models.layers import Dense, Embed, RMSNorm
 from jaxtrain.models.mla import MLAttention
 from jaxtrain.models.mlp import SwiGLU
 from jaxtrain.models.moe import MoE
-from jaxtrain.models.rope import rope_angles
+from jaxtrain.models.rope import rope_angles, rope_angles_for_length
 from jaxtrain.models.spec import ModelSpec
 
 # {"k": [layers, B, S, K, H], "v": same} (MLA: [layers, B, S, N, Q] and [layers, B, S, N, V]),
@@ -124,9 +124,10 @@ class Decoder(nnx.Module):
         index_BL = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
         if cache is not None:
             index_BL = index_BL + jnp.asarray(cache_index, jnp.int32)
-        if positions_BL is None:
-            positions_BL = index_BL
-        cos, sin = rope_angles(spec, positions_BL)
+        if positions_BL is None and cache is None:
+            cos, sin = rope_angles_for_length(spec, l)
+        else:
+            cos, sin = rope_angles(spec, index_BL if positions_BL is None else positions_BL)
         x_BLD = self.embed(tokens_BL)
         unroll = True if not spec.scan_layers else 1
 
