@@ -135,26 +135,27 @@ def _bwd(window, chunk, scale, block, residuals, dout_BLNV):
     # D_i = sum_j P_ij dP_ij = dO_i . O_i: the softmax Jacobian's row term.
     delta_BKGL = jnp.sum(dout.astype(jnp.float32) * o.astype(jnp.float32), axis=-1)
     dq_blocks = []
-    dk = jnp.zeros(k.shape, jnp.float32)
-    dv = jnp.zeros(v.shape, jnp.float32)
+    # dK and dV accumulate transposed, [B, K, H, L] and [B, K, V, L]: as the product
+    # (small [H, Q] operand) x ([Q, S] block in its natural row-major layout), no matmul needs
+    # a transposed copy of the [Q, S]-sized probabilities or score gradients.
+    dk_T = jnp.zeros((b, kv, h, l), jnp.float32)
+    dv_T = jnp.zeros((b, kv, v.shape[-1], l), jnp.float32)
     for start, end, first in _blocks(l, block, window, chunk):
         mask = _visible(start, end, first, window, chunk, segment_BL)
         q_b, k_b, v_b = q[:, :, :, start:end], k[:, :, first:end], v[:, :, first:end]
         do_b = dout[:, :, :, start:end]
         p = jnp.exp(_scores(q_b, k_b, mask, scale) - lse[:, :, :, start:end, None])
-        # [Q, S]-sized tensors go on the right, contracted over their leading query axis, so
-        # a matmul canonicalisation transposes the small [Q, H] operand instead of them.
-        dv = dv.at[:, :, first:end].add(jnp.einsum(
-            "bkgqv,bkgqs->bksv", do_b, p.astype(v.dtype), preferred_element_type=jnp.float32))
+        dv_T = dv_T.at[:, :, :, first:end].add(jnp.einsum(
+            "bkgqv,bkgqs->bkvs", do_b, p.astype(v.dtype), preferred_element_type=jnp.float32))
         dp = jnp.einsum("bkgqv,bksv->bkgqs", do_b, v_b, preferred_element_type=jnp.float32)
         ds = (p * (dp - delta_BKGL[:, :, :, start:end, None]) * scale).astype(q.dtype)
         dq_blocks.append(jnp.einsum("bkgqs,bksh->bkgqh", ds, k_b,
                                     preferred_element_type=jnp.float32))
-        dk = dk.at[:, :, first:end].add(jnp.einsum("bkgqh,bkgqs->bksh", q_b, ds,
-                                                   preferred_element_type=jnp.float32))
+        dk_T = dk_T.at[:, :, :, first:end].add(jnp.einsum(
+            "bkgqh,bkgqs->bkhs", q_b, ds, preferred_element_type=jnp.float32))
     dq = jnp.concatenate(dq_blocks, axis=3).transpose(0, 3, 1, 2, 4).reshape(b, l, kv * g, h)
-    dk = dk.transpose(0, 2, 1, 3)
-    dv = dv.transpose(0, 2, 1, 3)
+    dk = dk_T.transpose(0, 3, 1, 2)
+    dv = dv_T.transpose(0, 3, 1, 2)
     dsinks = None
     if sinks_N is not None:
         # The sink is a key with value 0: dP_sink = 0, so dS_sink = -p_sink x D.
