@@ -58,8 +58,8 @@ def _visible(start: int, end: int, first_key: int, window: int, chunk: int,
     return allowed[:, None, None]
 
 
-def _scores(q_BKGQH, k_BKSH, mask, scale):
-    s = jnp.einsum("bkgqh,bksh->bkgqs", q_BKGQH, k_BKSH, preferred_element_type=jnp.float32)
+def _scores(q_BKGQH, kT_BKHS, mask, scale):
+    s = jnp.einsum("bkgqh,bkhs->bkgqs", q_BKGQH, kT_BKHS, preferred_element_type=jnp.float32)
     return jnp.where(mask, s * scale, _MASKED)
 
 
@@ -71,6 +71,12 @@ def _split_heads(q_BLNH, k_BLKH, v_BLKV):
     return q, k_BLKH.transpose(0, 2, 1, 3), v_BLKV.transpose(0, 2, 1, 3)
 
 
+def _transposed(x_BKLH):
+    """[B, K, H, L]: keys (or values) as the right-hand operand of a product over H, made once
+    per layer rather than once per query block."""
+    return x_BKLH.transpose(0, 1, 3, 2)
+
+
 def _sink_logits(sinks_N, kv_heads):
     """Sinks as [1, K, G, 1, 1] float32 logits, broadcasting against [B, K, G, Q, S] scores."""
     return sinks_N.astype(jnp.float32).reshape(1, kv_heads, -1, 1, 1)
@@ -78,11 +84,12 @@ def _sink_logits(sinks_N, kv_heads):
 
 def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block):
     q, k, v = _split_heads(q_BLNH, k_BLKH, v_BLKV)
+    k_T = _transposed(k)
     sink = None if sinks_N is None else _sink_logits(sinks_N, k.shape[1])
     outs, lses = [], []
     for start, end, first in _blocks(q.shape[3], block, window, chunk):
         mask = _visible(start, end, first, window, chunk, segment_BL)
-        s = _scores(q[:, :, :, start:end], k[:, :, first:end], mask, scale)
+        s = _scores(q[:, :, :, start:end], k_T[..., first:end], mask, scale)
         m = jnp.max(s, axis=-1, keepdims=True)
         if sink is not None:
             m = jnp.maximum(m, sink)
@@ -140,14 +147,17 @@ def _bwd(window, chunk, scale, block, residuals, dout_BLNV):
     # a transposed copy of the [Q, S]-sized probabilities or score gradients.
     dk_T = jnp.zeros((b, kv, h, l), jnp.float32)
     dv_T = jnp.zeros((b, kv, v.shape[-1], l), jnp.float32)
+    k_T, v_T = _transposed(k), _transposed(v)
     for start, end, first in _blocks(l, block, window, chunk):
         mask = _visible(start, end, first, window, chunk, segment_BL)
-        q_b, k_b, v_b = q[:, :, :, start:end], k[:, :, first:end], v[:, :, first:end]
+        q_b, k_b = q[:, :, :, start:end], k[:, :, first:end]
         do_b = dout[:, :, :, start:end]
-        p = jnp.exp(_scores(q_b, k_b, mask, scale) - lse[:, :, :, start:end, None])
+        p = jnp.exp(_scores(q_b, k_T[..., first:end], mask, scale)
+                    - lse[:, :, :, start:end, None])
         dv_T = dv_T.at[:, :, :, first:end].add(jnp.einsum(
             "bkgqv,bkgqs->bkvs", do_b, p.astype(v.dtype), preferred_element_type=jnp.float32))
-        dp = jnp.einsum("bkgqv,bksv->bkgqs", do_b, v_b, preferred_element_type=jnp.float32)
+        dp = jnp.einsum("bkgqv,bkvs->bkgqs", do_b, v_T[..., first:end],
+                        preferred_element_type=jnp.float32)
         ds = (p * (dp - delta_BKGL[:, :, :, start:end, None]) * scale).astype(q.dtype)
         dq_blocks.append(jnp.einsum("bkgqs,bksh->bkgqh", ds, k_b,
                                     preferred_element_type=jnp.float32))
