@@ -9,6 +9,12 @@ cannot grow past 64 MB there and glibc then maps it directly, whatever `MALLOC_M
 with two arenas the scratch buffer went back to being mapped and unmapped every step in about one
 start in three, depending on which thread first ran the step.
 
+The heap is also backed by transparent huge pages (`glibc.malloc.hugetlb=1`, glibc 2.35 and
+later; older versions ignore it): the step streams through hundreds of MB of weights, logits and
+activations, and with 2 MB pages it misses the TLB far less. On the 2-core benchmark machine,
+six interleaved pairs of runs were 6-12 ms per step faster with it (about 2%), for about 40%
+more resident memory from the heap's partly used huge pages.
+
 The settings are environment variables glibc reads once, at start-up, so `python -m jaxtrain`
 restarts itself with them before doing anything else (`reexec_with_tuned_malloc`). It does so
 only on Linux, only when JAX has no GPU plugin (GPU steps allocate device memory, not this), and
@@ -28,7 +34,18 @@ SETTINGS = {
     "MALLOC_TRIM_THRESHOLD_": str(64 << 30),  # ... and is never trimmed back to the system;
     "MALLOC_ARENA_MAX": "1",  # worker threads share the one heap that can grow that large.
 }
+HUGE_PAGES = "glibc.malloc.hugetlb=1"  # madvise the heap for transparent huge pages
 OPT_OUT = "JAXTRAIN_MALLOC"  # =off keeps the process's malloc as it is
+
+
+def tuned_environment(environ: dict[str, str]) -> dict[str, str]:
+    """`environ` with `SETTINGS`, and `HUGE_PAGES` added to GLIBC_TUNABLES unless that already
+    says how malloc should use huge pages."""
+    tuned = {**environ, **SETTINGS}
+    tunables = [t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t]
+    if not any(t.startswith("glibc.malloc.hugetlb=") for t in tunables):
+        tuned["GLIBC_TUNABLES"] = ":".join([*tunables, HUGE_PAGES])
+    return tuned
 
 
 def _jax_has_accelerator_plugin() -> bool:
@@ -44,7 +61,7 @@ def worthwhile(environ: dict[str, str] | None = None) -> bool:
     environ = os.environ if environ is None else environ
     if environ.get(OPT_OUT, "").lower() in ("off", "0", "false", "no"):
         return False
-    if all(environ.get(key) == value for key, value in SETTINGS.items()):
+    if tuned_environment(environ) == dict(environ):
         return False  # already running with them
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
@@ -57,7 +74,7 @@ def reexec_with_tuned_malloc() -> None:
     `worthwhile()`; returns (doing nothing) otherwise. Call it before any work is done."""
     if not worthwhile():
         return
-    environ = {**os.environ, **SETTINGS}
+    environ = tuned_environment(dict(os.environ))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environ)
