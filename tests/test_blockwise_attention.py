@@ -7,12 +7,18 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from jaxtrain.models import blockwise_attention
 from jaxtrain.models.attention import attention_mask, fused_attention, masked_softmax_attention
-from jaxtrain.models.blockwise_attention import blockwise_causal_attention
+from jaxtrain.models.blockwise_attention import blockwise_causal_attention, keeps_probabilities
 from jaxtrain.models.decoder import build_model
 from jaxtrain.models.layers import project
 from jaxtrain.models.presets import model_config
 from jaxtrain.models.spec import ModelSpec
+
+# The backward pass either reads the softmax numerators the forward pass kept or recomputes
+# them; every gradient check runs both ways.
+both_backward_paths = pytest.mark.parametrize("kept_bytes", [64 << 20, 0],
+                                              ids=["kept", "recomputed"])
 
 
 def _numpy_attention(q, k, v, segment, window, scale, chunk=0, sinks=None):
@@ -65,8 +71,11 @@ def test_masked_softmax_path_is_the_definition():
     (64, 16, 10, True, 8),    # sliding window: blocks skip keys left of the window
     (64, 128, 7, False, 8),   # one block larger than the sequence
 ])
+@both_backward_paths
 def test_blockwise_equals_masked_softmax_values_and_gradients(length, block, window, documents,
-                                                              value_dim):
+                                                              value_dim, kept_bytes,
+                                                              monkeypatch):
+    monkeypatch.setattr(blockwise_attention, "KEPT_PROBABILITIES_BYTES", kept_bytes)
     q, k, v, segment, cotangent = _inputs(length, value_dim)
     segment = segment if documents else None
 
@@ -102,8 +111,11 @@ def test_masked_softmax_path_is_the_definition_with_chunks_and_sinks(window, chu
     (64, 16, 10, 0, True),    # sinks with a sliding window
     (40, 128, 0, 0, False),   # sinks alone, one block
 ])
+@both_backward_paths
 def test_blockwise_with_chunks_and_sinks_equals_masked_softmax(length, block, window, chunk,
-                                                               documents):
+                                                               documents, kept_bytes,
+                                                               monkeypatch):
+    monkeypatch.setattr(blockwise_attention, "KEPT_PROBABILITIES_BYTES", kept_bytes)
     q, k, v, segment, cotangent = _inputs(length, 8)
     segment = segment if documents else None
 
@@ -218,3 +230,14 @@ def test_attention_block_is_chosen_by_device_and_length_unless_set():
     assert attention_block_size(fixed, 4096) == 32
     with pytest.raises(ConfigError, match="model.attention_block=-1"):
         ModelSpec.from_config(model_config("llama-debug", attention_block=-1))
+
+
+def test_probabilities_are_kept_on_cpus_only_while_they_fit(monkeypatch):
+    # 2 x 64 tokens, 4 heads, blocks of 16: 16 x (16 + 32 + 48 + 64) visible entries per head.
+    needed = 2 * 4 * 16 * (16 + 32 + 48 + 64) * 4
+    monkeypatch.setattr(blockwise_attention, "KEPT_PROBABILITIES_BYTES", needed)
+    assert keeps_probabilities((2, 64, 4, 8), 16, 0, 0)
+    monkeypatch.setattr(blockwise_attention, "KEPT_PROBABILITIES_BYTES", needed - 1)
+    assert not keeps_probabilities((2, 64, 4, 8), 16, 0, 0)
+    # A sliding window leaves fewer visible keys per block, so less to keep.
+    assert keeps_probabilities((2, 64, 4, 8), 16, 8, 0)

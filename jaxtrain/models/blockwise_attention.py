@@ -5,13 +5,18 @@ kv head (N = K x G), H query/key head dim, V value head dim, Q a block of querie
 block of queries can see.
 
 Why not `softmax(q k^T) v` under autodiff: the autodiff backward keeps every layer's [B, N, L, L]
-probabilities alive from the forward pass to the backward pass, and on CPUs writing, storing and
-re-reading those tensors costs more than the matmuls. This function instead keeps only q, k, v,
-the output and one log-sum-exp per query row, and recomputes the probabilities block by block in
-the backward pass (the flash-attention recurrence, without its online softmax: a block's keys are
-all in memory at once). Query blocks only visit the keys they can see, so above-diagonal blocks
-(and, with a sliding window or chunked local attention, blocks left of the window or chunk)
-are never computed.
+probabilities alive from the forward pass to the backward pass, masked triangle included, and
+on CPUs writing, storing and re-reading those tensors costs more than the matmuls. This function
+keeps q, k, v, the output and one log-sum-exp per query row, and recomputes the probabilities
+block by block in the backward pass (the flash-attention recurrence, without its online softmax:
+a block's keys are all in memory at once). Query blocks only visit the keys they can see, so
+above-diagonal blocks (and, with a sliding window or chunked local attention, blocks left of the
+window or chunk) are never computed.
+
+On CPUs, when one layer's visible blocks fit in `KEPT_PROBABILITIES_BYTES`, the forward pass also
+keeps each block's softmax numerator exp(s - max) and the rows' 1 / sum, and the backward pass
+uses them instead of recomputing q k^T, the mask and the exponential (see
+`keeps_probabilities`).
 
 Attention sinks (gpt-oss) add one learned logit per query head to every softmax denominator:
 a key with that score and a zero value. The log-sum-exp then includes it, and its gradient is
@@ -82,11 +87,12 @@ def _sink_logits(sinks_N, kv_heads):
     return sinks_N.astype(jnp.float32).reshape(1, kv_heads, -1, 1, 1)
 
 
-def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block):
+def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block,
+             keep_probs):
     q, k, v = _split_heads(q_BLNH, k_BLKH, v_BLKV)
     k_T = _transposed(k)
     sink = None if sinks_N is None else _sink_logits(sinks_N, k.shape[1])
-    outs, lses = [], []
+    outs, lses, kept = [], [], []
     for start, end, first in _blocks(q.shape[3], block, window, chunk):
         mask = _visible(start, end, first, window, chunk, segment_BL)
         s = _scores(q[:, :, :, start:end], k_T[..., first:end], mask, scale)
@@ -101,11 +107,13 @@ def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, 
                        preferred_element_type=jnp.float32)
         outs.append(o / total)
         lses.append((m + jnp.log(total))[..., 0])
+        if keep_probs:
+            kept.append((p, 1 / total))
     o_BKGLV = jnp.concatenate(outs, axis=3)
     lse_BKGL = jnp.concatenate(lses, axis=3)
     b, l, n, _ = q_BLNH.shape
     out_BLNV = o_BKGLV.transpose(0, 3, 1, 2, 4).reshape(b, l, n, -1).astype(q_BLNH.dtype)
-    return out_BLNV, (q, k, v, o_BKGLV.astype(q_BLNH.dtype), lse_BKGL)
+    return out_BLNV, (q, k, v, o_BKGLV.astype(q_BLNH.dtype), lse_BKGL, tuple(kept) or None)
 
 
 def blockwise_causal_attention(q_BLNH: jax.Array, k_BLKH: jax.Array, v_BLKV: jax.Array,
@@ -120,23 +128,49 @@ def blockwise_causal_attention(q_BLNH: jax.Array, k_BLKH: jax.Array, v_BLKV: jax
     its own chunk of that many positions; `sinks_N` one extra softmax logit per query head.
     Returns [B, L, N, V] in q's dtype; scores, softmax and accumulation are float32.
     """
-    return _attention(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block)
+    keep_probs = keeps_probabilities(q_BLNH.shape, block, window, chunk)
+    return _attention(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block,
+                      keep_probs)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
-def _attention(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block):
+# The most one layer's kept softmax numerators may take (float32, visible blocks only). The
+# 8 x 256-token benchmark keeps 10 MB per layer; 2 x 1024 tokens with 8 heads keep 36 MB.
+KEPT_PROBABILITIES_BYTES = 64 << 20
+
+
+def keeps_probabilities(shape_BLNH: tuple[int, ...], block: int, window: int,
+                        chunk: int) -> bool:
+    """Whether the forward pass keeps each block's softmax numerator for the backward pass.
+
+    On CPUs, when they fit in `KEPT_PROBABILITIES_BYTES`: the backward pass then skips one of
+    the seven block products and the exponential, and the numerator, written once in the
+    forward pass anyway, is read back instead. On a 2-core CPU one layer's attention at
+    8 x 256 tokens took 28 instead of 31 ms of CPU. Accelerators recompute (flash attention's
+    trade of matmuls, which they have plenty of, for memory).
+    """
+    if jax.devices()[0].platform != "cpu":
+        return False
+    b, l, n, _ = shape_BLNH
+    entries = sum((end - start) * (end - first)
+                  for start, end, first in _blocks(l, block, window, chunk))
+    return b * n * entries * 4 <= KEPT_PROBABILITIES_BYTES
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
+def _attention(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block,
+               keep_probs):
     return _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale,
-                    block)[0]
+                    block, False)[0]
 
 
-def _fwd(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block):
+def _fwd(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block, keep_probs):
     out, residuals = _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk,
-                              scale, block)
+                              scale, block, keep_probs)
     return out, (*residuals, sinks_N, segment_BL)
 
 
-def _bwd(window, chunk, scale, block, residuals, dout_BLNV):
-    q, k, v, o, lse, sinks_N, segment_BL = residuals
+def _bwd(window, chunk, scale, block, keep_probs, residuals, dout_BLNV):
+    q, k, v, o, lse, kept, sinks_N, segment_BL = residuals
     b, kv, g, l, h = q.shape
     dout = dout_BLNV.reshape(b, l, kv, g, -1).transpose(0, 2, 3, 1, 4)
     # D_i = sum_j P_ij dP_ij = dO_i . O_i: the softmax Jacobian's row term.
@@ -148,17 +182,25 @@ def _bwd(window, chunk, scale, block, residuals, dout_BLNV):
     dk_T = jnp.zeros((b, kv, h, l), jnp.float32)
     dv_T = jnp.zeros((b, kv, v.shape[-1], l), jnp.float32)
     k_T, v_T = _transposed(k), _transposed(v)
-    for start, end, first in _blocks(l, block, window, chunk):
-        mask = _visible(start, end, first, window, chunk, segment_BL)
+    for i, (start, end, first) in enumerate(_blocks(l, block, window, chunk)):
         q_b, k_b = q[:, :, :, start:end], k[:, :, first:end]
         do_b = dout[:, :, :, start:end]
-        p = jnp.exp(_scores(q_b, k_T[..., first:end], mask, scale)
-                    - lse[:, :, :, start:end, None])
+        if kept is None:
+            mask = _visible(start, end, first, window, chunk, segment_BL)
+            p = jnp.exp(_scores(q_b, k_T[..., first:end], mask, scale)
+                        - lse[:, :, :, start:end, None])
+            row_scale = 1.0
+        else:
+            # The kept numerator exp(s - m) times the row's 1 / sum is the probability; the
+            # row factor goes on the small [Q, V] and [Q, 1] operands instead of the block.
+            p, row_scale = kept[i]
         dv_T = dv_T.at[:, :, :, first:end].add(jnp.einsum(
-            "bkgqv,bkgqs->bkvs", do_b, p.astype(v.dtype), preferred_element_type=jnp.float32))
+            "bkgqv,bkgqs->bkvs", do_b * row_scale, p.astype(v.dtype),
+            preferred_element_type=jnp.float32))
         dp = jnp.einsum("bkgqv,bkvs->bkgqs", do_b, v_T[..., first:end],
                         preferred_element_type=jnp.float32)
-        ds = (p * (dp - delta_BKGL[:, :, :, start:end, None]) * scale).astype(q.dtype)
+        ds = (p * ((dp - delta_BKGL[:, :, :, start:end, None]) * (scale * row_scale))
+              ).astype(q.dtype)
         dq_blocks.append(jnp.einsum("bkgqs,bksh->bkgqh", ds, k_b,
                                     preferred_element_type=jnp.float32))
         dk_T = dk_T.at[:, :, :, first:end].add(jnp.einsum(
