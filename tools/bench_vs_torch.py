@@ -6,8 +6,11 @@ weight decay 0.1, gradient clipping at 1.0), float32. Each round times a few ste
 contender in turn, so a machine that gets busier or quieter affects all of them alike; the
 report gives the median tokens/s of the rounds and the ratios.
 
-    python tools/bench_vs_torch.py [--rounds 5] [--steps 3] [--no-compile]
+    python tools/bench_vs_torch.py [--rounds 5] [--steps 3] [--warmup 3] [--no-compile]
       [--config.model.dtype=bfloat16 ...]   (overrides apply to the jaxtrain side)
+
+Every contender first runs `--warmup` untimed steps: the first steps after compiling still
+grow the heap and fault its pages in (for jaxtrain, one step of about 100,000 page faults).
 """
 
 from __future__ import annotations
@@ -120,6 +123,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench_vs_torch")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3, help="steps per contender per round")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per contender")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     args = parser.parse_args(rest)
     cfg = config_lib.load_config(str(REPO / "configs" / "bench_tiny_llama.py"), overrides)
@@ -141,7 +145,7 @@ def main(argv: list[str]) -> int:
     tokens = cfg.train.global_batch_size * cfg.train.seq_len * args.steps
     rates: dict[str, list[float]] = {name: [] for name in contenders}
     for c in contenders.values():
-        c.run(1)  # warm
+        c.run(args.warmup)
     for r in range(args.rounds):
         for name, c in contenders.items():
             rates[name].append(tokens / c.run(args.steps))
