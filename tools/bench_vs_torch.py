@@ -6,16 +6,21 @@ weight decay 0.1, gradient clipping at 1.0), float32. Each round times a few ste
 contender in turn, so a machine that gets busier or quieter affects all of them alike; the
 report gives the median tokens/s of the rounds and the ratios.
 
-    python tools/bench_vs_torch.py [--rounds 5] [--steps 3] [--warmup 3] [--no-compile]
-      [--config.model.dtype=bfloat16 ...]   (overrides apply to the jaxtrain side)
+Each contender lives in a process of its own, started with the same malloc settings: in one
+shared process, torch's and XLA's allocations interleave in one heap and their thread pools
+overlap, which cost both of them 5-8% per step. Between turns the tool pauses briefly
+(`--settle`), so that a thread pool still spin-waiting after its turn does not run into the
+next contender's timing. Once all are built, every contender runs `--warmup` untimed steps: the
+first steps after compiling still grow the heap and fault its pages in.
 
-Every contender first runs `--warmup` untimed steps: the first steps after compiling still
-grow the heap and fault its pages in (for jaxtrain, one step of about 100,000 page faults).
+    python tools/bench_vs_torch.py [--rounds 5] [--steps 3] [--warmup 3] [--settle 0.3]
+      [--no-compile] [--config.model.dtype=bfloat16 ...]   (overrides apply to the jaxtrain side)
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import time
@@ -111,12 +116,30 @@ class TorchContender:
         return time.perf_counter() - start
 
 
+def _contender_process(kind: str, overrides: list[str], connection) -> None:
+    """Builds one contender, reports its compile time, then answers each number of steps it
+    receives with the seconds they took, until it receives None."""
+    cfg = config_lib.load_config(str(REPO / "configs" / "bench_tiny_llama.py"), overrides)
+    if kind == "jaxtrain":
+        contender = JaxContender(cfg)
+    else:
+        import torch
+
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        contender = TorchContender(cfg, compiled=kind == "torch.compile")
+    connection.send(contender.compile_s)
+    while (steps := connection.recv()) is not None:
+        connection.send(contender.run(steps))
+
+
 def main(argv: list[str]) -> int:
+    import multiprocessing
+
     from jaxtrain.__main__ import _split_config_args
     from jaxtrain.host_malloc import reexec_with_tuned_malloc
 
-    # The malloc settings `python -m jaxtrain` runs with on CPUs; one process, so torch gets
-    # them as well.
+    # The malloc settings `python -m jaxtrain` runs with on CPUs; the contenders' processes
+    # inherit them, so torch gets them as well.
     reexec_with_tuned_malloc()
 
     _, overrides, rest = _split_config_args(argv)
@@ -124,35 +147,50 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3, help="steps per contender per round")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per contender")
+    parser.add_argument("--settle", type=float, default=0.3,
+                        help="seconds of pause between two contenders' turns")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     args = parser.parse_args(rest)
     cfg = config_lib.load_config(str(REPO / "configs" / "bench_tiny_llama.py"), overrides)
-    try:
-        import torch
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:
         print("torch is not installed: pip install -e '.[test]' (torch 2.13.0 CPU)")
         return 1
-    torch.set_num_threads(max(1, torch.get_num_threads()))
 
-    contenders = {"jaxtrain": JaxContender(config_lib.load_config(
-        str(REPO / "configs" / "bench_tiny_llama.py"), overrides))}
-    contenders["torch eager"] = TorchContender(cfg, compiled=False)
-    if not args.no_compile:
-        contenders["torch.compile"] = TorchContender(cfg, compiled=True)
-    for name, c in contenders.items():
-        print(f"{name}: first step / compile {c.compile_s:.1f} s", flush=True)
+    kinds = ["jaxtrain", "torch eager"] + ([] if args.no_compile else ["torch.compile"])
+    context = multiprocessing.get_context("spawn")
+    connections, processes = {}, []
+    try:
+        for kind in kinds:  # one at a time, so that no compile overlaps another
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_contender_process, daemon=True,
+                                      args=(kind, overrides if kind == "jaxtrain" else [],
+                                            theirs))
+            process.start()
+            processes.append(process)
+            connections[kind] = ours
+            print(f"{kind}: first step / compile {ours.recv():.1f} s", flush=True)
 
-    tokens = cfg.train.global_batch_size * cfg.train.seq_len * args.steps
-    rates: dict[str, list[float]] = {name: [] for name in contenders}
-    for c in contenders.values():
-        c.run(args.warmup)
-    for r in range(args.rounds):
-        for name, c in contenders.items():
-            rates[name].append(tokens / c.run(args.steps))
-        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()),
-              flush=True)
+        # Warm-up once every contender is built: building the later ones (torch.compile above
+        # all) moves memory around under the earlier ones.
+        for connection in connections.values():
+            connection.send(args.warmup)
+            connection.recv()
+        tokens = cfg.train.global_batch_size * cfg.train.seq_len * args.steps
+        rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+        for r in range(args.rounds):
+            for kind, connection in connections.items():
+                time.sleep(args.settle)
+                connection.send(args.steps)
+                rates[kind].append(tokens / connection.recv())
+            print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()),
+                  flush=True)
+    finally:
+        for connection in connections.values():
+            connection.send(None)
+        for process in processes:
+            process.join(timeout=60)
 
-    spec = contenders["jaxtrain"].trainer.spec
+    spec = config_lib.validate(cfg, check_data=False)
     flops = spec.flops_per_token(cfg.train.seq_len)
     peak = perf.measured_matmul_flops()
     print(f"\nshape: {cfg.model.num_layers} layers, d={cfg.model.hidden_size}, "
