@@ -6,6 +6,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 from ml_collections import ConfigDict
@@ -64,6 +65,20 @@ def _run_step(graphdef, params, data, num_micro, z_loss=0.0):
                                    schedule=optimizer.learning_rate_schedule(cfg, 100),
                                    num_micro=num_micro, z_loss=z_loss))
     return fn(state, data)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])  # clipping, and a norm under the limit
+def test_clipping_equals_optax_and_keeps_its_state(max_norm):
+    grads = {"a": jnp.arange(6.0).reshape(2, 3), "b": {"c": jnp.asarray([-3.0, 4.0])}}
+    ours, reference = optimizer.clip_by_global_norm(max_norm), optax.clip_by_global_norm(max_norm)
+    got, state = ours.update(grads, ours.init(grads))
+    want, reference_state = reference.update(grads, reference.init(grads))
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    assert float(optax.tree.norm(got)) == pytest.approx(min(max_norm, float(
+        optax.tree.norm(grads))), rel=1e-6)
+    # The same (empty) state, so checkpoints written with either restore with the other.
+    assert jax.tree.structure(state) == jax.tree.structure(reference_state)
 
 
 def test_gradient_accumulation_equals_one_big_batch():

@@ -61,10 +61,29 @@ def weight_decay_mask(params: Any) -> Any:
     return jax.tree_util.tree_map_with_path(decays, params)
 
 
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
+    """Scales the updates by min(1, max_norm / global norm): optax's `clip_by_global_norm`,
+    with the same (empty) state, written as one scalar factor.
+
+    optax divides every gradient by the norm inside a select; XLA treats the division as too
+    costly to repeat in each consumer, so it wrote the clipped gradients out once more, a full
+    extra pass over every parameter's gradient, before Adam's two moment updates read them.
+    A multiplication by a scalar is fused into both.
+    """
+
+    def update_fn(updates, state, params=None):
+        del params
+        norm = optax.tree.norm(updates)
+        factor = jnp.where(norm < max_norm, 1.0, max_norm / norm)
+        return jax.tree.map(lambda g: g * factor.astype(g.dtype), updates), state
+
+    return optax.GradientTransformation(optax.init_empty_state, update_fn)
+
+
 def make_optimizer(optim: ConfigDict, total_steps: int) -> optax.GradientTransformation:
     """Clip by global norm, then AdamW on the schedule above."""
     adamw = optax.adamw(learning_rate_schedule(optim, total_steps), b1=optim.b1, b2=optim.b2,
                         eps=optim.eps, weight_decay=optim.weight_decay, mask=weight_decay_mask)
     if optim.clip_grad_norm > 0:
-        return optax.chain(optax.clip_by_global_norm(optim.clip_grad_norm), adamw)
+        return optax.chain(clip_by_global_norm(optim.clip_grad_norm), adamw)
     return adamw
