@@ -13,7 +13,7 @@ overlap, which cost both of them 5-8% per step. Between turns the tool pauses br
 next contender's timing. Once all are built, every contender runs `--warmup` untimed steps: the
 first steps after compiling still grow the heap and fault its pages in.
 
-    python tools/bench_vs_torch.py [--rounds 5] [--steps 3] [--warmup 3] [--settle 0.3]
+    python tools/bench_vs_torch.py [--rounds 5] [--steps 3] [--warmup 6] [--settle 0.3]
       [--no-compile] [--config.model.dtype=bfloat16 ...]   (overrides apply to the jaxtrain side)
 """
 
@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench_vs_torch")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3, help="steps per contender per round")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per contender")
+    parser.add_argument("--warmup", type=int, default=6, help="untimed steps per contender")
     parser.add_argument("--settle", type=float, default=0.3,
                         help="seconds of pause between two contenders' turns")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
