@@ -14,7 +14,9 @@ next contender's timing. Once all are built, every contender runs `--warmup` unt
 first steps after compiling still grow the heap and fault its pages in.
 
     python tools/bench_vs_torch.py [--rounds 5] [--steps 3] [--warmup 6] [--settle 0.3]
-      [--no-compile] [--config.model.dtype=bfloat16 ...]   (overrides apply to the jaxtrain side)
+      [--no-compile] [--config.model.dtype=bfloat16 ...]
+  Config overrides set the shape, batch and optimizer of every contender; the torch side always
+  computes in float32, so a dtype override changes jaxtrain only.
 """
 
 from __future__ import annotations
@@ -163,8 +165,7 @@ def main(argv: list[str]) -> int:
         for kind in kinds:  # one at a time, so that no compile overlaps another
             ours, theirs = context.Pipe()
             process = context.Process(target=_contender_process, daemon=True,
-                                      args=(kind, overrides if kind == "jaxtrain" else [],
-                                            theirs))
+                                      args=(kind, overrides, theirs))
             process.start()
             processes.append(process)
             connections[kind] = ours
@@ -185,9 +186,9 @@ def main(argv: list[str]) -> int:
             print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()),
                   flush=True)
     finally:
-        for connection in connections.values():
-            connection.send(None)
-        for process in processes:
+        for connection, process in zip(connections.values(), processes):
+            if process.is_alive():  # a contender that died has already said why
+                connection.send(None)
             process.join(timeout=60)
 
     spec = config_lib.validate(cfg, check_data=False)
