@@ -10,6 +10,7 @@ from flax import nnx
 
 from jaxtrain.models import ConfigError, ModelSpec, build_model
 from jaxtrain.models.attention import attention_mask
+from jaxtrain.models.mlp import swiglu
 from jaxtrain.models.rope import inverse_frequencies, rope_angles, rope_angles_for_length
 
 TINY = ModelSpec(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -95,6 +96,25 @@ def test_bf16_compute_with_fp32_params():
     assert model.layers.mlp.up_proj.kernel[...].dtype == jnp.float32
     reference = build_model(TINY)(tokens())
     assert float(jnp.max(jnp.abs(logits.astype(jnp.float32) - reference))) < 0.1
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_swiglu_gradient_matches_autodiff(dtype):
+    rng = np.random.default_rng(0)
+    gate, up, dh = (jnp.asarray(rng.normal(0, 3, (6, 40)), dtype) for _ in range(3))
+
+    def reference(g, u):
+        return jax.nn.silu(g) * u
+
+    np.testing.assert_array_equal(np.asarray(swiglu(gate, up), np.float32),
+                                  np.asarray(reference(gate, up), np.float32))
+    ours = jax.vjp(swiglu, gate, up)[1](dh)
+    theirs = jax.vjp(reference, gate, up)[1](dh)
+    tolerance = 1e-5 if dtype == jnp.float32 else 3e-2
+    for a, b in zip(ours, theirs):
+        assert a.dtype == dtype
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   rtol=tolerance, atol=tolerance)
 
 
 def test_llama3_rope_scaling_keeps_high_frequencies():

@@ -14,6 +14,37 @@ from jaxtrain.models.layers import Dense
 from jaxtrain.models.spec import ModelSpec
 
 
+@jax.custom_vjp
+def swiglu(gate: jax.Array, up: jax.Array) -> jax.Array:
+    """silu(gate) x up, with a gradient that keeps sigmoid(gate) and nothing derived from it.
+
+    Autodiff keeps both sigmoid(gate) and silu(gate) for the backward pass, so the forward
+    pass writes three [tokens, F] tensors (sigmoid, silu, the product) and the backward pass
+    reads them back. Here the forward pass writes the sigmoid and the product; the backward
+    pass recomputes silu from gate and the sigmoid inside its own elementwise loops. On a
+    2-core CPU the Llama benchmark step (4 layers, F = 688) took about 2% less time, in
+    paired rounds against autodiff's version. Recomputing the sigmoid too (keeping only gate
+    and up) was slower: the exponential costs more there than the memory it saves.
+    """
+    return jax.nn.silu(gate) * up
+
+
+def _swiglu_fwd(gate, up):
+    sigmoid = jax.nn.sigmoid(gate)
+    return gate * sigmoid * up, (gate, up, sigmoid)
+
+
+def _swiglu_bwd(residuals, dh):
+    gate, up, sigmoid = residuals
+    # d silu(g) / dg = sigmoid(g) x (1 + g x (1 - sigmoid(g)))
+    dgate = dh * up * sigmoid * (1 + gate * (1 - sigmoid))
+    dup = dh * (gate * sigmoid)
+    return dgate.astype(gate.dtype), dup.astype(up.dtype)
+
+
+swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
+
+
 class SwiGLU(nnx.Module):
     """Gated MLP with SiLU, as in Llama, Qwen and Mistral."""
 
@@ -27,7 +58,7 @@ class SwiGLU(nnx.Module):
         self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)
 
     def __call__(self, x_BLD: jnp.ndarray) -> jnp.ndarray:
-        h_BLF = jax.nn.silu(self.gate_proj(x_BLD)) * self.up_proj(x_BLD)
+        h_BLF = swiglu(self.gate_proj(x_BLD), self.up_proj(x_BLD))
         h_BLF = sharding.constrain(h_BLF, ("activation_batch", "activation_length",
                                            "activation_mlp"))
         return self.down_proj(h_BLF)

@@ -29,7 +29,7 @@ from flax import nnx
 
 from jaxtrain import sharding
 from jaxtrain.models.layers import Dense, make_param
-from jaxtrain.models.mlp import SwiGLU
+from jaxtrain.models.mlp import SwiGLU, swiglu
 from jaxtrain.models.spec import ModelSpec
 
 MoeStats = dict[str, jax.Array]  # {"aux_loss": [], "z_loss": [], "load": [E], "dropped": []}
@@ -207,7 +207,7 @@ class MoE(nnx.Module):
         if kind == "clamped_swiglu":
             h_RF = clamped_swiglu(gate_RF, up_RF, alpha, limit)
         else:
-            h_RF = jax.nn.silu(gate_RF) * up_RF
+            h_RF = swiglu(gate_RF, up_RF)
         return matmul(h_RF, self.down_proj, "down_bias")
 
     def _experts_dropless(self, x_AD: jax.Array, expert_A: jax.Array,
