@@ -21,6 +21,7 @@ from jaxtrain import sharding
 from jaxtrain.models.blockwise_attention import blockwise_causal_attention
 from jaxtrain.models.layer_pattern import AttentionKind, attention_kinds
 from jaxtrain.models.layers import Dense, RMSNorm, make_param
+from jaxtrain.models.products import float32_operands
 from jaxtrain.models.rope import apply_rope, apply_rope_interleaved
 from jaxtrain.models.spec import ModelSpec
 
@@ -135,7 +136,8 @@ def masked_softmax_attention(q_BLNH: jnp.ndarray, k_BSKH: jnp.ndarray, v_BSKH: j
     b, l, n, h = q_BLNH.shape
     k = k_BSKH.shape[2]
     q_BLKGH = q_BLNH.reshape(b, l, k, n // k, h)
-    scores_BKGLS = jnp.einsum("blkgh,bskh->bkgls", q_BLKGH, k_BSKH.astype(q_BLNH.dtype),
+    scores_BKGLS = jnp.einsum("blkgh,bskh->bkgls",
+                              *float32_operands(q_BLKGH, k_BSKH.astype(q_BLNH.dtype)),
                               preferred_element_type=jnp.float32)
     scores_BKGLS = jnp.where(mask_BLS[:, None, None], scores_BKGLS * scale, _MASKED)
     if sinks_N is None:

@@ -30,6 +30,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxtrain.models.products import float32_operands
+
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
 
 
@@ -64,7 +66,8 @@ def _visible(start: int, end: int, first_key: int, window: int, chunk: int,
 
 
 def _scores(q_BKGQH, kT_BKHS, mask, scale):
-    s = jnp.einsum("bkgqh,bkhs->bkgqs", q_BKGQH, kT_BKHS, preferred_element_type=jnp.float32)
+    s = jnp.einsum("bkgqh,bkhs->bkgqs", *float32_operands(q_BKGQH, kT_BKHS),
+                   preferred_element_type=jnp.float32)
     return jnp.where(mask, s * scale, _MASKED)
 
 
@@ -103,7 +106,8 @@ def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, 
         total = jnp.sum(p, axis=-1, keepdims=True)
         if sink is not None:
             total = total + jnp.exp(sink - m)  # the sink's share of the denominator
-        o = jnp.einsum("bkgqs,bksv->bkgqv", p.astype(v.dtype), v[:, :, first:end],
+        o = jnp.einsum("bkgqs,bksv->bkgqv",
+                       *float32_operands(p.astype(v.dtype), v[:, :, first:end]),
                        preferred_element_type=jnp.float32)
         outs.append(o / total)
         lses.append((m + jnp.log(total))[..., 0])
@@ -195,16 +199,16 @@ def _bwd(window, chunk, scale, block, keep_probs, residuals, dout_BLNV):
             # row factor goes on the small [Q, V] and [Q, 1] operands instead of the block.
             p, row_scale = kept[i]
         dv_T = dv_T.at[:, :, :, first:end].add(jnp.einsum(
-            "bkgqv,bkgqs->bkvs", do_b * row_scale, p.astype(v.dtype),
+            "bkgqv,bkgqs->bkvs", *float32_operands(do_b * row_scale, p.astype(v.dtype)),
             preferred_element_type=jnp.float32))
-        dp = jnp.einsum("bkgqv,bkvs->bkgqs", do_b, v_T[..., first:end],
+        dp = jnp.einsum("bkgqv,bkvs->bkgqs", *float32_operands(do_b, v_T[..., first:end]),
                         preferred_element_type=jnp.float32)
         ds = (p * ((dp - delta_BKGL[:, :, :, start:end, None]) * (scale * row_scale))
               ).astype(q.dtype)
-        dq_blocks.append(jnp.einsum("bkgqs,bksh->bkgqh", ds, k_b,
+        dq_blocks.append(jnp.einsum("bkgqs,bksh->bkgqh", *float32_operands(ds, k_b),
                                     preferred_element_type=jnp.float32))
         dk_T = dk_T.at[:, :, :, first:end].add(jnp.einsum(
-            "bkgqh,bkgqs->bkhs", q_b, ds, preferred_element_type=jnp.float32))
+            "bkgqh,bkgqs->bkhs", *float32_operands(q_b, ds), preferred_element_type=jnp.float32))
     dq = jnp.concatenate(dq_blocks, axis=3).transpose(0, 3, 1, 2, 4).reshape(b, l, kv * g, h)
     dk = dk_T.transpose(0, 3, 1, 2)
     dv = dv_T.transpose(0, 3, 1, 2)

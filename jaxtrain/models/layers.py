@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models.products import float32_operands
 
 
 def make_param(rngs: nnx.Rngs, shape: Sequence[int], axes: Sequence[str], std: float,
@@ -29,6 +30,8 @@ def make_param(rngs: nnx.Rngs, shape: Sequence[int], axes: Sequence[str], std: f
 
 def _project(x: jax.Array, kernel: jax.Array, in_rank: int, out_dtype: Any) -> jax.Array:
     contract = tuple(range(x.ndim - in_rank, x.ndim))
+    if out_dtype is not None and jnp.dtype(out_dtype) == jnp.float32:
+        x, kernel = float32_operands(x, kernel)
     return jax.lax.dot_general(x, kernel, ((contract, tuple(range(in_rank))), ((), ())),
                                preferred_element_type=out_dtype)
 
