@@ -26,6 +26,8 @@ def get_config() -> ConfigDict:
     c.train.global_batch_size = 8  # sequences per optimizer step, across all processes
     c.train.micro_batch_size = 0  # sequences per forward/backward; 0 = global (no accumulation)
     c.train.z_loss = 0.0  # weight of the log(Z)^2 auxiliary loss (PaLM); 0 disables it
+    c.train.loss_chunks = 0  # >0: output layer + loss in this many chunks of each sequence,
+    #   never holding the whole [batch, seq, vocab] float32 logits; 0: all logits at once
     c.train.log_every = 10  # steps between metric lines (console, JSONL, TensorBoard)
     c.train.eval_every = 0  # steps between validation passes; 0 disables periodic validation
     c.train.eval_batches = 8  # validation batches per pass (fixed order, same every time)

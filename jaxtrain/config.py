@@ -162,6 +162,11 @@ def validate(cfg: ConfigDict, check_data: bool = True) -> ModelSpec:
     if t.seq_len > spec.max_seq_len:
         raise ConfigError(f"train.seq_len={t.seq_len} exceeds model.max_seq_len="
                           f"{spec.max_seq_len}; shorten the sequence or raise max_seq_len.")
+    chunks = t.get("loss_chunks", 0)
+    if chunks < 0 or (chunks and t.seq_len % chunks):
+        raise ConfigError(f"train.loss_chunks={chunks} must be 0 (all logits at once) or a "
+                          f"divisor of train.seq_len={t.seq_len}: each chunk takes every "
+                          f"{max(chunks, 1)}-th position of every sequence.")
     if o.schedule not in SCHEDULES:
         raise ConfigError(f"optim.schedule={o.schedule!r} is not one of {SCHEDULES}.")
     # A warmup longer than the run is allowed: a shortened smoke run of a real recipe simply

@@ -155,6 +155,16 @@ def logical_spec(axes: Sequence[str | None], rules: dict[str, Any]) -> Partition
     return PartitionSpec(*mesh_axes)
 
 
+def logical_size(name: str) -> int:
+    """How many shards the active rules split a logical axis into (1 outside `use_mesh`)."""
+    if not _active:
+        return 1
+    mesh, rules = _active[-1]
+    target = rules.get(name)
+    targets = (target,) if isinstance(target, str) else tuple(target or ())
+    return int(np.prod([mesh_shape(mesh)[t] for t in targets] or [1]))
+
+
 def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
     """Pins an activation's sharding by logical names, so XLA does not have to guess."""
     if not _active:

@@ -38,7 +38,8 @@ def optim(lr: float = 1e-2) -> ConfigDict:
 
 def train(spec: ModelSpec, on_mesh: jax.sharding.Mesh, steps: int = 2,
           optim_cfg: ConfigDict | None = None, num_micro: int = 1,
-          rules: str = "fsdp_tensor") -> tuple[list[float], dict, Any, Any, dict]:
+          rules: str = "fsdp_tensor", loss_chunks: int = 0
+          ) -> tuple[list[float], dict, Any, Any, dict]:
     """(losses, metrics of the last step, final state, parameter shardings, the batch) of
     `steps` steps on one fixed batch of 8 x 16 tokens, under the rule table named `rules`."""
     optim_cfg = optim_cfg or optim()
@@ -50,7 +51,7 @@ def train(spec: ModelSpec, on_mesh: jax.sharding.Mesh, steps: int = 2,
         fn = jax.jit(functools.partial(
             step.train_step, graphdef=layout.graphdef, tx=tx,
             schedule=optimizer.learning_rate_schedule(optim_cfg, steps), num_micro=num_micro,
-            z_loss=0.0), in_shardings=(layout.shardings, None),
+            z_loss=0.0, loss_chunks=loss_chunks), in_shardings=(layout.shardings, None),
             out_shardings=(layout.shardings, None))
         toks = np.random.default_rng(0).integers(0, spec.vocab_size, (8, 17))
         batch = {"inputs": jnp.asarray(toks[:, :-1], jnp.int32),

@@ -227,6 +227,13 @@ class Decoder(nnx.Module):
         return sharding.constrain(logits_BLV, ("activation_batch", "activation_length",
                                                "activation_vocab"))
 
+    def output_kernel(self) -> jax.Array:
+        """The output projection [D, V] in the compute dtype: `logits(x)` is x @ this in
+        float32 (the embedding, transposed, when tied)."""
+        if self.lm_head is None:
+            return self.embed.embedding[...].astype(self.spec.jnp_dtype).T
+        return self.lm_head.kernel[...].astype(self.spec.jnp_dtype)
+
     def __call__(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
                  segment_ids_BL: jax.Array | None = None) -> jax.Array:
         x_BLD, _ = self.hidden_states(tokens_BL, positions_BL, segment_ids_BL)
@@ -237,8 +244,16 @@ class Decoder(nnx.Module):
                            ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Logits [B, L, V] plus the mixture-of-experts statistics of every expert layer
         ({"aux_loss": [layers], "z_loss": [layers], "load": [layers, E]}; {} when dense)."""
-        x_BLD, _, stats = self._run(tokens_BL, positions_BL, segment_ids_BL, None, 0)
+        x_BLD, stats = self.hidden_with_stats(tokens_BL, positions_BL, segment_ids_BL)
         return self.logits(x_BLD), stats
+
+    def hidden_with_stats(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
+                          segment_ids_BL: jax.Array | None = None
+                          ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """`forward_with_stats` up to the final norm: hidden states [B, L, D] in the compute
+        dtype, for losses that apply `output_kernel` themselves (`train.loss_chunks`)."""
+        x_BLD, _, stats = self._run(tokens_BL, positions_BL, segment_ids_BL, None, 0)
+        return x_BLD.astype(self.spec.jnp_dtype), stats
 
     def init_cache(self, batch: int, max_len: int, dtype: Any = None) -> Cache:
         """An empty key/value cache for `batch` rows of up to `max_len` tokens."""

@@ -17,6 +17,7 @@ from flax import nnx
 from jaxtrain import sharding
 from jaxtrain.models.moe import MOE_METRICS, moe_losses
 from jaxtrain.train import buffers
+from jaxtrain.train.chunked_loss import head_losses
 from jaxtrain.train.cross_entropy import cross_entropy_and_log_z
 
 TrainState = dict[str, Any]  # {"step": int32[], "params": pure dict, "opt_state": optax state}
@@ -31,19 +32,28 @@ def token_losses(logits_BLV: jax.Array, targets_BL: jax.Array,
 
 
 def loss_sums(graphdef: nnx.GraphDef, params: Any, batch: dict[str, jax.Array],
-              z_loss: float) -> tuple[jax.Array, dict[str, jax.Array]]:
+              z_loss: float, loss_chunks: int = 0) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Summed (not averaged) losses over the masked tokens, so micro batches add up exactly.
+
+    `loss_chunks` > 0 computes the output projection and the cross-entropy together, that many
+    chunks of each sequence at a time, never holding the whole [B, L, V] logits
+    (`jaxtrain.train.chunked_loss`); 0 computes the logits at once.
 
     A mixture of experts adds its router losses once per masked token (the batch's mean router
     loss times the token count), and reports its metrics as token-weighted sums (`<name>_sum`).
     """
     model = nnx.merge(graphdef, params)
-    logits_BLV, moe_stats = model.forward_with_stats(batch["inputs"], batch.get("positions"),
-                                                     batch.get("segment_ids"))
-    total_BL, ce_BL = token_losses(logits_BLV, batch["targets"], z_loss)
+    inputs = (batch["inputs"], batch.get("positions"), batch.get("segment_ids"))
     mask_BL = batch["loss_mask"].astype(jnp.float32)
-    loss = jnp.sum(total_BL * mask_BL)
-    aux = {"ce_sum": jnp.sum(ce_BL * mask_BL), "tokens": jnp.sum(mask_BL)}
+    if loss_chunks:
+        x_BLD, moe_stats = model.hidden_with_stats(*inputs)
+        loss, ce_sum = head_losses(x_BLD, model.output_kernel(), batch["targets"], mask_BL,
+                                   chunks=loss_chunks, z_loss=z_loss)
+    else:
+        logits_BLV, moe_stats = model.forward_with_stats(*inputs)
+        total_BL, ce_BL = token_losses(logits_BLV, batch["targets"], z_loss)
+        loss, ce_sum = jnp.sum(total_BL * mask_BL), jnp.sum(ce_BL * mask_BL)
+    aux = {"ce_sum": ce_sum, "tokens": jnp.sum(mask_BL)}
     if moe_stats:
         spec = model.spec
         penalty, moe_metrics = moe_losses(moe_stats, spec.moe_aux_loss_coef,
@@ -69,18 +79,19 @@ def _split_micro_batches(batch: dict[str, jax.Array], num_micro: int) -> dict[st
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.GraphDef,
                tx: optax.GradientTransformation, schedule: optax.Schedule, num_micro: int,
-               z_loss: float) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One optimizer step over a global batch made of `num_micro` micro batches."""
+               z_loss: float, loss_chunks: int = 0) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer step over a global batch made of `num_micro` micro batches
+    (`loss_chunks`: see `loss_sums`)."""
     grad_fn = jax.value_and_grad(loss_sums, argnums=1, has_aux=True)
     params = state["params"]
     spec = nnx.merge(graphdef, params).spec  # merging only reads the spec at trace time
 
     if num_micro == 1:
-        (_, aux), grads = grad_fn(graphdef, params, batch, z_loss)
+        (_, aux), grads = grad_fn(graphdef, params, batch, z_loss, loss_chunks)
     else:
         def accumulate(carry, micro):
             grads_acc, aux_acc = carry
-            (_, aux), grads = grad_fn(graphdef, params, micro, z_loss)
+            (_, aux), grads = grad_fn(graphdef, params, micro, z_loss, loss_chunks)
             grads_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_acc, grads)
             return (grads_acc, {k: aux_acc[k] + aux[k] for k in aux_acc}), None
 
@@ -119,8 +130,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
     return new_state, metrics
 
 
-def eval_step(params: Any, batch: dict[str, jax.Array], *, graphdef: nnx.GraphDef
-              ) -> dict[str, jax.Array]:
+def eval_step(params: Any, batch: dict[str, jax.Array], *, graphdef: nnx.GraphDef,
+              loss_chunks: int = 0) -> dict[str, jax.Array]:
     """Summed cross-entropy and token count of one validation batch."""
-    _, aux = loss_sums(graphdef, params, batch, 0.0)
+    _, aux = loss_sums(graphdef, params, batch, 0.0, loss_chunks)
     return aux

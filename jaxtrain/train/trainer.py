@@ -134,13 +134,16 @@ class Trainer:
         return state
 
     def _compile_functions(self) -> None:
+        # Configs saved before the key existed compute the logits at once.
+        loss_chunks = int(self.cfg.train.get("loss_chunks", 0))
         step_fn = functools.partial(train_step, graphdef=self.layout.graphdef, tx=self.tx,
                                     schedule=self.schedule, num_micro=self.num_micro,
-                                    z_loss=float(self.cfg.train.z_loss))
+                                    z_loss=float(self.cfg.train.z_loss), loss_chunks=loss_chunks)
         self._train_step = jax.jit(step_fn, in_shardings=(self.layout.shardings, None),
                                    out_shardings=(self.layout.shardings, None),
                                    donate_argnums=(0,))
-        self._eval_step = jax.jit(functools.partial(eval_step, graphdef=self.layout.graphdef),
+        self._eval_step = jax.jit(functools.partial(eval_step, graphdef=self.layout.graphdef,
+                                                    loss_chunks=loss_chunks),
                                   in_shardings=(self.layout.shardings["params"], None))
 
     # ----------------------------------------------------------------------------- helpers
