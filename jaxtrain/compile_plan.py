@@ -114,7 +114,8 @@ def compile_step(cfg: ConfigDict, devices: Sequence[Any] | None = None, hosts: i
     tx = make_optimizer(cfg.optim, cfg.train.steps)
     step_fn = functools.partial(
         train_step, tx=tx, schedule=learning_rate_schedule(cfg.optim, cfg.train.steps),
-        num_micro=cfg.train.global_batch_size // micro, z_loss=float(cfg.train.z_loss))
+        num_micro=cfg.train.global_batch_size // micro, z_loss=float(cfg.train.z_loss),
+        loss_chunks=int(cfg.train.get("loss_chunks", 0)))
     start = time.perf_counter()
     with sharding.use_mesh(mesh, rules):
         layout = state_lib.state_layout(spec, tx, mesh, rules)

@@ -176,3 +176,20 @@ def test_maxtext_yaml_with_base_config_and_model_file(compat_samples, tmp_path):
     cfg, _ = compat.load_foreign(path, env={}, maxtext_root=str(root), native_overrides=[
         "base_num_decoder_layers=2", "override_model_config=true"])
     assert cfg.model.num_layers == 2
+
+
+def test_maxtext_vocab_tiling_becomes_loss_chunks(compat_samples, tmp_path):
+    root = compat_samples / "maxtext"
+    path = tmp_path / "tiled.yml"
+    path.write_text("base_config: base.yml\nmodel_name: llama2-7b\ndataset_type: synthetic\n"
+                    "steps: 2\nper_device_batch_size: 1\nmax_target_length: 1024\n")
+    cfg, report = compat.load_foreign(path, env={}, maxtext_root=str(root),
+                                      native_overrides=["num_vocab_tiling=4"])
+    assert cfg.train.loss_chunks == 4
+    assert report.entries["num_vocab_tiling"].status == "mapped"
+    cfg, report = compat.load_foreign(path, env={}, maxtext_root=str(root))
+    assert cfg.train.loss_chunks == 0  # base.yml's 1: the logits at once
+    _, report = compat.load_foreign(path, env={}, maxtext_root=str(root), allow_unsupported=True,
+                                    native_overrides=["num_vocab_tiling=3"])
+    entry = report.entries["num_vocab_tiling"]
+    assert entry.status == "unsupported" and "max_target_length=1024" in entry.reason

@@ -265,6 +265,19 @@ def _training(r: KeyReport, s: dict[str, Any]) -> None:
     r.mapped("max_target_length", "train.seq_len, model.max_seq_len")
     s["run.seed"] = int(r.get("init_weights_seed", 0))
     r.mapped("init_weights_seed", "run.seed")
+    tiles = int(r.get("num_vocab_tiling", 1))
+    if tiles > 1 and s["train.seq_len"] % tiles == 0:
+        # MaxText tiles the batch x sequence tokens, jaxtrain each sequence: the same number
+        # of chunks of the same size.
+        s["train.loss_chunks"] = tiles
+        r.mapped("num_vocab_tiling", "train.loss_chunks")
+    elif tiles > 1:
+        r.unsupported("num_vocab_tiling", f"{tiles} tiles: jaxtrain chunks each sequence, so "
+                      f"the count must divide max_target_length={s['train.seq_len']}")
+    elif r.has("num_vocab_tiling"):
+        r.ignored("num_vocab_tiling", "1: the logits are computed at once")
+    if r.has("vocab_tiling_ag_once"):
+        r.ignored("vocab_tiling_ag_once", "when the output kernel is gathered (XLA decides)")
 
 
 def _data_eval_checkpoint(r: KeyReport, s: dict[str, Any]) -> None:

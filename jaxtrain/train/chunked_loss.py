@@ -133,7 +133,10 @@ def _scan_chunks(x_BLD, kernel_DV, targets_BL, weights_BL, chunks, z_loss, with_
         return carry
     # [N, B, C, D] back to [B, L, D] with position j x N + c at chunk c, row j.
     dx_BLD = jnp.moveaxis(dx_NBCD, 0, 2).reshape(x_BLD.shape)
-    return carry[0], carry[1], sharding.constrain(dx_BLD, _HIDDEN_AXES), carry[2].sum(0)
+    # Summed over the batch shards straight into the kernel's own layout (a reduce-scatter
+    # under FSDP): kept until the backward pass, it should take no more than the parameter.
+    dkernel_DV = sharding.constrain(carry[2].sum(0), ("embed", "vocab"))
+    return carry[0], carry[1], sharding.constrain(dx_BLD, _HIDDEN_AXES), dkernel_DV
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
