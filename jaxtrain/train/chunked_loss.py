@@ -4,9 +4,11 @@ Shape letters: B batch, L length, N chunks, C positions per chunk (L = N x C), D
 
 Why: the plain path (`Decoder.logits`, then `cross_entropy`) materialises float32 logits
 [B, L, V] and keeps them from the forward to the backward pass, which then writes a gradient of
-the same size. With a 128K vocabulary that is 512 KB per token each, 4 GB per 8K tokens: more
-than a whole 8B model's layer activations. With `train.loss_chunks` = N > 0 only one chunk's
-[B, C, V] logits and gradient exist at a time, and none survives the forward pass.
+the same size. With a 128K vocabulary that is 512 KB per token each, 4 GB per 8K tokens: twice
+the layer inputs a 32-layer, 4096-wide model keeps under full rematerialisation. With
+`train.loss_chunks` = N > 0 only one chunk's [B, C, V] logits and gradient exist at a time, and
+none survives the forward pass. Whether that lowers a step's peak depends on where the peak
+lies (docs/performance.md has figures).
 
 How: the loss is a weighted sum of per-token terms, so its gradient with respect to each chunk's
 logits, w x ((1 + 2 z log Z) softmax - onehot(target)), is known as soon as the chunk's logits
