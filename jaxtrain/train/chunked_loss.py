@@ -34,10 +34,10 @@ import jax.numpy as jnp
 
 from jaxtrain import sharding
 from jaxtrain.models.products import float32_operands
+from jaxtrain.train.cross_entropy import logits_gradient
 
 _LOGITS_AXES = ("activation_batch", "activation_length", "activation_vocab")
 _HIDDEN_AXES = ("activation_batch", "activation_length", "activation_embed")
-_PARTIAL_KERNEL_AXES = ("activation_batch", "activation_embed", "activation_vocab")
 
 
 def head_losses(x_BLD: jax.Array, kernel_DV: jax.Array, targets_BL: jax.Array,
@@ -72,7 +72,7 @@ def _chunk_terms(x_BCD, kernel_DV, targets_BC, weights_BC, z_loss, with_grads):
     logits = jax.lax.dot_general(*float32_operands(x_BCD, kernel_DV), (((2,), (0,)), ((), ())),
                                  preferred_element_type=jnp.float32)
     logits = sharding.constrain(logits, _LOGITS_AXES)
-    peak = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    peak = jnp.max(logits, axis=-1, keepdims=True)
     exp = jnp.exp(logits - peak)
     total = jnp.sum(exp, axis=-1, keepdims=True)
     log_z = (peak + jnp.log(total))[..., 0]
@@ -84,10 +84,10 @@ def _chunk_terms(x_BCD, kernel_DV, targets_BC, weights_BC, z_loss, with_grads):
     ce_sum = jnp.sum(weights_BC * ce)
     if not with_grads:
         return loss_sum, ce_sum
-    # d loss / d logits: softmax x w (1 + 2 z log Z) - onehot x w, cast like the plain path's.
-    softmax_scale = weights_BC * (1.0 + 2.0 * z_loss * log_z)
-    d_logits = (exp * (softmax_scale[..., None] / total)
-                - jnp.where(is_target, weights_BC[..., None], 0.0))
+    # The loss's cotangents: w for the cross-entropy, 2 z log Z w for log Z; cast like the
+    # plain path's gradient.
+    d_logits = logits_gradient(exp * (1.0 / total), is_target, weights_BC,
+                               2.0 * z_loss * log_z * weights_BC)
     d_logits = sharding.constrain(d_logits.astype(x_BCD.dtype), _LOGITS_AXES)
     dx_BCD = jax.lax.dot_general(d_logits, kernel_DV, (((2,), (1,)), ((), ())))
     return loss_sum, ce_sum, sharding.constrain(dx_BCD, _HIDDEN_AXES), _kernel_grad_by_shard(
@@ -99,18 +99,23 @@ def _batch_shards(batch: int) -> int:
     return shards if batch % shards == 0 else 1
 
 
+def _partial_kernel_axes(shards: int) -> tuple[str | None, ...]:
+    """Logical axes of the [S, D, V] per-shard kernel gradients: one slice per batch shard."""
+    return ("activation_batch" if shards > 1 else None, "activation_embed", "activation_vocab")
+
+
 def _kernel_grad_by_shard(x_BCD, d_logits_BCV):
     """x^T g summed over each batch shard's rows only: [S, D, V] float32, S the batch shards."""
     b, c, d = x_BCD.shape
     shards = _batch_shards(b)
-    by_shard = "activation_batch" if shards > 1 else None
+    by_shard = _partial_kernel_axes(shards)[0]
     x = sharding.constrain(x_BCD.reshape(shards, b // shards, c, d),
                            (by_shard, None, "activation_length", "activation_embed"))
     g = sharding.constrain(d_logits_BCV.reshape(shards, b // shards, c, -1),
                            (by_shard, None, "activation_length", "activation_vocab"))
     grad = jax.lax.dot_general(x, g, (((1, 2), (1, 2)), ((0,), (0,))),
                                preferred_element_type=jnp.float32)
-    return sharding.constrain(grad, (by_shard, *_PARTIAL_KERNEL_AXES[1:]))
+    return sharding.constrain(grad, _partial_kernel_axes(shards))
 
 
 def _scan_chunks(x_BLD, kernel_DV, targets_BL, weights_BL, chunks, z_loss, with_grads):
@@ -128,8 +133,7 @@ def _scan_chunks(x_BLD, kernel_DV, targets_BL, weights_BL, chunks, z_loss, with_
     if with_grads:
         shards = _batch_shards(x_BLD.shape[0])
         partial = jnp.zeros((shards, *kernel_DV.shape), jnp.float32)
-        by_shard = "activation_batch" if shards > 1 else None
-        init += (sharding.constrain(partial, (by_shard, *_PARTIAL_KERNEL_AXES[1:])),)
+        init += (sharding.constrain(partial, _partial_kernel_axes(shards)),)
     carry, dx_NBCD = jax.lax.scan(step, init, xs)
     if not with_grads:
         return carry

@@ -32,12 +32,18 @@ def _forward(logits_TV, targets_T):
 def _backward(residuals, cotangents):
     logits_TV, targets_T, log_z_T = residuals
     d_ce_T, d_log_z_T = cotangents
-    # d ce / d logits = softmax - onehot(target); d log Z / d logits = softmax.
     softmax_TV = jnp.exp(logits_TV.astype(jnp.float32) - log_z_T[..., None])
     is_target_TV = jnp.arange(logits_TV.shape[-1]) == targets_T[..., None]
-    d_logits_TV = (softmax_TV * (d_ce_T + d_log_z_T)[..., None]
-                   - jnp.where(is_target_TV, d_ce_T[..., None], 0.0))
+    d_logits_TV = logits_gradient(softmax_TV, is_target_TV, d_ce_T, d_log_z_T)
     return d_logits_TV.astype(logits_TV.dtype), None
 
 
 cross_entropy_and_log_z.defvjp(_forward, _backward)
+
+
+def logits_gradient(softmax_TV: jax.Array, is_target_TV: jax.Array, d_ce_T: jax.Array,
+                    d_log_z_T: jax.Array) -> jax.Array:
+    """The logits' gradient from the cotangents of the cross-entropy and of log Z, float32:
+    d ce / d logits = softmax - onehot(target), d log Z / d logits = softmax."""
+    return (softmax_TV * (d_ce_T + d_log_z_T)[..., None]
+            - jnp.where(is_target_TV, d_ce_T[..., None], 0.0))
