@@ -38,7 +38,7 @@ from jaxtrain import mesh_check, sharding
 from jaxtrain.models.spec import ConfigError
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
-from jaxtrain.train.step import train_step
+from jaxtrain.train.step import loss_options, train_step
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 # An HLO instruction's opcode is followed by its operand list: `all-gather(`, `all-reduce-start(`.
@@ -114,8 +114,7 @@ def compile_step(cfg: ConfigDict, devices: Sequence[Any] | None = None, hosts: i
     tx = make_optimizer(cfg.optim, cfg.train.steps)
     step_fn = functools.partial(
         train_step, tx=tx, schedule=learning_rate_schedule(cfg.optim, cfg.train.steps),
-        num_micro=cfg.train.global_batch_size // micro, z_loss=float(cfg.train.z_loss),
-        loss_chunks=int(cfg.train.get("loss_chunks", 0)))
+        num_micro=cfg.train.global_batch_size // micro, **loss_options(cfg.train))
     start = time.perf_counter()
     with sharding.use_mesh(mesh, rules):
         layout = state_lib.state_layout(spec, tx, mesh, rules)

@@ -131,6 +131,16 @@ def test_config_names_the_key_and_the_sequence_length():
         config_lib.validate(cfg, check_data=False)
 
 
+def test_step_options_come_from_the_config_and_default_for_older_configs():
+    cfg = config_lib.load_config(str(REPO / "configs" / "llama_debug.py"),
+                                 ["--config.train.loss_chunks=4", "--config.train.z_loss=1e-4"])
+    assert step.loss_options(cfg.train) == {"z_loss": 1e-4, "loss_chunks": 4}
+    # A config written before `train.loss_chunks` existed computes the logits at once.
+    with cfg.unlocked():
+        del cfg.train["loss_chunks"]
+    assert step.loss_options(cfg.train)["loss_chunks"] == 0
+
+
 def _collectives_inside_loops(hlo: str) -> list[str]:
     """The result shapes of the collectives in the bodies of the program's while loops."""
     found = []

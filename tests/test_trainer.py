@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO
 
 from jaxtrain import config as config_lib
+from jaxtrain.bench import _synthetic_batch
 from jaxtrain.checkpoint import CheckpointError
 from jaxtrain.data.errors import DataError
 from jaxtrain.metrics import read_jsonl
@@ -73,6 +74,37 @@ def test_train_checkpoint_and_resume_match_an_uninterrupted_run(tmp_path, datatr
     steps_on_disk = sorted(int(p.name) for p in (tmp_path / "b/run/checkpoints").iterdir()
                            if p.name.isdigit())
     assert steps_on_disk == [3, 6]
+
+
+def test_loss_chunks_from_the_config_train_and_validate_like_the_plain_path(
+        tmp_path, datatrove_corpus):
+    """`train.loss_chunks` reaches both compiled functions: the same losses, the logits
+    computed four chunks at a time."""
+    figures, traced = {}, {}
+    for chunks in (0, 4):
+        cfg = debug_config(tmp_path / str(chunks), datatrove_corpus,
+                           **{"train.loss_chunks": chunks, "train.steps": 3,
+                              "checkpoint.every": 0})
+        trainer = Trainer(cfg, console=False)
+        try:
+            trainer.run()
+            assert trainer.step == 3
+            batch = trainer._to_global(_synthetic_batch(cfg, trainer.spec.vocab_size))
+            with trainer._mesh_context():
+                traced[chunks] = [
+                    fn.lower(*args).as_text(debug_info=True)
+                    for fn, args in ((trainer._train_step, (trainer.state, batch)),
+                                     (trainer._eval_step, (trainer.state["params"], batch)))]
+            losses = [h["loss"] for h in trainer.history]
+        finally:
+            trainer.close()
+        records = read_jsonl(tmp_path / str(chunks) / "run" / "metrics.jsonl")
+        figures[chunks] = losses + [r["val_loss"] for r in records if "val_loss" in r]
+    assert len(figures[4]) == 4  # three steps and one validation
+    np.testing.assert_allclose(figures[4], figures[0], rtol=2e-5)
+    # Both the train and the eval step took the chunked path, and only with chunks set.
+    for with_chunks, without in zip(traced[4], traced[0]):
+        assert "chunked_loss.py" in with_chunks and "chunked_loss.py" not in without
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path, datatrove_corpus):

@@ -130,6 +130,17 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
     return new_state, metrics
 
 
+def loss_options(train_cfg: Any) -> dict[str, Any]:
+    """The `train_step` keywords that `cfg.train` sets: `z_loss` and `loss_chunks`.
+
+    One place for the Trainer and the compile planner, so that both compile the same step.
+    `eval_step` takes `loss_chunks` only (validation reports the cross-entropy).
+    """
+    # Configs saved before `loss_chunks` existed compute the logits at once.
+    return {"z_loss": float(train_cfg.z_loss),
+            "loss_chunks": int(train_cfg.get("loss_chunks", 0))}
+
+
 def eval_step(params: Any, batch: dict[str, jax.Array], *, graphdef: nnx.GraphDef,
               loss_chunks: int = 0) -> dict[str, jax.Array]:
     """Summed cross-entropy and token count of one validation batch."""

@@ -33,7 +33,7 @@ from jaxtrain.metrics import MetricsWriter
 from jaxtrain.models.spec import ConfigError
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
-from jaxtrain.train.step import eval_step, train_step
+from jaxtrain.train.step import eval_step, loss_options, train_step
 
 
 class TrainingError(RuntimeError):
@@ -134,16 +134,14 @@ class Trainer:
         return state
 
     def _compile_functions(self) -> None:
-        # Configs saved before the key existed compute the logits at once.
-        loss_chunks = int(self.cfg.train.get("loss_chunks", 0))
+        options = loss_options(self.cfg.train)
         step_fn = functools.partial(train_step, graphdef=self.layout.graphdef, tx=self.tx,
-                                    schedule=self.schedule, num_micro=self.num_micro,
-                                    z_loss=float(self.cfg.train.z_loss), loss_chunks=loss_chunks)
+                                    schedule=self.schedule, num_micro=self.num_micro, **options)
         self._train_step = jax.jit(step_fn, in_shardings=(self.layout.shardings, None),
                                    out_shardings=(self.layout.shardings, None),
                                    donate_argnums=(0,))
         self._eval_step = jax.jit(functools.partial(eval_step, graphdef=self.layout.graphdef,
-                                                    loss_chunks=loss_chunks),
+                                                    loss_chunks=options["loss_chunks"]),
                                   in_shardings=(self.layout.shardings["params"], None))
 
     # ----------------------------------------------------------------------------- helpers
