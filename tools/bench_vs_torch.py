@@ -5,7 +5,7 @@ vocab 8192), the same batch (8 x 256 tokens), the same optimizer (AdamW, betas 0
 weight decay 0.1, gradient clipping at 1.0), float32. Each round times a few steps of every
 contender in turn, starting with a different one each round, so a machine that gets busier or
 quieter affects all of them alike; the report gives the median tokens/s of the rounds, the
-ratio of the medians and the median of the per-round ratios.
+ratio of the medians, and the median and range of the per-round ratios.
 
 Each contender lives in a process of its own, started with the same malloc settings: in one
 shared process, torch's and XLA's allocations interleave in one heap and their thread pools
@@ -208,10 +208,12 @@ def main(argv: list[str]) -> int:
         median = statistics.median(values)
         # The ratio within each round, where the contenders ran seconds apart, is steadier
         # than the ratio of medians when the machine's load drifts during the run.
-        per_round = statistics.median(ours / theirs
-                                      for ours, theirs in zip(rates["jaxtrain"], values))
+        per_round = sorted(ours / theirs for ours, theirs in zip(rates["jaxtrain"], values))
+        # The spread says how far one run's figure can be trusted on a machine shared with
+        # others: a target inside it is met by some runs and missed by others.
         print(f"{name:>14}: {median:8,.0f} tokens/s  MFU {flops * median / peak:6.1%}  "
-              f"jaxtrain/{name} = {base / median:.2f}x (median per round {per_round:.2f}x)")
+              f"jaxtrain/{name} = {base / median:.2f}x (per round: median "
+              f"{statistics.median(per_round):.2f}x, {per_round[0]:.2f}-{per_round[-1]:.2f}x)")
     return 0
 
 
