@@ -121,7 +121,8 @@ class TorchContender:
 
 def _contender_process(kind: str, overrides: list[str], connection) -> None:
     """Builds one contender, reports its compile time, then answers each number of steps it
-    receives with the seconds they took, until it receives None."""
+    receives with the seconds they took (wall clock, and CPU time of all the process's
+    threads), until it receives None."""
     cfg = config_lib.load_config(str(REPO / "configs" / "bench_tiny_llama.py"), overrides)
     if kind == "jaxtrain":
         contender = JaxContender(cfg)
@@ -132,7 +133,9 @@ def _contender_process(kind: str, overrides: list[str], connection) -> None:
         contender = TorchContender(cfg, compiled=kind == "torch.compile")
     connection.send(contender.compile_s)
     while (steps := connection.recv()) is not None:
-        connection.send(contender.run(steps))
+        cpu_start = time.process_time()
+        wall = contender.run(steps)
+        connection.send((wall, time.process_time() - cpu_start))
 
 
 def main(argv: list[str]) -> int:
@@ -179,6 +182,7 @@ def main(argv: list[str]) -> int:
             connection.recv()
         tokens = cfg.train.global_batch_size * cfg.train.seq_len * args.steps
         rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+        cpu_rates: dict[str, list[float]] = {kind: [] for kind in kinds}
         for r in range(args.rounds):
             # Each round starts with the next contender, so that none always runs first after
             # the previous round or right after the same neighbour.
@@ -186,7 +190,9 @@ def main(argv: list[str]) -> int:
             for kind in order:
                 time.sleep(args.settle)
                 connections[kind].send(args.steps)
-                rates[kind].append(tokens / connections[kind].recv())
+                wall, cpu = connections[kind].recv()
+                rates[kind].append(tokens / wall)
+                cpu_rates[kind].append(tokens / cpu)
             print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()),
                   flush=True)
     finally:
@@ -214,6 +220,13 @@ def main(argv: list[str]) -> int:
         print(f"{name:>14}: {median:8,.0f} tokens/s  MFU {flops * median / peak:6.1%}  "
               f"jaxtrain/{name} = {base / median:.2f}x (per round: median "
               f"{statistics.median(per_round):.2f}x, {per_round[0]:.2f}-{per_round[-1]:.2f}x)")
+    # Tokens per CPU-second of all a contender's threads: time the machine takes a core away
+    # lengthens the wall clock but not this, so it shows how much of a run's spread was the
+    # machine. Threads spin-waiting for work count too, so it is no substitute for tokens/s.
+    base_cpu = statistics.median(cpu_rates["jaxtrain"])
+    print("per CPU-second: " + ", ".join(
+        f"{name} {statistics.median(values):,.0f} ({base_cpu / statistics.median(values):.2f}x)"
+        for name, values in cpu_rates.items()))
     return 0
 
 
