@@ -47,3 +47,37 @@ def _dot_operand_types(fn, *args) -> set[str]:
             header = computation.strip().splitlines()[0]
             types |= set(re.findall(r": (\w+)\[", header))
     return types
+
+
+
+def test_gradients_of_a_float32_projection_keep_the_float32_cotangent(monkeypatch):
+    """The logits' gradient is float32. Where the products run on widened operands it enters
+    the backward products unrounded, so each bfloat16 gradient is the exact product of the
+    operands with it, rounded once; elsewhere it is rounded to bfloat16 first."""
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(16, 64)), jnp.bfloat16)
+    w = jnp.asarray(rng.normal(size=(64, 32)), jnp.bfloat16)
+    g = jnp.asarray(rng.normal(size=(16, 32)), jnp.float32)  # not representable in bfloat16
+
+    def grads():
+        jax.clear_caches()
+        fn = jax.jit(jax.grad(lambda a, b: jnp.sum(project(a, b, 1, jnp.float32) * g),
+                              argnums=(0, 1)))
+        return [np.asarray(d, np.float32) for d in fn(x, w)]
+
+    def rounded_once(exact):
+        return np.asarray(jnp.asarray(exact, jnp.float32).astype(jnp.bfloat16), np.float32)
+
+    exact_dx = np.asarray(g, np.float64) @ np.asarray(w, np.float64).T
+    exact_dw = np.asarray(x, np.float64).T @ np.asarray(g, np.float64)
+    monkeypatch.setattr(products, "_cpu_has_bf16_dot", lambda: False)
+    dx, dw = grads()
+    # float32 accumulation can only flip a rounding that was a near tie.
+    assert np.mean(dx == rounded_once(exact_dx)) > 0.99
+    assert np.mean(dw == rounded_once(exact_dw)) > 0.99
+    monkeypatch.setattr(products, "_cpu_has_bf16_dot", lambda: True)
+    dx_native, dw_native = grads()
+    # The cotangent rounded first: most results land one bfloat16 step away.
+    assert np.mean(dw_native == rounded_once(exact_dw)) < 0.9
+    np.testing.assert_allclose(dw_native, exact_dw, rtol=2e-2, atol=0.1)
+    np.testing.assert_allclose(dx_native, exact_dx, rtol=2e-2, atol=0.1)

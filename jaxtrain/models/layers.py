@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
-from jaxtrain.models.products import float32_operands
+from jaxtrain.models.products import backward_operands, float32_operands
 
 
 def make_param(rngs: nnx.Rngs, shape: Sequence[int], axes: Sequence[str], std: float,
@@ -56,13 +56,16 @@ def _project_fwd(x, kernel, in_rank, out_dtype):
 
 def _project_bwd(in_rank, out_dtype, residuals, dy):
     x, kernel = residuals
-    dy = dy.astype(x.dtype)
+    if out_dtype is not None and jnp.dtype(out_dtype) == jnp.float32:
+        x_op, kernel_op, dy = backward_operands(x, kernel, dy)
+    else:
+        x_op, kernel_op, dy = x, kernel, dy.astype(x.dtype)
     out_rank = kernel.ndim - in_rank
     batch = tuple(range(x.ndim - in_rank))
     dy_out = tuple(range(dy.ndim - out_rank, dy.ndim))
     k_out = tuple(range(in_rank, kernel.ndim))
-    dx = jax.lax.dot_general(dy, kernel, ((dy_out, k_out), ((), ())))
-    dkernel = jax.lax.dot_general(x, dy, ((batch, batch), ((), ())))
+    dx = jax.lax.dot_general(dy, kernel_op, ((dy_out, k_out), ((), ())))
+    dkernel = jax.lax.dot_general(x_op, dy, ((batch, batch), ((), ())))
     return dx.astype(x.dtype), dkernel.astype(kernel.dtype)
 
 

@@ -45,3 +45,19 @@ def float32_operands(*operands: jax.Array) -> tuple[jax.Array, ...]:
     if not widens_products():
         return operands
     return tuple(x.astype(jnp.float32) if x.dtype in _NARROW else x for x in operands)
+
+
+def backward_operands(x: jax.Array, kernel: jax.Array, d_out: jax.Array
+                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(x, kernel, d_out) for the backward products of `x @ kernel` taken with a float32 result
+    (the logits), whose cotangent `d_out` is float32.
+
+    Where `float32_operands` widens the operands the float32 cotangent enters as it is: rounding
+    the [tokens, vocab] logits gradient to bfloat16 only for XLA to widen it again costs a
+    conversion pass over the step's largest tensor, and each gradient is then rounded once
+    instead of twice. Elsewhere the cotangent takes x's dtype, for the native bfloat16 products.
+    """
+    x_op, kernel_op = float32_operands(x, kernel)
+    if x_op.dtype != jnp.float32:
+        d_out = d_out.astype(x.dtype)
+    return x_op, kernel_op, d_out

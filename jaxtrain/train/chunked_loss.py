@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxtrain import sharding
-from jaxtrain.models.products import float32_operands
+from jaxtrain.models.products import backward_operands, float32_operands
 from jaxtrain.train.cross_entropy import logits_gradient
 
 _LOGITS_AXES = ("activation_batch", "activation_length", "activation_vocab")
@@ -84,14 +84,16 @@ def _chunk_terms(x_BCD, kernel_DV, targets_BC, weights_BC, z_loss, with_grads):
     ce_sum = jnp.sum(weights_BC * ce)
     if not with_grads:
         return loss_sum, ce_sum
-    # The loss's cotangents: w for the cross-entropy, 2 z log Z w for log Z; cast like the
-    # plain path's gradient.
+    # The loss's cotangents: w for the cross-entropy, 2 z log Z w for log Z; in the operand
+    # dtype the plain path's backward products use.
     d_logits = logits_gradient(exp * (1.0 / total), is_target, weights_BC,
                                2.0 * z_loss * log_z * weights_BC)
-    d_logits = sharding.constrain(d_logits.astype(x_BCD.dtype), _LOGITS_AXES)
-    dx_BCD = jax.lax.dot_general(d_logits, kernel_DV, (((2,), (1,)), ((), ())))
+    x_op, kernel_op, d_logits = backward_operands(x_BCD, kernel_DV, d_logits)
+    d_logits = sharding.constrain(d_logits, _LOGITS_AXES)
+    dx_BCD = jax.lax.dot_general(d_logits, kernel_op, (((2,), (1,)), ((), ()))).astype(
+        x_BCD.dtype)
     return loss_sum, ce_sum, sharding.constrain(dx_BCD, _HIDDEN_AXES), _kernel_grad_by_shard(
-        x_BCD, d_logits)
+        x_op, d_logits)
 
 
 def _batch_shards(batch: int) -> int:
