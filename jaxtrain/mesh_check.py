@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 from jaxtrain.config import micro_batch_size
 from jaxtrain.models.spec import ModelSpec
-from jaxtrain.sharding import MeshError, mesh_shape
+from jaxtrain.sharding import MeshError, mesh_shape, rule_targets
 
 # (what the shards hold, the logical names sharing that dimension) per checked config key.
 _MODEL_DIMS = (
@@ -32,10 +32,6 @@ _MODEL_DIMS = (
     ("model.num_experts", "experts", ("exp",)),
     ("model.moe_intermediate_size", "expert MLP columns", ("mlp",)),
 )
-
-
-def _targets(rule: Any) -> tuple[str, ...]:
-    return (rule,) if isinstance(rule, str) else tuple(rule or ())
 
 
 def _axis_origin(mesh_cfg: Any, axis: str, size: int) -> str:
@@ -54,7 +50,7 @@ def _axis_origin(mesh_cfg: Any, axis: str, size: int) -> str:
 
 def _check(key: str, value: int, what: str, logical: str, sizes: dict[str, int],
            rules: dict[str, Any], mesh_cfg: Any, rules_name: str, fix: str) -> None:
-    axes = [a for a in _targets(rules.get(logical)) if sizes.get(a, 1) > 1]
+    axes = [a for a in rule_targets(rules.get(logical)) if sizes.get(a, 1) > 1]
     shards = math.prod(sizes[a] for a in axes)
     if shards <= 1 or value % shards == 0:
         return

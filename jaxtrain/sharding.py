@@ -135,6 +135,11 @@ def use_mesh(mesh: Mesh, rules: Sequence[tuple[str, Any]]) -> Iterator[None]:
         _active.pop()
 
 
+def rule_targets(rule: Any) -> tuple[str, ...]:
+    """The mesh axes a rule-table entry names: one axis, several, or none (None)."""
+    return (rule,) if isinstance(rule, str) else tuple(rule or ())
+
+
 def logical_spec(axes: Sequence[str | None], rules: dict[str, Any]) -> PartitionSpec:
     """PartitionSpec for logical axis names; a name missing from the table is an error."""
     mesh_axes = []
@@ -146,10 +151,8 @@ def logical_spec(axes: Sequence[str | None], rules: dict[str, Any]) -> Partition
         if name not in rules:
             raise KeyError(f"logical axis {name!r} has no entry in the sharding rule table; "
                            f"add ({name!r}, <mesh axis or None>) to the rules.")
-        target = rules[name]
         # A mesh axis may shard only one dimension of an array.
-        targets = (target,) if isinstance(target, str) else tuple(target or ())
-        targets = tuple(t for t in targets if t not in used)
+        targets = tuple(t for t in rule_targets(rules[name]) if t not in used)
         used.update(targets)
         mesh_axes.append(targets[0] if len(targets) == 1 else (targets or None))
     return PartitionSpec(*mesh_axes)
@@ -160,9 +163,7 @@ def logical_size(name: str) -> int:
     if not _active:
         return 1
     mesh, rules = _active[-1]
-    target = rules.get(name)
-    targets = (target,) if isinstance(target, str) else tuple(target or ())
-    return int(np.prod([mesh_shape(mesh)[t] for t in targets] or [1]))
+    return int(np.prod([mesh_shape(mesh)[t] for t in rule_targets(rules.get(name))] or [1]))
 
 
 def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:

@@ -231,8 +231,8 @@ class Decoder(nnx.Module):
         """The output projection [D, V] in the compute dtype: `logits(x)` is x @ this in
         float32 (the embedding, transposed, when tied)."""
         if self.lm_head is None:
-            return self.embed.embedding[...].astype(self.spec.jnp_dtype).T
-        return self.lm_head.kernel[...].astype(self.spec.jnp_dtype)
+            return self.embed.attend_kernel()
+        return self.lm_head.compute_kernel()
 
     def __call__(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
                  segment_ids_BL: jax.Array | None = None) -> jax.Array:

@@ -92,9 +92,12 @@ class Dense(nnx.Module):
         self.bias = (make_param(rngs, out_shape, out_axes, 0.0, param_dtype)
                      if use_bias else None)
 
+    def compute_kernel(self) -> jnp.ndarray:
+        """The kernel in the compute dtype, as `__call__` multiplies by it."""
+        return self.kernel[...].astype(self.dtype)
+
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-        y = project(x.astype(self.dtype), self.kernel[...].astype(self.dtype), self.in_rank,
-                    self.out_dtype)
+        y = project(x.astype(self.dtype), self.compute_kernel(), self.in_rank, self.out_dtype)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
@@ -129,7 +132,10 @@ class Embed(nnx.Module):
         return sharding.constrain(x_BLD, ("activation_batch", "activation_length",
                                           "activation_embed"))
 
+    def attend_kernel(self) -> jnp.ndarray:
+        """The tied output projection [embed, vocab] in the compute dtype."""
+        return self.embedding[...].astype(self.dtype).T
+
     def attend(self, x_BLD: jnp.ndarray) -> jnp.ndarray:
         """Tied output projection: float32 logits [B, L, V] (see `project`)."""
-        embedding_DV = self.embedding[...].astype(self.dtype).T
-        return project(x_BLD.astype(self.dtype), embedding_DV, 1, jnp.float32)
+        return project(x_BLD.astype(self.dtype), self.attend_kernel(), 1, jnp.float32)
