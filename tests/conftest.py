@@ -17,17 +17,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pytest  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-# Real config files from other stacks live beside the clone in CI, not inside it.
-SHARED = REPO.parent / "shared"
-COMPAT_SAMPLES = SHARED / "compat-samples"
+# Verbatim copies of real config files from other stacks, in their repositories' layout;
+# fixtures/compat/SOURCES.md names each file's repository, commit and license.
+COMPAT_SAMPLES = REPO / "tests" / "fixtures" / "compat"
 
 
 @pytest.fixture
 def compat_samples() -> pathlib.Path:
-    """The folder of real Primus / TorchTitan / MaxText / prime-rl configs, or a skip saying why."""
-    if not COMPAT_SAMPLES.is_dir():
-        pytest.skip(f"{COMPAT_SAMPLES} is absent: these tests read real foreign config files "
-                    "kept beside the repository in CI, not shipped with it.")
+    """The folder of real Primus / TorchTitan / MaxText / prime-rl config files."""
     return COMPAT_SAMPLES
 
 
