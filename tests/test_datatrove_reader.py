@@ -136,6 +136,8 @@ def _damage(tmp_path: Path, how: str) -> Path:
         metadata.write_text("tok|3\n5\n5 T")
     elif how == "metadata garbage":
         metadata.write_text("hello")
+    elif how == "metadata not utf-8":
+        metadata.write_bytes(b"tok\xff\xfe|2\n5\n")
     return ds
 
 
@@ -150,6 +152,8 @@ def _damage(tmp_path: Path, how: str) -> Path:
                          r"document ahead of it \(at 4\); document ends never decrease"),
     ("width", r"00003_unshuffled\.ds\.metadata: unknown token width 3 bytes"),
     ("metadata garbage", r"00003_unshuffled\.ds\.metadata: malformed"),
+    ("metadata not utf-8", r"00003_unshuffled\.ds\.metadata: malformed datatrove metadata "
+                           r"\['tok\\udcff\\udcfe\|2', '5'\]"),
 ])
 def test_bad_shards_name_the_file(tmp_path: Path, how: str, message: str) -> None:
     ds = _damage(tmp_path, how)

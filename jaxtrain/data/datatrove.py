@@ -91,17 +91,21 @@ class Shard:
 
 def _parse_metadata(file: Path) -> tuple[str, int, int]:
     """Returns (tokenizer name, token width in bytes, token count) from a `.ds.metadata` file."""
-    lines = file.read_text(encoding="utf-8").split("\n")
+    raw = file.read_bytes()
+    # Undecodable bytes are kept visible (as \udcXX) in the message instead of failing here.
+    lines = raw.decode("utf-8", errors="surrogateescape").split("\n")
     # The tokenizer name may itself hold a '|' (datatrove's "Unknown Tokenizer|2" placeholder).
     name, sep, width = lines[0].rpartition("|")
     try:
+        raw.decode("utf-8")  # datatrove writes UTF-8: anything else is not its metadata
         if not sep or len(lines) < 2:
             raise ValueError
         width_bytes, num_tokens = int(width), int(lines[1])
-    except ValueError:
-        raise DataError(f"{file}: malformed datatrove metadata {lines[:2]!r}; expected a first "
-                        "line '<tokenizer>|<bytes per token>' and the token count on the second; "
-                        f"{_RETOKENIZE}.") from None
+    except ValueError:  # UnicodeDecodeError is one
+        shown = [line[:80] for line in lines[:2]]  # a binary file would flood the message
+        raise DataError(f"{file}: malformed datatrove metadata {shown!r}; expected a first "
+                        "line '<tokenizer>|<bytes per token>' and the token count on the second "
+                        f"(UTF-8 text); {_RETOKENIZE}.") from None
     if width_bytes not in TOKEN_DTYPES:
         raise DataError(f"{file}: unknown token width {width_bytes} bytes; datatrove writes 2 "
                         f"(uint16) or 4 (uint32). The file is damaged or not datatrove output; "
