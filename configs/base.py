@@ -76,7 +76,7 @@ def get_config() -> ConfigDict:
     c.checkpoint = ConfigDict()
     c.checkpoint.dir = ""  # checkpoint folder; "" = <run dir>/checkpoints
     c.checkpoint.every = 100  # steps between checkpoints (and one at the end); 0 = only at the end
-    c.checkpoint.keep = 3  # number of most recent checkpoints to keep
+    c.checkpoint.keep = 3  # number of most recent checkpoints to keep; 0 = keep all
     c.checkpoint.keep_every = 0  # also keep for good each checkpoint at a multiple of this; 0 = off
     c.checkpoint.every_minutes = 0.0  # also save when this many minutes passed since a save; 0 off
     c.checkpoint.init_from = ""  # weights only, when no own checkpoint: HF folder/run dir/ckpt dir

@@ -204,7 +204,7 @@ def test_split_matches_megatrons_rounding() -> None:
     n = 1000  # Megatron: documents [round(lo * n), round(hi * n)) per part
     assert [(round(lo * n), round(hi * n)) for lo, hi in bounds] == [
         (0, 969), (969, 999), (999, 1000)]
-    for bad in ("1,2,3,4", "0,0,0", "train"):
+    for bad in ("1,2,3,4", "0,0,0", "train", "-5,1,0", "99,-1,2"):
         with pytest.raises(ConfigError, match="data.split"):
             parse_split(bad)
 
