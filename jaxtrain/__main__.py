@@ -227,18 +227,24 @@ def checkpoints_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="jaxtrain checkpoints")
     parser.add_argument("run", help="run directory or checkpoint folder")
     parser.add_argument("--verify", action="store_true",
-                        help="read every array of a step and check it")
-    parser.add_argument("--step", type=int, default=None, help="step to verify (latest)")
+                        help="read every array of every step (newest first) and check it; "
+                             "exit status 1 when any step is damaged")
+    parser.add_argument("--step", type=int, default=None,
+                        help="verify only this step (default: every step)")
     args = parser.parse_args(argv)
 
     from jaxtrain import inspect_run
 
-    print(inspect_run.format_listing(*inspect_run.list_checkpoints(args.run)))
+    print(inspect_run.format_listing(*inspect_run.list_checkpoints(args.run)), flush=True)
     if not args.verify:
         return 0
-    result = inspect_run.verify(args.run, args.step)
-    print(result)
-    return 0 if result.ok else 1
+    damaged = 0
+    for result in inspect_run.verify_steps(args.run, args.step):
+        print(result, flush=True)
+        damaged += not result.ok
+    if damaged:
+        print(f"{damaged} damaged step(s)", flush=True)
+    return 1 if damaged else 0
 
 
 def plot_main(argv: list[str]) -> int:
