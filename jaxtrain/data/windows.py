@@ -164,7 +164,7 @@ class WindowSource:
     and, when `documents` asks, "segment_ids" / "positions" int32[seq_len]. Targets are the inputs
     shifted by one; the loss mask is that of the target tokens (`.ds.loss`, else ones), times the
     EOD mask when asked. See the module docstring for the two windowings. Once `validate_vocab`
-    has run, every window read is checked against that vocabulary as well (two reductions over
+    has run, every window read is checked against that vocabulary as well (one reduction over
     its tokens), since the start-up scan of a large pool reads only each shard's head.
     """
 
@@ -219,10 +219,10 @@ class WindowSource:
             raise IndexError(f"window {index} is outside 0..{self._len - 1}.")
         start = self.window_start(index)
         tokens = self.pool.read(start, self.seq_len + 1)
-        # uint32 ids past int32 read as negative, so the lower bound is checked too.
-        if self.vocab_size is not None and (int(tokens.max()) >= self.vocab_size
-                                            or int(tokens.min()) < 0):
-            bad = int(np.argmax((tokens >= self.vocab_size) | (tokens < 0)))
+        # One pass: seen as uint32, negative ids (signed Megatron files, uint32 ids past int32)
+        # are huge, so a single max catches both ends.
+        if self.vocab_size is not None and int(tokens.view(np.uint32).max()) >= self.vocab_size:
+            bad = int(np.argmax(tokens.view(np.uint32) >= self.vocab_size))
             raise _outside_vocab(*self.pool.locate(start + bad), self.vocab_size)
         item = {
             "inputs": tokens[:-1],
