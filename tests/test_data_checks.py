@@ -100,6 +100,19 @@ def test_ids_past_the_start_up_scan_stop_the_batch_that_reads_them(
         list(make_eval_batches(cfg, 500)())
 
 
+def test_negative_ids_past_the_scanned_head_stop_the_read(tmp_path: Path) -> None:
+    from jaxtrain.data.megatron import open_megatron
+    from jaxtrain.data.windows import TokenPool, WindowSource
+
+    prefix = write_raw_megatron(tmp_path / "p", [[1, 2, 3, 0], [4, 5, 6, 0], [7, -1, 8, 0]],
+                                code=4)
+    source = WindowSource(TokenPool([open_megatron(prefix)]), 3)
+    assert source.validate_vocab(100, max_tokens_per_shard=4) == 3  # the head only
+    assert source[0]["inputs"].tolist() == [1, 2, 3]
+    with pytest.raises(DataError, match=r"p\.bin: token id -1 at token 9 is outside"):
+        source[2]  # tokens 6..9
+
+
 def test_megatron_without_eos_warns(tmp_path: Path, tiny_tokenizer: Path) -> None:
     prefix = write_raw_megatron(tmp_path / "p", [[5, 6, 7, 8]] * 8)
     cfg = _cfg(**{"data.kind": "megatron", "data.paths": str(prefix),
