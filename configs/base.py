@@ -67,7 +67,8 @@ def get_config() -> ConfigDict:
     c.data.eod_mask_loss = False  # no loss where the input is a document's last token (its EOS)
     c.data.tokenizer = ""  # Hugging Face tokenizer folder, for sampling and .ds.metadata checks
     c.data.prepare = ""  # build missing shards first: "" (never) | "demo" (embedded corpus, into
-    #                      the parent folder of data.paths: <root>/train, val, tokenizer)
+    #                      the parent folder of data.paths: <root>/train, val, tokenizer;
+    #                      only folders it made itself are replaced)
     c.data.shuffle = True  # shuffle windows (a new order each epoch, from run.seed)
     c.data.worker_count = 0  # grain worker processes; 0 reads in the training process
     c.data.prefetch = 4  # batches read ahead by background threads
@@ -75,7 +76,7 @@ def get_config() -> ConfigDict:
     c.checkpoint = ConfigDict()
     c.checkpoint.dir = ""  # checkpoint folder; "" = <run dir>/checkpoints
     c.checkpoint.every = 100  # steps between checkpoints (and one at the end); 0 = only at the end
-    c.checkpoint.keep = 3  # number of most recent checkpoints to keep
+    c.checkpoint.keep = 3  # number of most recent checkpoints to keep; 0 = keep all
     c.checkpoint.keep_every = 0  # also keep for good each checkpoint at a multiple of this; 0 = off
     c.checkpoint.every_minutes = 0.0  # also save when this many minutes passed since a save; 0 off
     c.checkpoint.init_from = ""  # weights only, when no own checkpoint: HF folder/run dir/ckpt dir

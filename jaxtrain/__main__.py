@@ -114,15 +114,23 @@ def train_main(argv: list[str]) -> int:
 
 def config_main(argv: list[str]) -> int:
     """Prints the resolved config (after overrides), derived figures and, for a foreign file,
-    the report of what became of every source key."""
+    the report of what became of every source key. Unsupported keys are part of the report, not
+    an error: the command exits 0 whenever it printed one (training refuses them)."""
     import json
 
     from jaxtrain import compat
     from jaxtrain import config as config_lib
 
-    parser = argparse.ArgumentParser(prog="jaxtrain config")
+    parser = argparse.ArgumentParser(
+        prog="jaxtrain config",
+        description="Prints a config as it resolves, its derived figures and, for a foreign "
+                    "file, what became of every key. Exits 0 when the report is printed, "
+                    "unsupported keys included (training refuses those unless "
+                    "--allow-unsupported); 2 when the file cannot be read as a config.")
     parser.add_argument("file")
-    parser.add_argument("--json", action="store_true", help="one JSON object")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object: config, derived, unsupported (a list of "
+                             "{key, value, reason, ...}) and, for a foreign file, report")
     path, overrides, rest = _split_config_args(argv)
     options, native, rest = _foreign_args(rest)
     args = parser.parse_args(rest + ([path] if path else []))
@@ -137,8 +145,10 @@ def config_main(argv: list[str]) -> int:
         cfg = config_lib.load_config(args.file, overrides, native_overrides=native)
         devices, hosts = jax.device_count(), jax.process_count()
     derived = compat.derived(cfg, devices, hosts)
+    unsupported = report.by_status("unsupported") if report is not None else []
     if args.json:
-        payload = {"config": cfg.to_dict(), "derived": derived}
+        payload = {"config": cfg.to_dict(), "derived": derived,
+                   "unsupported": [e.to_json() for e in unsupported]}
         if report is not None:
             payload["report"] = report.to_json()
         print(json.dumps(payload, indent=2, default=str))
@@ -150,8 +160,9 @@ def config_main(argv: list[str]) -> int:
             print(f"# {key}: {text}")
         if report is not None:
             print(report.table())
-    if report is not None:
-        report.check(options["allow_unsupported"])
+        if unsupported:
+            print(f"# {len(unsupported)} unsupported key(s) (listed first above): training "
+                  "refuses this config unless --allow-unsupported.")
     return 0
 
 
@@ -227,18 +238,24 @@ def checkpoints_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="jaxtrain checkpoints")
     parser.add_argument("run", help="run directory or checkpoint folder")
     parser.add_argument("--verify", action="store_true",
-                        help="read every array of a step and check it")
-    parser.add_argument("--step", type=int, default=None, help="step to verify (latest)")
+                        help="read every array of every step (newest first) and check it; "
+                             "exit status 1 when any step is damaged")
+    parser.add_argument("--step", type=int, default=None,
+                        help="verify only this step (default: every step)")
     args = parser.parse_args(argv)
 
     from jaxtrain import inspect_run
 
-    print(inspect_run.format_listing(*inspect_run.list_checkpoints(args.run)))
+    print(inspect_run.format_listing(*inspect_run.list_checkpoints(args.run)), flush=True)
     if not args.verify:
         return 0
-    result = inspect_run.verify(args.run, args.step)
-    print(result)
-    return 0 if result.ok else 1
+    damaged = 0
+    for result in inspect_run.verify_steps(args.run, args.step):
+        print(result, flush=True)
+        damaged += not result.ok
+    if damaged:
+        print(f"{damaged} damaged step(s)", flush=True)
+    return 1 if damaged else 0
 
 
 def plot_main(argv: list[str]) -> int:

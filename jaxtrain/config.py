@@ -18,6 +18,7 @@ from typing import Any
 
 from ml_collections import ConfigDict
 
+from jaxtrain.config_ranges import check_ranges
 from jaxtrain.models.spec import ConfigError, ModelSpec
 
 SCHEDULES = ("cosine", "linear", "sqrt", "constant")
@@ -145,14 +146,13 @@ def micro_batch_size(cfg: ConfigDict) -> int:
 def validate(cfg: ConfigDict, check_data: bool = True) -> ModelSpec:
     """Checks every setting that could fail later and returns the model spec.
 
-    Each failure is a ConfigError naming the key, its value and a fix. `check_data=False` skips
-    the checks that need the data on disk (for printing or inspecting a config).
+    Each failure is a ConfigError naming the key, its value and a fix. The range of every
+    number is checked first (`config_ranges`), then relations between settings. `check_data=False`
+    skips the checks that need the data on disk (for printing or inspecting a config).
     """
+    check_ranges(cfg)
     spec = ModelSpec.from_config(cfg.model)
     t, o, d = cfg.train, cfg.optim, cfg.data
-    for key in ("steps", "seq_len", "global_batch_size"):
-        if t[key] <= 0:
-            raise ConfigError(f"train.{key}={t[key]} must be positive.")
     micro = micro_batch_size(cfg)
     if micro <= 0 or t.global_batch_size % micro:
         raise ConfigError(
@@ -163,7 +163,7 @@ def validate(cfg: ConfigDict, check_data: bool = True) -> ModelSpec:
         raise ConfigError(f"train.seq_len={t.seq_len} exceeds model.max_seq_len="
                           f"{spec.max_seq_len}; shorten the sequence or raise max_seq_len.")
     chunks = t.get("loss_chunks", 0)
-    if chunks < 0 or (chunks and t.seq_len % chunks):
+    if chunks and t.seq_len % chunks:
         raise ConfigError(f"train.loss_chunks={chunks} must be 0 (all logits at once) or a "
                           f"divisor of train.seq_len={t.seq_len}: each chunk takes every "
                           f"{max(chunks, 1)}-th position of every sequence.")
@@ -171,19 +171,12 @@ def validate(cfg: ConfigDict, check_data: bool = True) -> ModelSpec:
         raise ConfigError(f"optim.schedule={o.schedule!r} is not one of {SCHEDULES}.")
     # A warmup longer than the run is allowed: a shortened smoke run of a real recipe simply
     # never leaves its warmup.
-    if o.warmup_steps < 0 or o.decay_steps < 0 or o.get("stable_steps", 0) < 0:
-        raise ConfigError(f"optim.warmup_steps={o.warmup_steps} / optim.decay_steps="
-                          f"{o.decay_steps} / optim.stable_steps={o.get('stable_steps', 0)} "
-                          "must be >= 0.")
-    if o.get("warmup_offset", 1) not in (0, 1):
-        raise ConfigError(f"optim.warmup_offset={o.warmup_offset} must be 0 (the first step "
-                          "runs at warmup_init) or 1 (it already moves toward lr).")
     if o.get("after_decay", "min_lr") not in ("min_lr", "zero"):
         raise ConfigError(f"optim.after_decay={o.after_decay!r} is not one of ('min_lr', "
                           "'zero').")
-    if not 0 <= o.get("warmup_init", 0.0) <= o.lr:
+    if o.get("warmup_init", 0.0) > o.lr:
         raise ConfigError(f"optim.warmup_init={o.warmup_init} must lie in [0, optim.lr].")
-    if o.lr <= 0 or o.min_lr < 0 or o.min_lr > o.lr:
+    if o.min_lr > o.lr:
         raise ConfigError(f"optim.lr={o.lr} / optim.min_lr={o.min_lr}: need 0 <= min_lr <= lr "
                           "and lr > 0.")
     if d.kind not in DATA_KINDS:

@@ -3,13 +3,16 @@
 The listing reads only small files (Orbax metadata and the config saved with each step). A
 verification reads every array of a step onto the devices here (any mesh the run trained on),
 checks the shapes against the model described by the config saved with that step, the values
-against the checksums saved with them, and that every floating-point value is finite.
+against the checksums saved with them, and that every floating-point value is finite. A step
+whose files cannot be read (a damaged config, data state, checksums or array file) is reported
+as damaged, and the other steps are still verified.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ from ml_collections import ConfigDict
 from jaxtrain import sharding
 from jaxtrain.checkpoint import Checkpointer, CheckpointError, unfinished_saves
 from jaxtrain.checksums import leaf_name
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.spec import ConfigError, ModelSpec
 from jaxtrain.runs import find_checkpoints, local_mesh
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import make_optimizer
@@ -124,19 +127,24 @@ def _non_finite(state: Any) -> list[str]:
             if int(c)]
 
 
-def verify(path: str | Path, step: int | None = None,
-           devices: list[Any] | None = None) -> Verification:
-    """Reads every array of `step` (latest by default) and checks it; see the module doc."""
-    root, named_step = find_checkpoints(path)
-    checkpointer = Checkpointer(root, read_only=True, async_save=False)
+# What reading a damaged step can raise: the checkpoint layer's own error, and what a damaged
+# or hand-edited JSON item gives on its way (JSONDecodeError is a ValueError; a config missing a
+# section is a KeyError or AttributeError; a value of the wrong kind a TypeError or ConfigError).
+READ_ERRORS = (CheckpointError, ConfigError, ValueError, KeyError, AttributeError, TypeError,
+               OSError)
+
+
+def _damaged(root: Path, steps: list[int], step: int, detail: str) -> list[str]:
+    earlier = [s for s in steps if s < step]
+    fix = (f"to resume from step {earlier[-1]}, move it away: mv {root / str(step)} "
+           f"{root / str(step)}.damaged" if earlier else "there is no earlier checkpoint")
+    return [f"checkpoint step {step} in {root} is damaged: {detail}.", f"It cannot be resumed "
+            f"from; {fix}."]
+
+
+def _verify_step(checkpointer: Checkpointer, root: Path, steps: list[int], step: int,
+                 devices: list[Any] | None) -> Verification:
     try:
-        steps = checkpointer.all_steps()
-        if not steps:
-            raise CheckpointError(f"{root} holds no complete checkpoint.")
-        step = step if step is not None else named_step if named_step is not None else steps[-1]
-        if step not in steps:
-            raise CheckpointError(f"{root} has no checkpoint at step {step}; saved steps: "
-                                  f"{steps}.")
         saved = ConfigDict(checkpointer.restore_config(step))
         spec = ModelSpec.from_config(saved.model)
         tx = make_optimizer(saved.optim, saved.train.steps)
@@ -144,13 +152,48 @@ def verify(path: str | Path, step: int | None = None,
         rules = sharding.RULE_PRESETS[saved.mesh.rules]
         with sharding.use_mesh(mesh, rules):
             layout = state_lib.state_layout(spec, tx, mesh, rules)
-        arrays = len(jax.tree.leaves(layout.abstract))
-        values = state_lib.count_params(layout.abstract)
-        try:
-            state, _, _ = checkpointer.restore(step, layout.abstract)
-        except CheckpointError as e:
-            return Verification(step, arrays, values, str(e).splitlines())
-        return Verification(step, arrays, values, _non_finite(state))
+    except READ_ERRORS as e:
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return Verification(step, 0, 0, _damaged(
+            root, steps, step, f"the config saved with it cannot be read ({type(e).__name__}: "
+                               f"{first})"))
+    arrays = len(jax.tree.leaves(layout.abstract))
+    values = state_lib.count_params(layout.abstract)
+    try:
+        state, _, _ = checkpointer.restore(step, layout.abstract)
+    except READ_ERRORS as e:
+        lines = str(e).splitlines() or [type(e).__name__]
+        if not isinstance(e, CheckpointError):  # not yet worded by the checkpoint layer
+            lines = _damaged(root, steps, step, f"{type(e).__name__}: {lines[0][:200]}")
+        return Verification(step, arrays, values, lines)
+    return Verification(step, arrays, values, _non_finite(state))
+
+
+def verify_steps(path: str | Path, step: int | None = None, devices: list[Any] | None = None,
+                 every: bool = True) -> Iterator[Verification]:
+    """Verifies `step`, or the step `path` names, or else every complete step newest first (only
+    the latest when not `every`), yielding each Verification as it is done. A damaged step is
+    reported in its Verification and the next one is still verified; CheckpointError when there
+    is no such step."""
+    root, named_step = find_checkpoints(path)
+    checkpointer = Checkpointer(root, read_only=True, async_save=False)
+    try:
+        steps = checkpointer.all_steps()
+        if not steps:
+            raise CheckpointError(f"{root} holds no complete checkpoint.")
+        step = step if step is not None else named_step
+        if step is not None and step not in steps:
+            raise CheckpointError(f"{root} has no checkpoint at step {step}; saved steps: "
+                                  f"{steps}.")
+        chosen = [step] if step is not None else sorted(steps, reverse=True)
+        for s in chosen if every else chosen[:1]:
+            yield _verify_step(checkpointer, root, steps, s, devices)
     finally:
         checkpointer.close()
 
+
+def verify(path: str | Path, step: int | None = None,
+           devices: list[Any] | None = None) -> Verification:
+    """Reads every array of `step` (latest by default) and checks it; see the module doc."""
+    (result,) = verify_steps(path, step, devices, every=False)
+    return result

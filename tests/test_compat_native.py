@@ -4,6 +4,7 @@ and the `config` command's report, checked against values read from the files by
 import json
 
 import pytest
+from conftest import REPO
 
 from jaxtrain import compat
 from jaxtrain import config as config_lib
@@ -144,8 +145,45 @@ def test_config_command_prints_report_json(compat_samples, capsys, monkeypatch):
     keys = {k["key"]: k for k in payload["report"]["keys"]}
     assert keys["fp8"]["status"] == "unsupported"
     assert keys["num_layers"]["origin"] == "command line"
-    assert main(argv) == 2  # the report is printed, then the unsupported key is an error
-    assert "fp8='hybrid'" in capsys.readouterr().err
+    # Without --allow-unsupported the same report, and the unsupported key listed apart.
+    assert main(argv) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [e["key"] for e in payload["unsupported"]] == ["fp8"]
+    assert payload["unsupported"][0]["value"] == "hybrid"
+
+
+def test_config_command_reports_unsupported_keys_and_exits_0(tmp_path, capsys):
+    path = tmp_path / "titan.toml"
+    path.write_text('[model]\nname = "llama3"\nflavor = "debugmodel"\n\n[training]\n'
+                    'local_batch_size = 2\nseq_len = 64\nsteps = 10\ndataset = "c4"\n')
+    assert main(["config", str(path), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [e["key"] for e in payload["unsupported"]] == ["training.dataset"]
+    assert "Hugging Face datasets are not read" in payload["unsupported"][0]["reason"]
+    statuses = {k["key"]: k["status"] for k in payload["report"]["keys"]}
+    assert statuses["training.dataset"] == "unsupported"
+    assert payload["config"]["train"]["seq_len"] == 64
+    assert main(["config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "# 1 unsupported key(s) (listed first above): training refuses this config unless " \
+           "--allow-unsupported." in out
+    assert "unsupported training.dataset" in " ".join(out.split())
+    # Training is what refuses them.
+    assert main(["--config", str(path)]) == 2
+    assert "1 unsupported key(s): training.dataset='c4'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("config", "total", "active"), [
+    ("mixtral_8x7b.py", 46.70e9, 12.88e9),
+    ("qwen3_30b_a3b.py", 30.53e9, 3.35e9),
+    ("deepseek_v3.py", 671.0e9, 37.55e9),
+    ("llama2_7b.py", 6.738e9, 6.738e9),
+])
+def test_config_command_counts_active_parameters(capsys, config, total, active):
+    assert main(["config", str(REPO / "configs" / config), "--json"]) == 0
+    derived = json.loads(capsys.readouterr().out)["derived"]
+    assert derived["num_params"] == pytest.approx(total, rel=0.01)
+    assert derived["num_active_params"] == pytest.approx(active, rel=0.01)
 
 
 def test_train_command_refuses_unsupported_keys(compat_samples, capsys):

@@ -16,8 +16,9 @@ from data_fixtures import (
 )
 
 from jaxtrain.config import load_config
+from jaxtrain.data import pipeline
 from jaxtrain.data.errors import DataError
-from jaxtrain.data.pipeline import make_train_iterator
+from jaxtrain.data.pipeline import make_eval_batches, make_train_iterator
 from jaxtrain.data.tokenizer_check import check_tokenizer, short_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,6 +74,43 @@ def test_megatron_ids_outside_the_vocabulary(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"p\.bin: token id -1 at token 5 is outside the model's "
                                         r"vocab size 100 .*an unrecorded tokenizer"):
         make_train_iterator(cfg, 100)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_ids_past_the_start_up_scan_stop_the_batch_that_reads_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    # A pool "too large" to scan whole: start-up reads only the first 16 tokens of each shard.
+    monkeypatch.setattr(pipeline, "FULL_VOCAB_SCAN_TOKENS", 100)
+    monkeypatch.setattr(pipeline, "HEAD_VOCAB_SCAN_TOKENS", 16)
+    docs = [[1, 2, 3, 4, 5, 6, 7, 0]] * 16
+    write_raw_shard(tmp_path / "d", "00000_unshuffled.ds", docs)
+    late = [list(d) for d in docs]
+    late[9][4] = 700  # token 76 of the second shard, past its scanned head
+    write_raw_shard(tmp_path / "d", "00001_unshuffled.ds", late)
+    cfg = _cfg(**{"data.paths": str(tmp_path / "d"), "data.shuffle": False,
+                  "data.worker_count": workers, "data.val_paths": str(tmp_path / "d"),
+                  "train.eval_batches": 100})
+    it = make_train_iterator(cfg, 500)  # the start-up scan passes
+    message = (r"00001_unshuffled\.ds: token id 700 at token 76 is outside the model's vocab "
+               r"size 500 \(model\.vocab_size\)")
+    with pytest.raises(DataError, match=message):
+        for _ in range(20):  # window 25 (batch 12) holds pool token 128 + 76
+            next(it)
+    with pytest.raises(DataError, match=message):
+        list(make_eval_batches(cfg, 500)())
+
+
+def test_negative_ids_past_the_scanned_head_stop_the_read(tmp_path: Path) -> None:
+    from jaxtrain.data.megatron import open_megatron
+    from jaxtrain.data.windows import TokenPool, WindowSource
+
+    prefix = write_raw_megatron(tmp_path / "p", [[1, 2, 3, 0], [4, 5, 6, 0], [7, -1, 8, 0]],
+                                code=4)
+    source = WindowSource(TokenPool([open_megatron(prefix)]), 3)
+    assert source.validate_vocab(100, max_tokens_per_shard=4) == 3  # the head only
+    assert source[0]["inputs"].tolist() == [1, 2, 3]
+    with pytest.raises(DataError, match=r"p\.bin: token id -1 at token 9 is outside"):
+        source[2]  # tokens 6..9
 
 
 def test_megatron_without_eos_warns(tmp_path: Path, tiny_tokenizer: Path) -> None:

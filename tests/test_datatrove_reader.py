@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from data_fixtures import DatatroveCorpus, raw_tokens, write_raw_shard
 
+from jaxtrain.data import datatrove
 from jaxtrain.data.datatrove import find_shards, open_shard
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.windows import TokenPool, WindowSource
@@ -127,10 +128,16 @@ def _damage(tmp_path: Path, how: str) -> Path:
         ds.write_bytes(ds.read_bytes()[:-2])
     elif how == "index mismatch":
         index.write_bytes(np.array([3, 4], "<u8").tobytes())
+    elif how == "index past the end":
+        index.write_bytes(np.array([2, 7, 3, 5], "<u8").tobytes())
+    elif how == "index decreasing":
+        index.write_bytes(np.array([1, 4, 3, 5], "<u8").tobytes())
     elif how == "width":
         metadata.write_text("tok|3\n5\n5 T")
     elif how == "metadata garbage":
         metadata.write_text("hello")
+    elif how == "metadata not utf-8":
+        metadata.write_bytes(b"tok\xff\xfe|2\n5\n")
     return ds
 
 
@@ -139,14 +146,29 @@ def _damage(tmp_path: Path, how: str) -> Path:
     ("no metadata", r"00003_unshuffled\.ds\.metadata is missing"),
     ("truncated", r"00003_unshuffled\.ds: 8 bytes, but .* 5 tokens of 2 bytes = 10 bytes"),
     ("index mismatch", r"00003_unshuffled\.ds\.index: the last document ends at token 4, but .* 5"),
+    ("index past the end", r"00003_unshuffled\.ds\.index: document 1 ends at token 7, past the "
+                           r"5 tokens of 00003_unshuffled\.ds; the index is damaged"),
+    ("index decreasing", r"00003_unshuffled\.ds\.index: document 2 ends at token 3, before the "
+                         r"document ahead of it \(at 4\); document ends never decrease"),
     ("width", r"00003_unshuffled\.ds\.metadata: unknown token width 3 bytes"),
     ("metadata garbage", r"00003_unshuffled\.ds\.metadata: malformed"),
+    ("metadata not utf-8", r"00003_unshuffled\.ds\.metadata: malformed datatrove metadata "
+                           r"\['tok\\udcff\\udcfe\|2', '5'\]"),
 ])
 def test_bad_shards_name_the_file(tmp_path: Path, how: str, message: str) -> None:
     ds = _damage(tmp_path, how)
     with pytest.raises(DataError, match=message):
         find_shards([str(tmp_path)])
     with pytest.raises(DataError, match=message):
+        find_shards([str(ds)])
+
+
+def test_index_is_checked_across_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datatrove, "INDEX_CHUNK", 2)
+    ds = write_raw_shard(tmp_path, "a.ds", [[1], [2, 3, 4], [], [5]])  # ends 1, 4, 4, 5
+    assert find_shards([str(ds)])[0].num_docs == 4
+    ds.with_name("a.ds.index").write_bytes(np.array([1, 4, 3, 5], "<u8").tobytes())
+    with pytest.raises(DataError, match=r"document 2 ends at token 3, before .* \(at 4\)"):
         find_shards([str(ds)])
 
 

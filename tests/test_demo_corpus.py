@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 import sys
 import warnings
@@ -11,9 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 
+from jaxtrain.config import load_config
 from jaxtrain.data.datatrove import find_shards
-from jaxtrain.data.demo_corpus import build_demo_data, is_validation, stdlib_documents
+from jaxtrain.data.demo_corpus import OWNER_MARK, build_demo_data, is_validation, stdlib_documents
+from jaxtrain.data.errors import DataError
+from jaxtrain.data.prepare import prepare_data
 from jaxtrain.data.windows import TokenPool, WindowSource
 
 
@@ -67,6 +72,52 @@ def test_build_is_idempotent(small_demo: dict[str, Any], tmp_path: Path) -> None
     assert redone["train_tokens"] == small_demo["train_tokens"]
     assert redone["val_tokens"] == small_demo["val_tokens"]
     assert (copy / "train" / shard.name).read_bytes() == shard.read_bytes()
+
+
+def _user_folders(root: Path) -> dict[Path, bytes]:
+    files = {root / "train" / "notes.txt": b"my notes", root / "val" / "notes.txt": b"more",
+             root / "text" / "draft.md": b"# draft"}
+    for path, content in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    return files
+
+
+def test_prepare_refuses_folders_it_did_not_write(tmp_path: Path) -> None:
+    files = _user_folders(tmp_path)
+    cfg = load_config(str(REPO / "configs" / "demo.py"), {
+        "data.paths": str(tmp_path / "train"), "data.val_paths": str(tmp_path / "val"),
+        "data.tokenizer": str(tmp_path / "tokenizer"), "train.steps": 1})
+    named = ", ".join(str(tmp_path / sub) for sub in ("text", "train", "val"))
+    with pytest.raises(DataError, match=rf"^{re.escape(named)}: not written by the demo data "
+                                        "build .* nothing was changed"):
+        prepare_data(cfg)
+    assert all(path.read_bytes() == content for path, content in files.items())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["text", "train", "val"]
+    # A manifest.json that is not the build's is not overwritten either.
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "manifest.json").write_text("{not json")
+    with pytest.raises(DataError, match="manifest.json: not written by the demo data build"):
+        build_demo_data(tmp_path / "other", vocab_size=512, max_documents=4)
+    assert (tmp_path / "other" / "manifest.json").read_text() == "{not json"
+
+
+def test_rebuild_replaces_only_its_own_folders(small_demo: dict[str, Any],
+                                               tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(small_demo["root"], copy)
+    assert all((copy / sub / OWNER_MARK).is_file() for sub in ("tokenizer", "text", "train", "val"))
+    (copy / "notes.txt").write_text("beside the demo folders")
+    (copy / "val" / OWNER_MARK).unlink()  # as if a user's folder stood there
+    (copy / "manifest.json").unlink()
+    before = sorted(p.relative_to(copy) for p in copy.rglob("*"))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(copy / 'val'))}: not written"):
+        build_demo_data(copy, vocab_size=512, max_documents=120)
+    assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == before
+    (copy / "val" / OWNER_MARK).write_text("")
+    rebuilt = build_demo_data(copy, vocab_size=512, max_documents=120)
+    assert rebuilt["val_tokens"] == small_demo["val_tokens"]
+    assert (copy / "notes.txt").read_text() == "beside the demo folders"
 
 
 def test_stdlib_is_parsed_not_imported() -> None:

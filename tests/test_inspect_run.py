@@ -102,3 +102,28 @@ def test_verify_names_the_arrays_whose_values_changed(run_dir, tmp_path, capsys)
     out = capsys.readouterr().out
     assert "step 4: FAILED" in out
     assert "1 array(s) differ from the checksums saved with them: params.lm_head.kernel" in out
+
+
+@pytest.mark.parametrize("damage", ["config not json", "config without optim",
+                                    "data state not json"])
+def test_verify_reports_unreadable_items_and_goes_on(run_dir, tmp_path, capsys, damage):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    step4 = copy / "checkpoints" / "4"
+    if damage == "config not json":
+        (step4 / "config" / "metadata").write_text('{"model": {')
+    elif damage == "config without optim":
+        saved = json.loads((step4 / "config" / "metadata").read_text())
+        del saved["optim"]
+        (step4 / "config" / "metadata").write_text(json.dumps(saved))
+    else:
+        (step4 / "data" / "metadata").write_text('{"next_ind')
+    capsys.readouterr()
+    assert main(["checkpoints", str(copy), "--verify"]) == 1
+    out = capsys.readouterr().out
+    failed, ok = out.index("step 4: FAILED"), out.index("step 2: OK")
+    assert failed < ok  # newest first, and the damaged step does not stop the others
+    assert f"checkpoint step 4 in {copy / 'checkpoints'} is damaged: " in out
+    assert f"mv {step4} {step4}.damaged" in out
+    assert "1 damaged step(s)" in out
+    assert main(["checkpoints", str(copy), "--verify", "--step", "2"]) == 0

@@ -69,6 +69,9 @@ def _damage(prefix: Path, how: str) -> None:
         raw = raw[:40]
     elif how == "pointers":
         raw[34 + 16 + 8:34 + 16 + 16] = struct.pack("<q", 2)  # sequence 1 starts at byte 2
+    elif how == "negative length":  # lengths 8, -2, 6, 2 with pointers that agree with them
+        raw[34:42] = struct.pack("<2i", 8, -2)
+        raw[34 + 16 + 8:34 + 16 + 16] = struct.pack("<q", 16)
     elif how == "doc index":
         raw[-8:] = struct.pack("<q", 3)
     elif how == "no bin":
@@ -88,6 +91,7 @@ def _damage(prefix: Path, how: str) -> None:
     ("truncated idx", r"p\.idx: 40 bytes, but its header announces 4 sequences"),
     ("pointers", r"p\.idx: sequence 1 starts at byte 2, but the lengths before it put it at "
                  r"byte 8"),
+    ("negative length", r"p\.idx: sequence 1 has length -2; lengths are token counts"),
     ("doc index", r"p\.idx: the document index must rise from 0 to the sequence count 4"),
     ("no bin", r"p\.bin: missing"),
     ("no idx", r"p\.idx: missing"),
@@ -200,7 +204,7 @@ def test_split_matches_megatrons_rounding() -> None:
     n = 1000  # Megatron: documents [round(lo * n), round(hi * n)) per part
     assert [(round(lo * n), round(hi * n)) for lo, hi in bounds] == [
         (0, 969), (969, 999), (999, 1000)]
-    for bad in ("1,2,3,4", "0,0,0", "train"):
+    for bad in ("1,2,3,4", "0,0,0", "train", "-5,1,0", "99,-1,2"):
         with pytest.raises(ConfigError, match="data.split"):
             parse_split(bad)
 

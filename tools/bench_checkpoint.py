@@ -13,7 +13,9 @@ random values (nearly incompressible, like trained weights), on every local devi
         checksums verified, as a resumed run does;
   plain: numpy `tofile` of every array into one file + fsync, then `fromfile` after eviction.
 GB are 10^9 bytes. Needs about 3x the state size in memory (the state, Orbax's host copy while
-it writes, read buffers) and 2x on disk.
+it writes, read buffers) and 2x on disk. The files go into a fresh subfolder of --dir (created
+when missing), removed afterwards with --dir itself when the tool created it; nothing else in
+--dir is touched.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -48,13 +51,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options (model size and target folder)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dir", type=Path, default=Path("runs/bench_checkpoint"),
-                   help="scratch folder on the disk to measure (emptied first, removed after)")
+                   help="folder on the disk to measure; the files go into a fresh subfolder, "
+                        "removed after")
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--intermediate", type=int, default=5632)
     p.add_argument("--vocab", type=int, default=32000)
-    p.add_argument("--keep-files", action="store_true", help="leave the files in --dir")
+    p.add_argument("--keep-files", action="store_true",
+                   help="leave the files (in their subfolder of --dir)")
     return p.parse_args(argv)
 
 
@@ -126,18 +131,20 @@ def main(argv: list[str] | None = None) -> int:
     tx = make_optimizer(base.get_config().optim, 1000)
     with sharding.use_mesh(mesh, rules):
         layout = state_lib.state_layout(spec, tx, mesh, rules)
-    if args.dir.exists():
-        shutil.rmtree(args.dir)
+    created = not args.dir.exists()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    # A fresh subfolder: everything under it is this run's, so removing it removes nothing else.
+    work = Path(tempfile.mkdtemp(prefix="bench_checkpoint-", dir=args.dir))
     state = jax.block_until_ready(_random_state(layout))
     num_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
     print(f"model: hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}: "
           f"{spec.num_params():,} params; train state (params + Adam mu, nu, float32) "
           f"{num_bytes / 1e9:.2f} GB on {mesh.devices.size} {jax.devices()[0].platform} "
-          f"device(s); disk: {args.dir.absolute()}")
+          f"device(s); disk: {work.absolute()}")
 
     try:
-        plain_write, plain_read, evicted = _plain(state, args.dir / "plain")
-        checkpointer = Checkpointer(args.dir / "orbax", keep=1)
+        plain_write, plain_read, evicted = _plain(state, work / "plain")
+        checkpointer = Checkpointer(work / "orbax", keep=1)
         checksums(state)  # compiled once per run, not per save: keep it out of the timing
         start = time.perf_counter()
         checksums(state)
@@ -146,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpointer.save(1, state, {}, {})
         blocked = time.perf_counter() - start
         checkpointer.wait()
-        _sync_and_evict(args.dir / "orbax")
+        _sync_and_evict(work / "orbax")
         durable = time.perf_counter() - start
         jax.tree.map(lambda x: x.delete(), state)  # room for the restored copy
         del state
@@ -155,10 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         jax.block_until_ready(restored)
         restore = time.perf_counter() - start
         checkpointer.close()
-        on_disk = sum(p.stat().st_size for p in _files(args.dir / "orbax"))
+        on_disk = sum(p.stat().st_size for p in _files(work / "orbax"))
     finally:
         if not args.keep_files:
-            shutil.rmtree(args.dir, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
+            if created and not any(args.dir.iterdir()):
+                args.dir.rmdir()
     cache = ("page cache evicted first (posix_fadvise DONTNEED)" if evicted else
              "page cache NOT evicted (no posix_fadvise here): reads may come from memory")
     print(f"orbax save     {_rate(num_bytes, durable)}  (training blocked {blocked:.2f} s, of "

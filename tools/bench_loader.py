@@ -5,6 +5,8 @@
 
 1. Writes a synthetic datatrove shard set of `--gb` GB (random tokens, documents of random
    length each ending in EOS, valid .ds.index/.ds.metadata) with numpy, unless it is already there.
+   `--dir` must be new, empty or a folder this tool wrote (its bench.json says so); the tool
+   removes only the files it wrote there, and the folder only when it created it.
 2. Raw rate: the same bytes copied out of np.memmap in 64 MB chunks (GB/s and tokens/s), and
    random seq_len + 1 windows copied out of the memmap with numpy alone.
 3. Loader rate: tokens/s of the real grain pipeline (shuffle on) for 16 x 2048 and 8 x 4096
@@ -27,7 +29,7 @@ sys.path.insert(0, os.path.dirname(_HERE))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import shutil  # noqa: E402
+import re  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -41,14 +43,62 @@ EOS = VOCAB - 1
 MEAN_DOC = 1200  # tokens per document, on average
 
 
+RECORD = "bench.json"  # written first (the folder is this tool's) and again when complete
+OWNER = "tools/bench_loader.py"
+SHARD_FILE = re.compile(r"\d{5}_unshuffled\.ds(\.index|\.metadata)?")
+
+
+class FolderError(ValueError):
+    """--dir holds files this tool did not write."""
+
+
+def _record(folder: Path) -> dict | None:
+    """This tool's record in `folder` (settings, token count when complete, whether the tool
+    created the folder), or None when the folder is not the tool's."""
+    try:
+        record = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or "settings" not in record:
+        return None
+    # Records of earlier versions have no owner: their tool made the folder too.
+    return {"created": True, **record}
+
+
+def remove_shards(folder: Path) -> None:
+    """Removes the files the tool wrote in `folder`, and the folder when the tool created it and
+    nothing else is left in it; anything else is kept."""
+    record = _record(folder)
+    if record is None:
+        return
+    for f in folder.iterdir():
+        if SHARD_FILE.fullmatch(f.name) and f.is_file():
+            f.unlink()
+    (folder / RECORD).unlink()
+    if record["created"] and not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def write_shards(folder: Path, gigabytes: float, token_bytes: int, seed: int = 0) -> int:
-    """Writes the shard set (skipped when a complete one is there); returns its token count."""
-    done = folder / "bench.json"
+    """Writes the shard set (skipped when a complete one is there); returns its token count.
+
+    Raises FolderError when `folder` holds files but is not this tool's; nothing is written.
+    """
     settings = {"gb": gigabytes, "token_bytes": token_bytes, "seed": seed}
-    if done.is_file() and json.loads(done.read_text())["settings"] == settings:
-        return json.loads(done.read_text())["tokens"]
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    record = _record(folder)
+    if record is not None and record["settings"] == settings and record.get("tokens"):
+        return record["tokens"]
+    if record is None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise FolderError(f"--dir {folder}: holds files this tool did not write (it has no "
+                          f"{RECORD} of tools/bench_loader.py); nothing was changed. Pass a new "
+                          "or empty folder.")
+    created = record["created"] if record is not None else not folder.exists()
+    if record is not None:
+        remove_shards(folder)  # an incomplete or other-sized set: only the tool's own files
+    folder.mkdir(parents=True, exist_ok=True)
+    done = folder / RECORD
+    done.write_text(json.dumps({"owner": OWNER, "created": created, "settings": settings,
+                                "tokens": None}))
     dtype = {2: np.dtype("<u2"), 4: np.dtype("<u4")}[token_bytes]
     total = int(gigabytes * 1e9) // token_bytes
     rng = np.random.default_rng(seed)
@@ -71,7 +121,8 @@ def write_shards(folder: Path, gigabytes: float, token_bytes: int, seed: int = 0
         ds.with_name(ds.name + ".metadata").write_text(f"bench-tokenizer|{token_bytes}\n{n}\n"
                                                        f"{n / 1e6:.1f} MT")
         written, k = written + n, k + 1
-    done.write_text(json.dumps({"settings": settings, "tokens": written}))
+    done.write_text(json.dumps({"owner": OWNER, "created": created, "settings": settings,
+                                "tokens": written}))
     return written
 
 
@@ -164,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--gb", type=float, default=2.0, help="size of the shard set in GB")
     p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "jaxtrain-bench"),
-                   help="where the shard set is written (reused when complete)")
+                   help="where the shard set is written: a new or empty folder, or one this "
+                        "tool wrote (reused when complete)")
     p.add_argument("--token-bytes", type=int, choices=(2, 4), default=2)
     p.add_argument("--workers", type=int, default=2, help="grain worker processes to compare")
     p.add_argument("--batches", type=int, default=40, help="batches timed per loader setting")
@@ -175,7 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     folder = Path(args.dir)
     start = time.perf_counter()
-    tokens = write_shards(folder, args.gb, args.token_bytes)
+    try:
+        tokens = write_shards(folder, args.gb, args.token_bytes)
+    except FolderError as e:
+        print(f"bench_loader.py: error: {e}", file=sys.stderr)
+        return 2
     print(f"shard set: {folder}, {tokens / 1e6:.0f}M tokens, {tokens * args.token_bytes / 1e9:.2f}"
           f" GB, ready in {time.perf_counter() - start:.1f}s", flush=True)
     raw = raw_rates(folder)
@@ -201,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print("| " + " | ".join(row) + " |")
     if not args.keep:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_shards(folder)
     return 0
 
 

@@ -43,8 +43,10 @@ HEADER = """# Configuration reference
 Every setting with its default in `configs/base.py`; other config files change only what
 differs. Override any key on the command line (`--config.train.steps=50`) or in a notebook
 (`jaxtrain.notebook.load_config("configs/demo.py", train__steps=50)`). Configs are locked: an
-unknown key is an error naming the keys that exist. `python -m jaxtrain config FILE` prints a
-resolved config.
+unknown key is an error naming the keys that exist. Every number has a range
+(`jaxtrain/config_ranges.py`: counts positive, rates and epsilons > 0, Adam betas in [0, 1),
+intervals and weights >= 0, mesh sizes positive or -1, never `inf` or `nan`), checked before
+anything is built, naming the key. `python -m jaxtrain config FILE` prints a resolved config.
 """
 
 

@@ -238,7 +238,7 @@ def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
         mesh = f"does not fit: {e}"
     return {
         "num_params": spec.num_params(),
-        "num_active_params": spec.num_params(),  # dense models: every parameter is active
+        "num_active_params": spec.num_active_params(),  # top-k experts only (all when dense)
         "tokens_per_step": cfg.train.global_batch_size * cfg.train.seq_len,
         "grad_accumulation_steps": cfg.train.global_batch_size
         // config_lib.micro_batch_size(cfg),

@@ -1,8 +1,9 @@
 """Reader of datatrove `DocumentTokenizer` shards: X.ds, X.ds.index, X.ds.metadata, X.ds.loss.
 
 Byte layouts are in FORMATS.md. Each shard is checked against its own metadata when it is found
-(sizes only, no token is read), and its arrays are memory-mapped on first use, so finding
-thousands of shards is cheap and a reader process maps only the files it touches.
+(file sizes, and every document end of the index: 8 bytes per document; no token is read), and
+its arrays are memory-mapped on first use, so finding thousands of shards is cheap and a reader
+process maps only the files it touches.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from jaxtrain.data.errors import DataError
 TOKEN_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
 # How many leading tokens of a shard the EOS check looks at.
 EOS_SAMPLE_TOKENS = 65536
+# Document ends checked per numpy call when a shard is opened (32 MB of index at a time).
+INDEX_CHUNK = 1 << 22
 
 _RETOKENIZE = ("re-run the tokenizer (tools/tokenize.py or datatrove's DocumentTokenizer) "
                "into an empty folder")
@@ -88,17 +91,21 @@ class Shard:
 
 def _parse_metadata(file: Path) -> tuple[str, int, int]:
     """Returns (tokenizer name, token width in bytes, token count) from a `.ds.metadata` file."""
-    lines = file.read_text(encoding="utf-8").split("\n")
+    raw = file.read_bytes()
+    # Undecodable bytes are kept visible (as \udcXX) in the message instead of failing here.
+    lines = raw.decode("utf-8", errors="surrogateescape").split("\n")
     # The tokenizer name may itself hold a '|' (datatrove's "Unknown Tokenizer|2" placeholder).
     name, sep, width = lines[0].rpartition("|")
     try:
+        raw.decode("utf-8")  # datatrove writes UTF-8: anything else is not its metadata
         if not sep or len(lines) < 2:
             raise ValueError
         width_bytes, num_tokens = int(width), int(lines[1])
-    except ValueError:
-        raise DataError(f"{file}: malformed datatrove metadata {lines[:2]!r}; expected a first "
-                        "line '<tokenizer>|<bytes per token>' and the token count on the second; "
-                        f"{_RETOKENIZE}.") from None
+    except ValueError:  # UnicodeDecodeError is one
+        shown = [line[:80] for line in lines[:2]]  # a binary file would flood the message
+        raise DataError(f"{file}: malformed datatrove metadata {shown!r}; expected a first "
+                        "line '<tokenizer>|<bytes per token>' and the token count on the second "
+                        f"(UTF-8 text); {_RETOKENIZE}.") from None
     if width_bytes not in TOKEN_DTYPES:
         raise DataError(f"{file}: unknown token width {width_bytes} bytes; datatrove writes 2 "
                         f"(uint16) or 4 (uint32). The file is damaged or not datatrove output; "
@@ -106,11 +113,34 @@ def _parse_metadata(file: Path) -> tuple[str, int, int]:
     return name, width_bytes, num_tokens
 
 
+def _check_index(index: Path, ds: Path, num_tokens: int) -> None:
+    """DataError at the first document end that lies past the token count or before the end
+    before it (so every document is a valid, possibly empty, slice of the tokens)."""
+    ends = np.memmap(index, "<u8", "r")
+    previous = 0
+    for lo in range(0, ends.size, INDEX_CHUNK):
+        chunk = np.asarray(ends[lo:lo + INDEX_CHUNK])
+        before = np.concatenate([np.asarray([previous], np.uint64), chunk[:-1]])
+        bad = np.flatnonzero((chunk > num_tokens) | (chunk < before))
+        if bad.size:
+            i = int(bad[0])
+            doc, end = lo + i, int(chunk[i])
+            if end > num_tokens:
+                raise DataError(f"{index}: document {doc} ends at token {end}, past the "
+                                f"{num_tokens} tokens of {ds.name}; the index is damaged or "
+                                f"belongs to another shard: copy both again or {_RETOKENIZE}.")
+            raise DataError(f"{index}: document {doc} ends at token {end}, before the document "
+                            f"ahead of it (at {int(before[i])}); document ends never decrease. "
+                            f"The index is damaged: copy it again or {_RETOKENIZE}.")
+        previous = int(chunk[-1])
+
+
 def open_shard(path: str | os.PathLike) -> Shard:
     """Checks one `X.ds` shard against its `.index` and `.metadata` files and returns it.
 
     Raises DataError naming the file when a companion file is missing, the token file is not
-    `n_tokens * width` bytes long (truncated copy) or the index does not end at the token count.
+    `n_tokens * width` bytes long (truncated copy), or the index does not end at the token count,
+    has an end past it or an end before the one ahead of it.
     """
     ds = Path(path)
     index, metadata, loss = (ds.with_name(ds.name + s) for s in (".index", ".metadata", ".loss"))
@@ -138,6 +168,8 @@ def open_shard(path: str | os.PathLike) -> Shard:
         raise DataError(f"{index}: the last document ends at token {last}, but {ds.name} holds "
                         f"{num_tokens} tokens; index and tokens come from different runs or one "
                         f"is truncated: copy both again or {_RETOKENIZE}.")
+    if index_size:
+        _check_index(index, ds, num_tokens)
     has_loss = loss.is_file()
     if has_loss and loss.stat().st_size != num_tokens:
         raise DataError(f"{loss}: {loss.stat().st_size} bytes, but the shard holds {num_tokens} "

@@ -10,6 +10,10 @@ with an EOS after every document:
     out/text/        train.jsonl, val.jsonl (the documents)
     out/train/       out/val/   datatrove shards
     out/manifest.json  counts; its presence with the same settings means the build is complete
+
+Each of the four folders holds a `.jaxtrain-demo` marker from the moment it is created. A rebuild
+replaces only marked folders (and the build's own manifest); a folder that holds anything else is
+refused by name, before anything is removed.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxtrain.data.datatrove import find_shards
+from jaxtrain.data.errors import DataError
 
 EOS_TOKEN = "<|endoftext|>"
 VAL_PER_MILLE = 50  # about 5% of documents go to validation
@@ -37,6 +42,9 @@ SKIP_DIRS = {"test", "tests", "site-packages", "dist-packages", "ensurepip", "__
 _COMMENT_BLOCK = re.compile(r"(?:^[ \t]*#(?!!)[^\n]*\n)+", re.M)
 MIN_COMMENT_CHARS = 60
 MANIFEST_VERSION = 1
+# The folders a build writes under its root, and the file that marks each as the build's own.
+BUILD_FOLDERS = ("tokenizer", "text", "train", "val")
+OWNER_MARK = ".jaxtrain-demo"
 
 
 def _definitions(body: list[ast.stmt], prefix: str) -> Iterator[str]:
@@ -131,13 +139,46 @@ def _settings(vocab_size: int, seed: int, max_documents: int | None) -> dict[str
             "max_documents": max_documents, "python": ".".join(map(str, sys.version_info[:2]))}
 
 
+def _own_manifest(out: Path) -> dict[str, Any] | None:
+    """`out/manifest.json` when a build wrote it (JSON with this module's settings), else None."""
+    try:
+        data = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(data, dict) and isinstance(data.get("settings"), dict)
+            and "version" in data["settings"] and data.get("root") == str(out)):
+        return None
+    return data
+
+
+def _foreign(out: Path) -> list[Path]:
+    """What a build under `out` would replace but did not write: unmarked non-empty folders
+    (folders of a complete earlier build, named by its manifest, count as the build's own) and
+    a manifest.json that is not a build's."""
+    legacy = _own_manifest(out) is not None
+    manifest = out / "manifest.json"
+    found = [manifest] if manifest.exists() and not legacy else []
+    for sub in BUILD_FOLDERS:
+        folder = out / sub
+        if (folder.exists() and not (folder / OWNER_MARK).is_file() and not legacy
+                and (not folder.is_dir() or any(folder.iterdir()))):
+            found.append(folder)
+    return found
+
+
+def _claim(folder: Path) -> None:
+    """Replaces the build's own `folder` (or creates it) as an empty folder holding the marker."""
+    if folder.is_dir():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    (folder / OWNER_MARK).write_text("Written by jaxtrain's demo data build (data.prepare=demo), "
+                                     "which replaces this folder when it builds again.\n")
+
+
 def _complete(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     """The manifest when a previous build with the same settings finished, else None."""
-    manifest = out / "manifest.json"
-    if not manifest.is_file():
-        return None
-    data = json.loads(manifest.read_text())
-    if data.get("settings") != settings:
+    data = _own_manifest(out)
+    if data is None or data.get("settings") != settings:
         return None
     try:
         find_shards([data["train"]]), find_shards([data["val"]])
@@ -151,6 +192,9 @@ def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Builds (or finds already built) the demo corpus, tokenizer and shards under `out_dir`.
 
+    Only folders the build made (or missing or empty ones) are written; DataError names the
+    first that holds other files, and then nothing has been changed.
+
     `max_documents` keeps only the first documents (the reference topics come first), for quick
     smoke tests. `progress` receives one line per stage of a build (a build takes 15-30 s).
     Returns the manifest: paths (root, tokenizer, train, val), vocab_size, eos_id and
@@ -162,13 +206,19 @@ def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
     settings = _settings(vocab_size, seed, max_documents)
     if (done := _complete(out, settings)) is not None:
         return done
+    if foreign := _foreign(out):
+        raise DataError(
+            f"{', '.join(map(str, foreign))}: not written by the demo data build "
+            "(data.prepare=\"demo\"), which writes tokenizer/, text/, train/, val/ and "
+            f"manifest.json into {out}; nothing was changed. Point data.paths at a new folder "
+            "(the demo goes into its parent), or set data.prepare=\"\" to train on your own "
+            "shards.")
     start = time.perf_counter()
     say = progress or (lambda _message: None)
     say(f"building the demo corpus in {out}: reading the standard library's documentation...")
-    for sub in ("tokenizer", "text", "train", "val"):
-        shutil.rmtree(out / sub, ignore_errors=True)
     (out / "manifest.json").unlink(missing_ok=True)
-    (out / "text").mkdir(parents=True)
+    for sub in BUILD_FOLDERS:
+        _claim(out / sub)
 
     docs = itertools.islice(itertools.chain(topic_documents(), stdlib_documents()), max_documents)
     splits: dict[str, list[tuple[str, str]]] = {"train": [], "val": []}

@@ -126,8 +126,10 @@ def open_megatron(path: str | os.PathLike) -> MegatronFile:
     """Checks `prefix.idx` against `prefix.bin` and returns the dataset (`path`: prefix or file).
 
     DataError, naming the file and the fix, for a missing file, a wrong magic or version, an
-    unknown dtype code, an index shorter than its counts say, pointers that do not follow the
-    lengths, or a .bin whose size is not what the pointers and lengths add up to.
+    unknown dtype code, an index shorter than its counts say, a negative sequence length,
+    pointers that do not follow the lengths, a document index that does not rise from 0 to the
+    sequence count, or a .bin whose size is not what the pointers and lengths add up to. Every
+    entry of the index is checked (vectorised: 20 bytes per sequence are read).
     """
     prefix = _prefix(path)
     idx, bin_ = (prefix.with_name(prefix.name + s) for s in (".idx", ".bin"))
@@ -159,6 +161,11 @@ def open_megatron(path: str | os.PathLike) -> MegatronFile:
     file = MegatronFile(prefix, dtype, num_seqs, num_docs, 0)
     sizes = np.asarray(file.sequence_lengths, np.int64)
     pointers = np.asarray(file.sequence_pointers)
+    if num_seqs and (negative := np.flatnonzero(sizes < 0)).size:
+        # A negative length would make document ends decrease, however the pointers agree.
+        bad = int(negative[0])
+        raise DataError(f"{idx}: sequence {bad} has length {int(sizes[bad])}; lengths are token "
+                        f"counts and never negative. The index is damaged: {_REBUILD}.")
     num_tokens = int(sizes.sum())
     bin_size = bin_.stat().st_size
     if bin_size != num_tokens * dtype.itemsize:

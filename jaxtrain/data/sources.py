@@ -97,8 +97,9 @@ def parse_split(text: str) -> list[tuple[float, float] | None]:
     """
     if not text.strip():
         return [(0.0, 1.0), None, None]
-    numbers = [float(x) for x in re.findall(r"[.0-9]+", text)]
-    if not numbers or len(numbers) > 3 or sum(numbers) <= 0:
+    # The sign is read too: "-5,1,0" is refused, not taken as 5.
+    numbers = [float(x) for x in re.findall(r"-?[.0-9]+", text)]
+    if not numbers or len(numbers) > 3 or sum(numbers) <= 0 or min(numbers) < 0:
         raise ConfigError(f"data.split={text!r}: expected up to three non-negative numbers "
                           "train,valid,test such as '99,1,0'.")
     numbers += [0.0] * (3 - len(numbers))

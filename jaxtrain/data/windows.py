@@ -31,6 +31,15 @@ SCAN_CHUNK = 1 << 24
 WINDOWINGS = ("pool", "per_file")
 
 
+def _outside_vocab(shard: Any, offset: int, vocab_size: int) -> DataError:
+    """The error for the token at `offset` of `shard`, whose id is outside the vocabulary."""
+    return DataError(
+        f"{shard.path}: token id {int(shard.tokens[offset])} at token {offset} is outside "
+        f"the model's vocab size {vocab_size} (model.vocab_size); the shard was tokenized with "
+        f"{shard.tokenizer_name or 'an unrecorded tokenizer'!r}. Use a model whose vocabulary "
+        "covers that tokenizer, or tokenize the corpus with the model's tokenizer.")
+
+
 class TokenPool:
     """Shards (or token ranges of them) concatenated into one sequence; reads cross boundaries.
 
@@ -87,6 +96,11 @@ class TokenPool:
             out[at:at + hi - lo] = self.shards[k].tokens[lo:hi]
         return out
 
+    def locate(self, position: int) -> tuple[Any, int]:
+        """(shard, token offset in that shard's file) of pool position `position`."""
+        k = int(np.searchsorted(self.offsets, position, side="right")) - 1
+        return self.shards[k], position - int(self.offsets[k]) + self.ranges[k][0]
+
     def read_loss(self, start: int, length: int) -> np.ndarray:
         """Loss weights of pool[start:start+length] as float32: `.ds.loss` bytes, else ones."""
         out = np.ones(length, np.float32)
@@ -135,13 +149,7 @@ class TokenPool:
                 negative = chunk.dtype.kind != "u" and int(chunk.min()) < 0
                 if chunk_max >= vocab_size or negative:
                     bad = (chunk >= vocab_size) | (chunk < 0)
-                    pos = lo + int(np.argmax(bad))
-                    raise DataError(
-                        f"{shard.path}: token id {int(chunk[pos - lo])} at token {pos} is outside "
-                        f"the model's vocab size {vocab_size} (model.vocab_size); the shard was "
-                        f"tokenized with {shard.tokenizer_name or 'an unrecorded tokenizer'!r}. "
-                        "Use a model whose vocabulary covers that tokenizer, or tokenize the "
-                        "corpus with the model's tokenizer.")
+                    raise _outside_vocab(shard, lo + int(np.argmax(bad)), vocab_size)
                 shard_max = max(shard_max, chunk_max)
             if n == shard.num_tokens:
                 self._max_id[k] = shard_max
@@ -155,7 +163,9 @@ class WindowSource:
     Item i is {"inputs": int32[seq_len], "targets": int32[seq_len], "loss_mask": float32[seq_len]}
     and, when `documents` asks, "segment_ids" / "positions" int32[seq_len]. Targets are the inputs
     shifted by one; the loss mask is that of the target tokens (`.ds.loss`, else ones), times the
-    EOD mask when asked. See the module docstring for the two windowings.
+    EOD mask when asked. See the module docstring for the two windowings. Once `validate_vocab`
+    has run, every window read is checked against that vocabulary as well (one reduction over
+    its tokens), since the start-up scan of a large pool reads only each shard's head.
     """
 
     def __init__(self, pool: TokenPool, seq_len: int, windowing: str = "pool",
@@ -168,6 +178,7 @@ class WindowSource:
         self.seq_len = int(seq_len)
         self.windowing = windowing
         self.documents = documents or DocumentOptions()
+        self.vocab_size: int | None = None  # set by validate_vocab: then every read is checked
         if windowing == "pool":
             self._len = max(0, (len(pool) - 1) // self.seq_len)
         else:
@@ -208,6 +219,11 @@ class WindowSource:
             raise IndexError(f"window {index} is outside 0..{self._len - 1}.")
         start = self.window_start(index)
         tokens = self.pool.read(start, self.seq_len + 1)
+        # One pass: seen as uint32, negative ids (signed Megatron files, uint32 ids past int32)
+        # are huge, so a single max catches both ends.
+        if self.vocab_size is not None and int(tokens.view(np.uint32).max()) >= self.vocab_size:
+            bad = int(np.argmax(tokens.view(np.uint32) >= self.vocab_size))
+            raise _outside_vocab(*self.pool.locate(start + bad), self.vocab_size)
         item = {
             "inputs": tokens[:-1],
             "targets": tokens[1:],
@@ -227,5 +243,8 @@ class WindowSource:
         return {key: np.stack([item[key] for item in items]) for key in items[0]}
 
     def validate_vocab(self, vocab_size: int, max_tokens_per_shard: int | None = None) -> int:
-        """Checks every token id against the model's vocabulary; see TokenPool.validate_vocab."""
-        return self.pool.validate_vocab(vocab_size, max_tokens_per_shard)
+        """Checks token ids against the model's vocabulary (see TokenPool.validate_vocab), and
+        from then on the ids of every window read."""
+        largest = self.pool.validate_vocab(vocab_size, max_tokens_per_shard)
+        self.vocab_size = int(vocab_size)
+        return largest
