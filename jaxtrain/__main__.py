@@ -109,6 +109,7 @@ def train_main(argv: list[str]) -> int:
     from jaxtrain.train.trainer import train
 
     train(cfg)
+    distributed.stop_watching()  # the work is done: the peers may see this process leave
     return 0
 
 
@@ -283,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"train": train_main, "sample": sample_main, "config": config_main,
                 "convert": convert_main, "bench": bench_main, "export": export_main,
                 "checkpoints": checkpoints_main, "plot": plot_main, "runs": runs_main}
+    from jaxtrain import distributed
     from jaxtrain.checkpoint import CheckpointError
     from jaxtrain.data.errors import DataError
     from jaxtrain.distributed import DistributedError
@@ -290,16 +292,27 @@ def main(argv: list[str] | None = None) -> int:
     from jaxtrain.sharding import MeshError
     from jaxtrain.train.trainer import TrainingError
 
+    # In a multi-process run every failure also tells the other processes, which would otherwise
+    # wait for this one in a collective (`abandon` exits; it returns in a one-process run).
     try:
         return handlers[command](argv)
     except (ConfigError, DataError, CheckpointError, MeshError, TrainingError,
             DistributedError, FileNotFoundError) as e:
         print(f"jaxtrain {command}: error: {e}", file=sys.stderr)
+        distributed.abandon(2)
         return 2
     except KeyboardInterrupt as e:  # a second SIGINT/SIGTERM: stop now, without a checkpoint
         print(f"jaxtrain {command}: aborted ({e or 'interrupted'}); the last complete "
               "checkpoint is intact.", file=sys.stderr)
+        distributed.abandon(130)
         return 130
+    except Exception as e:
+        import traceback
+
+        distributed.explain_runtime_error(e)  # exits naming a lost peer, if one was lost
+        traceback.print_exc()
+        distributed.abandon(1)
+        raise
 
 
 def run() -> None:

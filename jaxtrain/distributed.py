@@ -21,9 +21,12 @@ Failure modes. A process that cannot reach the coordinator gets a `DistributedEr
 address after `JAXTRAIN_INIT_TIMEOUT` seconds (default 300). Process 0 hosts the coordinator and
 waits the same time for the others; jax then aborts it with `DEADLINE_EXCEEDED ... RegisterTask`
 (a fatal log, not an exception), after the line this module prints before waiting. Once running,
-a process that dies stops sending heartbeats: after `JAXTRAIN_HEARTBEAT_TIMEOUT` seconds
-(default 60) the coordination service declares it dead and jax aborts every other process, and
-a collective waiting on the dead peer usually fails sooner with a connection error.
+every process watches the others (`jaxtrain.peer_watch`): a process silent for
+`JAXTRAIN_HEARTBEAT_TIMEOUT` seconds (default 30) is reported lost by number, with the command
+that resumes, and the others exit with status 3. JAX's own heartbeat timeout is twice that, as a
+backstop; when process 0 itself dies, JAX aborts the others at once and one jaxtrain line
+follows its log. The exit barrier waits at most `JAXTRAIN_SHUTDOWN_TIMEOUT` seconds (default
+120) for the slowest process.
 """
 
 from __future__ import annotations
@@ -36,11 +39,17 @@ import time
 from collections.abc import Mapping
 
 import jax
+from jax._src import distributed as jax_distributed
+
+from jaxtrain import peer_watch
 
 DEFAULT_INIT_TIMEOUT_S = 300
-# jax's default is 100 s; a minute still rides out a long host-side stall (a checkpoint write,
-# a slow compile on one host) and frees a crashed job's nodes sooner.
-DEFAULT_HEARTBEAT_TIMEOUT_S = 60
+# Beats come from a thread of their own, so a long compile or checkpoint write on one host does
+# not silence it; 30 s frees a crashed job's nodes well within a minute.
+DEFAULT_HEARTBEAT_TIMEOUT_S = 30
+# Processes reach the exit barrier within seconds of each other (each has already waited for its
+# part of the last checkpoint); two minutes bounds the wait on one that never comes.
+DEFAULT_SHUTDOWN_TIMEOUT_S = 120
 # torchrun's rendezvous store listens on MASTER_PORT; the jax coordinator takes the next one.
 TORCHRUN_PORT_OFFSET = 1
 DEFAULT_PORT = 29500
@@ -194,8 +203,13 @@ def wait_for_coordinator(address: str, timeout_s: float, *, process_id: int = 1,
 
 
 def initialize(launch: Launch, *, init_timeout_s: int = DEFAULT_INIT_TIMEOUT_S,
-               heartbeat_timeout_s: int = DEFAULT_HEARTBEAT_TIMEOUT_S) -> None:
-    """Starts `jax.distributed` for a resolved launch (call before any other jax work)."""
+               heartbeat_timeout_s: int = DEFAULT_HEARTBEAT_TIMEOUT_S,
+               shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
+    """Starts `jax.distributed` for a resolved launch (call before any other jax work).
+
+    Then starts the watch on the other processes (`heartbeat_timeout_s`) and the one-line
+    report of runtime aborts; `stop_watching()` ends the watch at a clean exit.
+    """
     if launch.coordinator is not None and launch.process_id:
         start = time.monotonic()
         wait_for_coordinator(launch.coordinator, init_timeout_s, process_id=launch.process_id,
@@ -213,7 +227,71 @@ def initialize(launch: Launch, *, init_timeout_s: int = DEFAULT_INIT_TIMEOUT_S,
     jax.distributed.initialize(
         coordinator_address=launch.coordinator, num_processes=launch.num_processes,
         process_id=launch.process_id, initialization_timeout=init_timeout_s,
-        heartbeat_timeout_seconds=heartbeat_timeout_s, **kwargs)
+        heartbeat_timeout_seconds=peer_watch.jax_heartbeat_timeout(heartbeat_timeout_s),
+        shutdown_timeout_seconds=shutdown_timeout_s, **kwargs)
+    _start_watching(heartbeat_timeout_s, launch.coordinator or "(detected by jax)")
+
+
+_WATCH: peer_watch.PeerWatch | None = None
+
+
+def coordination_client():
+    """JAX's client of the coordination service, or None in a single-process run.
+
+    jax keeps it in a private module (Orbax reads it there too); this is the one place that does.
+    """
+    return jax_distributed.global_state.client
+
+
+def preemption_service_running() -> bool:
+    """Whether JAX's preemption service (SIGTERM -> an agreed stop step) is running."""
+    return jax_distributed.global_state.preemption_sync_manager is not None
+
+
+def _start_watching(timeout_s: int, coordinator: str) -> None:
+    global _WATCH
+    client = coordination_client()
+    if client is None or jax.process_count() < 2:
+        return
+    _WATCH = peer_watch.PeerWatch(client, jax.process_index(), jax.process_count(),
+                                  timeout_s=timeout_s).start()
+    peer_watch.install_abort_report(jax.process_index(), jax.process_count(), coordinator)
+
+
+def stop_watching() -> None:
+    """Ends the watch on the other processes: this one is leaving on purpose, its work done."""
+    if _WATCH is not None:
+        _WATCH.stop()
+
+
+def explain_runtime_error(error: BaseException) -> None:
+    """After a collective failed in a multi-process run, lets the watch name a lost process.
+
+    Collectives over TCP (gloo on CPU) fail at once when a peer's connection drops; the watch
+    needs up to its timeout to tell which peer. When it does, it reports and exits; otherwise
+    this returns and the error is reported as it is.
+    """
+    if _WATCH is None or not isinstance(error, jax.errors.JaxRuntimeError):
+        return
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    print(f"jaxtrain: a collective failed ({first[:200]}); checking which process was lost "
+          f"(up to {_WATCH.timeout_s:g} s)", file=sys.stderr, flush=True)
+    _WATCH.wait_for_verdict(_WATCH.timeout_s + 2 * _WATCH.interval_s)
+
+
+def abandon(exit_code: int) -> None:
+    """Leaves a multi-process job after an error, at once; returns in a single-process run.
+
+    The peers are told (they stop within a beat instead of waiting in a collective for this
+    process), and the exit skips JAX's shutdown barrier, which would wait for peers that are
+    themselves waiting for this process.
+    """
+    if _WATCH is None:
+        return
+    _WATCH.stop(failed=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
 
 
 def initialize_from_env(timeout_s: int | None = None, *, coordinator: str | None = None,
@@ -221,8 +299,9 @@ def initialize_from_env(timeout_s: int | None = None, *, coordinator: str | None
                         env: Mapping[str, str] | None = None) -> bool:
     """Initialises multi-process JAX when flags or the environment describe several processes.
 
-    Returns whether it did. `timeout_s` defaults to `JAXTRAIN_INIT_TIMEOUT` (else 300 s); the
-    heartbeat timeout is `JAXTRAIN_HEARTBEAT_TIMEOUT` (else 60 s).
+    Returns whether it did. `timeout_s` defaults to `JAXTRAIN_INIT_TIMEOUT` (else 300 s); a
+    process silent for `JAXTRAIN_HEARTBEAT_TIMEOUT` seconds (else 30) is reported lost; the exit
+    barrier waits `JAXTRAIN_SHUTDOWN_TIMEOUT` seconds (else 120).
     """
     env = os.environ if env is None else env
     launch = resolve(env, coordinator=coordinator, num_processes=num_processes,
@@ -236,5 +315,7 @@ def initialize_from_env(timeout_s: int | None = None, *, coordinator: str | None
     if timeout_s is None:
         timeout_s = _int(env, "JAXTRAIN_INIT_TIMEOUT") or DEFAULT_INIT_TIMEOUT_S
     heartbeat = _int(env, "JAXTRAIN_HEARTBEAT_TIMEOUT") or DEFAULT_HEARTBEAT_TIMEOUT_S
-    initialize(launch, init_timeout_s=timeout_s, heartbeat_timeout_s=heartbeat)
+    shutdown = _int(env, "JAXTRAIN_SHUTDOWN_TIMEOUT") or DEFAULT_SHUTDOWN_TIMEOUT_S
+    initialize(launch, init_timeout_s=timeout_s, heartbeat_timeout_s=heartbeat,
+               shutdown_timeout_s=shutdown)
     return True

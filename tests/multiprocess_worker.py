@@ -3,9 +3,10 @@
     python tests/multiprocess_worker.py train OUT.json -- <jaxtrain train arguments>
         trains through the CLI (`--coordinator ... --process-id ...` among the arguments), then
         writes the exit code and which process owns each position of the hybrid mesh to OUT.json.
-    python tests/multiprocess_worker.py spin
+    python tests/multiprocess_worker.py spin [fail]
         joins the job described by JAXTRAIN_* variables and runs a cross-process reduction
-        forever, printing a line per 20 rounds (the dead-peer test kills one process).
+        forever, printing a line per 20 rounds; with `fail`, this process fails after 20 rounds
+        the way the CLI does (error line, exit 2, the peers told).
 
 The device count per process comes from XLA_FLAGS, set by the parent before Python starts.
 """
@@ -36,8 +37,8 @@ def train(out: str, argv: list[str]) -> int:
     return code
 
 
-def spin() -> int:
-    """Sums a globally sharded vector over and over; never returns on its own."""
+def spin(fail: bool) -> int:
+    """Sums a globally sharded vector over and over; never returns on its own unless `fail`."""
     from jaxtrain import distributed
 
     distributed.initialize_from_env()
@@ -56,6 +57,9 @@ def spin() -> int:
         rounds += 1
         if rounds % 20 == 0:
             print(f"round {rounds} sum {value}", flush=True)
+            if fail:
+                print("jaxtrain train: error: a failure in this process only", flush=True)
+                distributed.abandon(2)
         time.sleep(0.01)
 
 
@@ -63,4 +67,4 @@ if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "train":
         sys.exit(train(sys.argv[2], sys.argv[sys.argv.index("--") + 1:]))
-    sys.exit(spin())
+    sys.exit(spin(sys.argv[2:3] == ["fail"]))

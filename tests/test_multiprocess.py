@@ -10,8 +10,6 @@ brings the others down within the heartbeat timeout.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,30 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO
+from multiprocess_helpers import Job, child_env, free_port
 
 from jaxtrain import distributed
 from jaxtrain.__main__ import main
 from jaxtrain.metrics import read_jsonl
 
 WORKER = str(Path(__file__).resolve().parent / "multiprocess_worker.py")
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def child_env(devices: int, **extra: str) -> dict[str, str]:
-    """The test environment with `devices` CPU devices per process and no launcher variables."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JAXTRAIN_", "SLURM_", "OMPI_")) and
-           k not in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
-    env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
-                         "--xla_backend_optimization_level=0",
-               JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO), **extra)
-    return env
 
 
 def train_args(run_dir: Path, checkpoint_dir: Path) -> list[str]:
@@ -108,28 +89,74 @@ def test_unreachable_coordinator_is_a_clear_error_within_the_timeout():
     assert time.monotonic() - start < 10
 
 
-def test_a_dead_process_stops_the_others_within_the_heartbeat_timeout(tmp_path):
+def long_run_args(root: Path) -> list[str]:
+    """A debug run long enough to be killed in the middle, checkpointing every 20 steps."""
+    return ["--config", str(REPO / "configs" / "llama_debug.py"), f"--config.run.dir={root}",
+            "--config.train.steps=100000", "--config.train.log_every=1",
+            "--config.train.seq_len=32", "--config.train.global_batch_size=4",
+            "--config.train.progress=false", "--config.train.eval_batches=0",
+            "--config.checkpoint.every=20"]
+
+
+def kill_and_time_the_survivor(tmp_path: Path, victim: int, **env: str) -> tuple[Job, float]:
+    """Kills process `victim` once a checkpoint exists; returns the job and how long the
+    other process took to exit after that."""
+    run_dir = tmp_path / "run"
+    job = Job(long_run_args(run_dir), tmp_path / "logs", env=env)
+    deadline = time.monotonic() + 240
+    while not (run_dir / "checkpoints" / "20").is_dir():
+        assert time.monotonic() < deadline and all(p.poll() is None for p in job.procs), \
+            job.log(0) + job.log(1)
+        time.sleep(0.1)
+    job.procs[victim].kill()
+    killed = time.monotonic()
+    survivor = job.procs[1 - victim]
+    try:
+        survivor.wait(timeout=90)
+    finally:
+        job.kill()
+    return job, time.monotonic() - killed
+
+
+@pytest.mark.slow  # a two-process run, then the default 30 s watch
+def test_a_killed_process_is_named_by_the_others_within_a_minute(tmp_path):
+    job, elapsed = kill_and_time_the_survivor(tmp_path, victim=1)
+    log = job.log(0)
+    assert job.procs[0].returncode == 3, log
+    assert elapsed < 60, f"process 0 took {elapsed:.1f} s to stop after its peer died"
+    last = log.strip().splitlines()[-1]
+    assert last.startswith("jaxtrain train: error: lost process 1 of 2"), log
+    assert "Run the same command on every host to resume from checkpoint step" in last
+    assert str(tmp_path / "run" / "checkpoints") in last
+    assert "Check failure stack trace" not in log
+
+
+@pytest.mark.slow  # a two-process run
+def test_losing_the_coordinator_ends_the_others_with_one_line(tmp_path):
+    job, elapsed = kill_and_time_the_survivor(tmp_path, victim=0)
+    log = job.log(1)
+    assert job.procs[1].returncode == 3, log
+    assert elapsed < 60
+    last = log.strip().splitlines()[-1]
+    assert last.startswith("jaxtrain train: error: lost the coordinator at 127.0.0.1:"), log
+    assert "(process 0 of 2)" in last and "to resume from checkpoint step" in last
+
+
+def test_an_error_in_one_process_stops_the_others_at_once(tmp_path):
+    """A process that fails tells its peers, which stop instead of waiting in a collective."""
     port = free_port()
     procs = []
     for pid in range(2):
         env = child_env(2, JAXTRAIN_COORDINATOR=f"127.0.0.1:{port}", JAXTRAIN_NUM_PROCESSES="2",
-                        JAXTRAIN_PROCESS_ID=str(pid), JAXTRAIN_HEARTBEAT_TIMEOUT="5")
-        procs.append(subprocess.Popen([sys.executable, WORKER, "spin"], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, cwd=REPO))
-    survivor, victim = procs
+                        JAXTRAIN_PROCESS_ID=str(pid))
+        procs.append(subprocess.Popen([sys.executable, WORKER, "spin", "fail" if pid else ""],
+                                      env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, cwd=REPO))
     try:
-        # Both processes are inside the collective loop once one of them has printed a round.
-        line = ""
-        while "round" not in line:
-            line = survivor.stdout.readline()
-            assert line or survivor.poll() is None, "process 0 exited before training"
-        victim.kill()
-        killed = time.monotonic()
-        code = survivor.wait(timeout=60)
-        elapsed = time.monotonic() - killed
+        outputs = [p.communicate(timeout=60)[0] for p in procs]
     finally:
         for proc in procs:
             proc.kill()
-    assert code != 0
-    assert elapsed < 30, f"process 0 took {elapsed:.1f} s to stop after its peer died"
+    assert procs[1].returncode == 2, outputs[1]
+    assert procs[0].returncode == 3, outputs[0]
+    assert "jaxtrain train: error: process 1 of 2 stopped with an error" in outputs[0]
