@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import functools
 import math
-import signal
 import time
 from typing import Any
 
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from ml_collections import ConfigDict
 
 from jaxtrain import config as config_lib
-from jaxtrain import mesh_check, perf, sharding
+from jaxtrain import mesh_check, peer_watch, perf, sharding
 from jaxtrain.checkpoint import Checkpointer, from_jsonable, to_jsonable
 from jaxtrain.data import pipeline
 from jaxtrain.data.prepare import prepare_data
@@ -34,6 +34,8 @@ from jaxtrain.models.spec import ConfigError
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
 from jaxtrain.train.step import eval_step, loss_options, train_step
+from jaxtrain.train.step_timer import StepTimer
+from jaxtrain.train.stop import StopRequests
 
 
 class TrainingError(RuntimeError):
@@ -86,10 +88,12 @@ class Trainer:
                                      progress=cfg.train.progress, console=console)
         self.history: list[dict[str, Any]] = []
         self._compiled = False  # whether the train step has been compiled (first dispatch)
-        self._stop_signal: int | None = None
-        self.aborted = False  # a second signal: exit without waiting for anything
+        self._compile_s: float | None = None  # reported with the first step's metrics
+        self.stops = StopRequests(self._log)
+        self._timer = StepTimer()
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
+        peer_watch.ResumeHint.checkpoint_dir = self.checkpointer.directory
 
     # ----------------------------------------------------------------------------- setup
     def _mesh_context(self):
@@ -189,8 +193,17 @@ class Trainer:
         loss = ce_sum / max(tokens, 1.0)
         return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
 
+    @property
+    def aborted(self) -> bool:
+        """Whether a second signal aborted the last `run` (nothing is waited for or saved)."""
+        return self.stops.aborted
+
     def save(self, wait: bool = False) -> None:
-        """Writes a checkpoint of the current step (asynchronously unless `wait`)."""
+        """Writes a checkpoint of the current step (asynchronously unless `wait`).
+
+        Only call it once the current step's metrics have been checked (`_after_step`): a
+        checkpoint is never written from a step whose loss or gradient norm is not finite.
+        """
         if self.step in (self._saved_step, self._restored_step):
             if wait:
                 self.checkpointer.wait()
@@ -199,32 +212,39 @@ class Trainer:
         self._last_save_time = time.monotonic()
         data_state = to_jsonable(self.train_iter.get_state())
         self.checkpointer.save(self.step, self.state, data_state, self.cfg.to_dict())
+        self._timer.interrupted()
         if wait:
             self.checkpointer.wait()
-
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        def on_signal(signum, _frame):
-            if self._stop_signal is not None:
-                self.aborted = True
-                raise KeyboardInterrupt(f"second signal {signum}: aborting without a checkpoint")
-            self._stop_signal = signum
-            self._log(f"\nsignal {signum}: finishing this step, then saving a checkpoint")
-
-        previous = {}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                previous[sig] = signal.signal(sig, on_signal)
-            except ValueError:  # not the main thread (e.g. some notebook kernels)
-                pass
-        return previous
 
     def _write_run_config(self) -> None:
         if self.is_primary:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.json").write_text(self.cfg.to_json_best_effort(indent=2))
 
+    def _dispatch(self) -> tuple[int, Any]:
+        """Starts the next step on the devices; returns its number and its (future) metrics."""
+        batch = self._to_global(next(self.train_iter))
+        if not self._compiled:
+            self._status("compiling train step...")
+            compile_start = time.perf_counter()
+        self.state, device_metrics = self._train_step(self.state, batch)
+        if not self._compiled:
+            # The first dispatch returns once XLA has compiled the step.
+            self._compiled = True
+            self._compile_s = time.perf_counter() - compile_start
+            self._status(f"compiled train step in {self._compile_s:.1f}s")
+            self._timer.interrupted()
+        self._host_step += 1
+        return self._host_step, device_metrics
+
     def run(self, steps: int | None = None) -> dict[str, Any]:
-        """Trains `steps` more steps (default: up to train.steps); returns the last metrics."""
+        """Trains `steps` more steps (default: up to train.steps); returns the last metrics.
+
+        Metrics are read one step behind the dispatch, so the host never waits for the device
+        before queueing the next step. A step that is checkpointed (every `checkpoint.every`, or
+        the one every process agreed to stop after) is read first: a checkpoint is written only
+        from a step whose loss and gradient norm are finite.
+        """
         cfg = self.cfg
         target = cfg.train.steps if steps is None else min(self.step + steps, cfg.train.steps)
         if self.step >= target:
@@ -233,60 +253,42 @@ class Trainer:
         self._write_run_config()
         self._log(f"training {self.spec.family} model, {self.num_params:,} parameters, "
                   f"mesh {sharding.mesh_shape(self.mesh)}, steps {self.step} -> {target}")
-        previous_handlers = self._install_signal_handlers()
         tokens_per_step = cfg.train.global_batch_size * cfg.train.seq_len
         pending: tuple[int, Any] | None = None
-        window_start, window_steps = time.perf_counter(), 0
         last: dict[str, Any] = {}
-        try:
-            with self._mesh_context():
-                while self.step < target or pending is not None:
-                    if self.step < target and self._stop_signal is None:
-                        batch = self._to_global(next(self.train_iter))
-                        if not self._compiled:
-                            self._status("compiling train step...")
-                            compile_start = time.perf_counter()
-                        self.state, device_metrics = self._train_step(self.state, batch)
-                        if not self._compiled:
-                            # The first dispatch returns once XLA has compiled the step.
-                            self._compiled = True
-                            window_start = time.perf_counter()  # keep compiling out of tokens/s
-                            self._status(f"compiled train step in "
-                                         f"{window_start - compile_start:.1f}s")
-                        self._host_step += 1
-                        step_no = self._host_step
-                        current = (step_no, device_metrics)
-                        if self._save_due(step_no) and step_no < cfg.train.steps:
-                            self.save()  # copies to host before returning: donation is safe
-                    else:
-                        current = None
-                    if pending is not None:
-                        # Reading the previous step's metrics waits only for that step.
-                        step_no, values = pending[0], jax.device_get(pending[1])
-                        window_steps += 1
-                        last = self._after_step(step_no, values, target, tokens_per_step,
-                                                window_start, window_steps)
-                        if "tokens_per_s" in last:
-                            window_start, window_steps = time.perf_counter(), 0
-                    pending = current
-                    if self._stop_signal is not None and pending is None:
-                        break
-            if self._stop_signal is not None:
+        self._timer.interrupted()
+        with self.stops.handling(), self._mesh_context():
+            self.stops.start(self.step)
+            while not self.stops.requested and (self.step < target or pending is not None):
+                current = self._dispatch() if self.step < target else None
+                if pending is not None:
+                    last = self._after_step(*pending, target, tokens_per_step)
+                pending = current
+                if current is None:
+                    continue
+                step_no = current[0]
+                stop = self.stops.stop_after(step_no)
+                if stop or (self._save_due(step_no) and step_no < cfg.train.steps):
+                    # Read this step's metrics before its state is saved or donated.
+                    last = self._after_step(*current, target, tokens_per_step)
+                    pending = None
+                    if not stop:
+                        self.save()  # copies to host before returning: donation is safe
+            if pending is not None:
+                last = self._after_step(*pending, target, tokens_per_step)
+            if self.stops.requested:
                 self.save(wait=True)
-                self._log(f"stopped by {signal.Signals(self._stop_signal).name} at step "
-                          f"{self.step}: checkpoint step {self.step} is complete on disk in "
-                          f"{self.checkpointer.directory}; run the same command to resume.")
+                self._log(f"stopped by {self.stops.reason} at step {self.step}: checkpoint step "
+                          f"{self.step} is complete on disk in {self.checkpointer.directory}; run "
+                          "the same command to resume.")
             elif self.step >= cfg.train.steps or cfg.checkpoint.every:
                 self.save(wait=True)
-        finally:
-            for sig, handler in previous_handlers.items():
-                signal.signal(sig, handler)
         return last
 
     @property
     def stopped_by_signal(self) -> bool:
         """Whether the last `run` ended early on SIGTERM/SIGINT (after saving a checkpoint)."""
-        return self._stop_signal is not None
+        return self.stops.requested
 
     def _save_due(self, step_no: int) -> bool:
         """Whether to checkpoint after this step: every N steps, or N minutes since the last."""
@@ -296,32 +298,47 @@ class Trainer:
             due = time.monotonic() - self._last_save_time >= 60.0 * minutes
             if jax.process_count() > 1:
                 # Clocks differ between hosts; every process must save the same steps.
-                from jax.experimental import multihost_utils
-
                 due = bool(multihost_utils.broadcast_one_to_all(np.asarray(due)))
         return due
 
-    def _after_step(self, step_no: int, values: dict[str, Any], target: int,
-                    tokens_per_step: int, window_start: float, window_steps: int
-                    ) -> dict[str, Any]:
+    def _check_finite(self, step_no: int, values: dict[str, Any]) -> None:
+        """TrainingError when the step's loss or gradient norm is not finite."""
+        bad = {k: float(values[k]) for k in ("loss", "grad_norm")
+               if k in values and not math.isfinite(float(values[k]))}
+        if not bad:
+            return
+        self.checkpointer.wait()  # a pending save of an earlier (finite) step completes
+        latest = self.checkpointer.latest_step()
+        kept = (f"The last checkpoint, step {latest} in {self.checkpointer.directory}, is "
+                "finite and intact: a rerun resumes from it" if latest is not None else
+                "No checkpoint was written yet")
+        what = " and ".join(f"{k} is {v}" for k, v in bad.items())
+        raise TrainingError(
+            f"{what} at step {step_no}; stopping without saving this state. {kept}. Lower "
+            "optim.lr (or its warmup), set optim.clip_grad_norm, check the data for "
+            "out-of-range tokens, or use float32 compute.")
+
+    def _after_step(self, step_no: int, device_metrics: Any, target: int,
+                    tokens_per_step: int) -> dict[str, Any]:
+        """Reads a dispatched step's metrics (waiting for it), checks, logs and evaluates."""
         cfg = self.cfg
-        loss = float(values["loss"])
-        if not math.isfinite(loss):
-            raise TrainingError(
-                f"loss is {loss} at step {step_no}; stopping without saving this state. The last "
-                f"checkpoint ({self.checkpointer.latest_step()}) is intact. Lower optim.lr, "
-                "check the data for out-of-range tokens, or use float32 compute.")
+        values = jax.device_get(device_metrics)
+        self._timer.completed()
+        self._check_finite(step_no, values)
         record: dict[str, Any] = {k: float(v) for k, v in values.items()}
-        record["ppl"] = math.exp(min(loss, 50.0))
+        record["ppl"] = math.exp(min(record["loss"], 50.0))
         log_now = step_no % max(cfg.train.log_every, 1) == 0 or step_no == target or \
             step_no == 1
-        if log_now:
-            elapsed = time.perf_counter() - window_start
-            tps = tokens_per_step * window_steps / max(elapsed, 1e-9)
-            record.update(tokens_per_s=tps, step_time=elapsed / max(window_steps, 1),
-                          mfu=self._mfu(tps))
+        if self._compile_s is not None:
+            # The first step is reported apart: its wall time is mostly compiling.
+            record["compile_s"], self._compile_s, log_now = self._compile_s, None, True
+        if log_now and (window := self._timer.take()):
+            steps, seconds = window
+            tps = tokens_per_step * steps / max(seconds, 1e-9)
+            record.update(tokens_per_s=tps, step_time=seconds / steps, mfu=self._mfu(tps))
         if cfg.train.eval_every and step_no % cfg.train.eval_every == 0:
             record.update(self.evaluate())
+            self._timer.interrupted()
         if log_now or any(k.startswith("val_") for k in record):
             self.metrics.write(step_no, record)
         self.history.append({"step": step_no, **record})
