@@ -195,7 +195,7 @@ def metrics_line(report: RunReport) -> str:
     if "tokens_per_s" in m:
         parts.append(f"tokens/s {m['tokens_per_s']:,.0f}")
     if "mfu" in m:
-        parts.append(f"MFU {100 * m['mfu']:.1f}%")
+        parts.append(f"MFU {m['mfu']:.3f}")  # a fraction, as in metrics.jsonl and the plots
     return "  ".join(parts) or "no metrics yet"
 
 

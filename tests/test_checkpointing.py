@@ -71,7 +71,11 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run_bit_for_bit(tmp_path,
         proc = subprocess.Popen(cli_command(run_dir), cwd=REPO, stdout=out,
                                 stderr=subprocess.STDOUT)
         try:
-            wait_for_step(proc, run_dir, 3)  # past the first checkpoint (step 2)
+            wait_for_step(proc, run_dir, 3)  # past the first checkpoint (step 2) ...
+            deadline = time.monotonic() + 60
+            while not (run_dir / "checkpoints" / "2").is_dir():  # ... once it is committed
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.01)
             proc.send_signal(signal.SIGKILL)
         finally:
             proc.wait(timeout=60)

@@ -40,7 +40,7 @@ def test_report_of_a_running_job(tmp_path):
     text = format_report(report, now=1000.0 + 2 * 50 + 30)
     for expected in ("llama-debug (llama", "seq_len 128", "batch 32 (micro 8)", "lr 0.003",
                      "ici fsdp=-1 tensor=2", "dcn data=-1", "step 50/100 (50%)",
-                     "loss 0.2000", "val_loss 0.2250 (step 40)", "tokens/s 2,048", "MFU 12.5%",
+                     "loss 0.2000", "val_loss 0.2250 (step 40)", "tokens/s 2,048", "MFU 0.125",
                      "updated      30s ago", "eta          1m40s"):
         assert expected in text, (expected, text)
 
