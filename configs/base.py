@@ -33,6 +33,8 @@ def get_config() -> ConfigDict:
     c.train.eval_batches = 8  # validation batches per pass (fixed order, same every time)
     c.train.progress = True  # progress bar on a terminal; plain lines when piped
     c.train.peak_flops = 0.0  # per-device peak FLOP/s for MFU; 0 = known GPU table or measured
+    c.train.check_memory = True  # refuse to start a step that needs more memory per device
+    #                              than the devices have (compiled plan vs device/host memory)
 
     c.optim = ConfigDict()
     c.optim.lr = 3e-4  # peak learning rate

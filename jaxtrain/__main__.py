@@ -132,6 +132,11 @@ def config_main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true",
                         help="one JSON object: config, derived, unsupported (a list of "
                              "{key, value, reason, ...}) and, for a foreign file, report")
+    parser.add_argument("--devices", type=int, default=None,
+                        help="plan for this many devices in all (default: this host's, or "
+                             "what a foreign file's launcher settings give)")
+    parser.add_argument("--hosts", type=int, default=None,
+                        help="hosts (processes) the devices are spread over (dcn_* axes)")
     path, overrides, rest = _split_config_args(argv)
     options, native, rest = _foreign_args(rest)
     args = parser.parse_args(rest + ([path] if path else []))
@@ -145,7 +150,20 @@ def config_main(argv: list[str]) -> int:
 
         cfg = config_lib.load_config(args.file, overrides, native_overrides=native)
         devices, hosts = jax.device_count(), jax.process_count()
-    derived = compat.derived(cfg, devices, hosts)
+    if args.devices is not None:
+        devices, hosts = args.devices, args.hosts or (1 if args.devices != devices else hosts)
+    elif args.hosts is not None:
+        hosts = args.hosts
+    derived = {**compat.derived(cfg, devices, hosts), "hosts": hosts}
+    if isinstance(derived["mesh"], dict):  # a mesh that fits: size its state per device
+        from jaxtrain import memory_plan
+
+        plan, axis_sizes = memory_plan.plan_for_mesh(
+            cfg, config_lib.validate(cfg, check_data=False), devices, hosts)
+        derived["memory_per_device"] = memory_plan.describe_state(plan, axis_sizes)
+        derived["state_bytes_per_device"] = {
+            "parameters": plan.params, "optimizer_state": plan.optimizer,
+            "gradients": plan.params, "batch": plan.batch}
     unsupported = report.by_status("unsupported") if report is not None else []
     if args.json:
         payload = {"config": cfg.to_dict(), "derived": derived,

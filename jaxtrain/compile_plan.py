@@ -28,13 +28,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from ml_collections import ConfigDict
 
 from jaxtrain import config as config_lib
 from jaxtrain import mesh_check, sharding
+from jaxtrain.data import pipeline
 from jaxtrain.models.spec import ConfigError
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
@@ -93,9 +93,8 @@ def abstract_batch(cfg: ConfigDict, mesh: Mesh, rules: Sequence[tuple[str, Any]]
     shape = (cfg.train.global_batch_size, cfg.train.seq_len)
     spec = sharding.logical_spec(("activation_batch", "activation_length"), dict(rules))
     sharded = NamedSharding(mesh, spec)
-    return {"inputs": jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharded),
-            "targets": jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharded),
-            "loss_mask": jax.ShapeDtypeStruct(shape, jnp.float32, sharding=sharded)}
+    return {name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharded)
+            for name, dtype in pipeline.batch_fields(cfg).items()}
 
 
 def compile_step(cfg: ConfigDict, devices: Sequence[Any] | None = None, hosts: int = 1

@@ -92,9 +92,9 @@ def test_loss_chunks_from_the_config_train_and_validate_like_the_plain_path(
             batch = trainer._to_global(_synthetic_batch(cfg, trainer.spec.vocab_size))
             with trainer._mesh_context():
                 traced[chunks] = [
-                    fn.lower(*args).as_text(debug_info=True)
-                    for fn, args in ((trainer._train_step, (trainer.state, batch)),
-                                     (trainer._eval_step, (trainer.state["params"], batch)))]
+                    trainer.lowered_step.as_text(debug_info=True),
+                    trainer._eval_step.lower(trainer.state["params"], batch).as_text(
+                        debug_info=True)]
             losses = [h["loss"] for h in trainer.history]
         finally:
             trainer.close()

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 
 import grain
+import numpy as np
 from ml_collections import ConfigDict
 
 from jaxtrain.config import split_paths
@@ -35,8 +36,23 @@ from jaxtrain.data.tokenizer_check import check_tokenizer
 from jaxtrain.data.windows import TokenPool, WindowSource
 from jaxtrain.models.spec import ConfigError
 
-__all__ = ["BatchPlan", "LocalBatchSource", "RowSource", "Sources", "build_sources",
-           "data_summary", "make_eval_batches", "make_train_iterator", "window_source"]
+__all__ = ["BatchPlan", "LocalBatchSource", "RowSource", "Sources", "batch_fields",
+           "build_sources", "data_summary", "make_eval_batches", "make_train_iterator",
+           "window_source"]
+
+
+def batch_fields(cfg: ConfigDict) -> dict[str, np.dtype]:
+    """{name: dtype} of every array in a batch the iterators of `cfg` yield (each of shape
+    [rows, train.seq_len]): what the train step is compiled for before any batch is read."""
+    fields = {"inputs": np.dtype(np.int32), "targets": np.dtype(np.int32),
+              "loss_mask": np.dtype(np.float32)}
+    if cfg.data.kind != "synthetic":  # synthetic windows carry no documents
+        documents = DocumentOptions.from_config(cfg.data)
+        if documents.reset_attention_mask:
+            fields["segment_ids"] = np.dtype(np.int32)
+        if documents.reset_position_ids:
+            fields["positions"] = np.dtype(np.int32)
+    return fields
 
 # Pools up to this many tokens are scanned whole for out-of-vocabulary ids at start-up (about a
 # second from page cache); larger ones have each shard's head scanned.

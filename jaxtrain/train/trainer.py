@@ -24,8 +24,8 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from ml_collections import ConfigDict
 
+from jaxtrain import compile_plan, memory_plan, mesh_check, peer_watch, perf, sharding
 from jaxtrain import config as config_lib
-from jaxtrain import mesh_check, peer_watch, perf, sharding
 from jaxtrain.checkpoint import Checkpointer, from_jsonable, to_jsonable
 from jaxtrain.data import pipeline
 from jaxtrain.data.prepare import prepare_data
@@ -77,18 +77,19 @@ class Trainer:
             cfg, self.spec.vocab_size, process_index=jax.process_index(),
             process_count=jax.process_count())
 
+        # Compiled before anything is allocated or written, so a step that cannot fit is refused
+        # with the figures instead of failing to allocate (see jaxtrain/memory_plan.py).
+        self._compile_functions()
         self.checkpointer = Checkpointer(config_lib.checkpoint_dir(cfg),
                                          keep=cfg.checkpoint.keep,
                                          keep_every=cfg.checkpoint.keep_every)
+        self._compile_s: float | None = self.compile_s  # reported with the first step's metrics
         self.state = self._restore_or_init()
         # Tracked on the host so that asking for it never waits for the device.
         self._host_step = int(jax.device_get(self.state["step"]))
-        self._compile_functions()
         self.metrics = MetricsWriter(self.run_dir, cfg.train.steps, is_primary=self.is_primary,
                                      progress=cfg.train.progress, console=console)
         self.history: list[dict[str, Any]] = []
-        self._compiled = False  # whether the train step has been compiled (first dispatch)
-        self._compile_s: float | None = None  # reported with the first step's metrics
         self.stops = StopRequests(self._log)
         self._timer = StepTimer()
         self._saved_step: int | None = None
@@ -138,12 +139,35 @@ class Trainer:
         return state
 
     def _compile_functions(self) -> None:
-        options = loss_options(self.cfg.train)
+        """Compiles the train step for the abstract state and batch, checking its memory.
+
+        Sets `compiled_step` (called as `compiled_step(state, batch)`, the state donated), the
+        `lowered_step` it came from, `compile_s` and `memory` (per-device bytes), and the lazily
+        compiled eval step.
+        """
+        cfg = self.cfg
+        options = loss_options(cfg.train)
         step_fn = functools.partial(train_step, graphdef=self.layout.graphdef, tx=self.tx,
                                     schedule=self.schedule, num_micro=self.num_micro, **options)
-        self._train_step = jax.jit(step_fn, in_shardings=(self.layout.shardings, None),
-                                   out_shardings=(self.layout.shardings, None),
-                                   donate_argnums=(0,))
+        jitted = jax.jit(step_fn, in_shardings=(self.layout.shardings, None),
+                         out_shardings=(self.layout.shardings, None), donate_argnums=(0,))
+        batch = compile_plan.abstract_batch(cfg, self.mesh, self.rules)
+        axis_sizes = sharding.mesh_shape(self.mesh)
+        check = cfg.train.get("check_memory", True)
+        capacity, source = memory_plan.device_capacity(list(self.mesh.devices.flat))
+        self.memory = memory_plan.plan_state(self.layout.abstract, batch, axis_sizes)
+        if check:  # the state alone may already be too large: say so without compiling
+            memory_plan.check_fits(self.memory, capacity, source, cfg, axis_sizes)
+        self._status("compiling train step...")
+        start = time.perf_counter()
+        with self._mesh_context():
+            self.lowered_step = jitted.lower(self.layout.abstract, batch)
+            self.compiled_step = self.lowered_step.compile()
+        self.compile_s = time.perf_counter() - start
+        self._status(f"compiled train step in {self.compile_s:.1f}s")
+        self.memory = memory_plan.add_compiled(self.memory, self.compiled_step)
+        if check:
+            memory_plan.check_fits(self.memory, capacity, source, cfg, axis_sizes)
         self._eval_step = jax.jit(functools.partial(eval_step, graphdef=self.layout.graphdef,
                                                     loss_chunks=options["loss_chunks"]),
                                   in_shardings=(self.layout.shardings["params"], None))
@@ -224,16 +248,7 @@ class Trainer:
     def _dispatch(self) -> tuple[int, Any]:
         """Starts the next step on the devices; returns its number and its (future) metrics."""
         batch = self._to_global(next(self.train_iter))
-        if not self._compiled:
-            self._status("compiling train step...")
-            compile_start = time.perf_counter()
-        self.state, device_metrics = self._train_step(self.state, batch)
-        if not self._compiled:
-            # The first dispatch returns once XLA has compiled the step.
-            self._compiled = True
-            self._compile_s = time.perf_counter() - compile_start
-            self._status(f"compiled train step in {self._compile_s:.1f}s")
-            self._timer.interrupted()
+        self.state, device_metrics = self.compiled_step(self.state, batch)
         self._host_step += 1
         return self._host_step, device_metrics
 
