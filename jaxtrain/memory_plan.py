@@ -225,11 +225,12 @@ def check_fits(plan: MemoryPlan, capacity: float | None, source: str, cfg: Confi
     if capacity is None or plan.total <= capacity:
         return
     mesh = " x ".join(f"{k}={v}" for k, v in axis_sizes.items() if v > 1) or "1 device"
-    stage = ("the compiled train step" if plan.temp is not None else
-             "the train state alone (before activations)")
-    lines = [f"{stage} needs {gib(plan.total)} per device but a device has {gib(capacity)} "
-             f"({source}); mesh {mesh}. Per device: {plan.breakdown()}. Nothing was "
-             "allocated. To fit:"]
+    if plan.temp is None:
+        need = f"the train state alone (before activations) needs {gib(plan.total)}"
+    else:
+        need = f"the compiled train step needs {gib(plan.total)}"
+    lines = [f"{need} per device but a device has {gib(capacity)} ({source}); mesh {mesh}. "
+             f"Per device: {plan.breakdown()}. Nothing was allocated. To fit:"]
     lines += [f"  - {a}" for a in _advice(plan, capacity, cfg, axis_sizes)]
     lines.append("Size a layout before running it: python -m jaxtrain config FILE --devices N "
                  "(or tools/compile_plan.py); train.check_memory=false skips this check.")

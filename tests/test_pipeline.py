@@ -224,3 +224,16 @@ def test_worker_processes_give_the_same_batches(base_cfg: ConfigDict,
         assert [_windows(b) for b in _take(resumed, 5)] == expected[3:]
     finally:
         resumed.close()
+
+
+@pytest.mark.parametrize("options", [{}, {"data__reset_attention_mask": True},
+                                     {"data__reset_position_ids": True,
+                                      "data__eod_mask_loss": True}])
+def test_batch_fields_declare_what_the_iterators_yield(base_cfg, counting_shards, options):
+    """The train step is compiled for `batch_fields` before any batch is read."""
+    from jaxtrain.data.pipeline import batch_fields
+
+    for kind in ("datatrove", "synthetic"):
+        cfg = _cfg(base_cfg, data__kind=kind, data__paths=str(counting_shards), **options)
+        batch = next(make_train_iterator(cfg, 1000))
+        assert {k: v.dtype for k, v in batch.items()} == batch_fields(cfg)
