@@ -22,6 +22,8 @@ from jaxtrain import checksums as checksums_lib
 
 # Orbax names a step folder being written `<step>` + this (+ a suffix in some versions).
 TMP_MARKER = ".orbax-checkpoint-tmp"
+# The items of a step folder, each a subfolder; Orbax lists those written in the step's metadata.
+ITEMS = ("state", "data", "config", "checksums")
 
 
 class CheckpointError(RuntimeError):
@@ -89,9 +91,7 @@ class Checkpointer:
             self._manager = ocp.CheckpointManager(
                 self.directory, options=options,
                 item_handlers={"state": ocp.StandardCheckpointHandler(),
-                               "data": ocp.JsonCheckpointHandler(),
-                               "config": ocp.JsonCheckpointHandler(),
-                               "checksums": ocp.JsonCheckpointHandler()})
+                               **{name: ocp.JsonCheckpointHandler() for name in ITEMS[1:]}})
         except OSError as e:
             raise CheckpointError(f"cannot use checkpoint folder {self.directory}: {e}. "
                                   "Point checkpoint.dir at a writable folder.") from e
@@ -125,11 +125,12 @@ class Checkpointer:
         Blocks only until the state has been computed and copied off the devices (so the
         caller may donate its buffers right after); the files are written in the background.
         """
+        data = data_state if data_state is not None else {}
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),
-            data=ocp.args.JsonSave(data_state if data_state is not None else {}),
+            data=ocp.args.JsonSave(data),
             config=ocp.args.JsonSave(json.loads(json.dumps(config, default=str))),
-            checksums=ocp.args.JsonSave(checksums_lib.checksums(state)),
+            checksums=ocp.args.JsonSave(checksums_lib.record(state, data)),
         )
         self._manager.save(step, args=args, force=True)
 
@@ -168,9 +169,35 @@ class Checkpointer:
                          "beside it), or point checkpoint.dir at a new folder.")
             raise CheckpointError("\n".join(lines))
 
+    def listed_items(self, step: int) -> tuple[str, ...]:
+        """The items a step's Orbax metadata says were written (all of ITEMS if unreadable).
+
+        Checkpoints written before checksums existed list no `checksums` item; every later
+        one does, so a missing `checksums/` folder is damage, not an old format.
+        """
+        try:
+            listed = tuple(self._manager.metadata(step).item_handlers or ())
+        except Exception:  # metadata unreadable: expect everything a checkpoint holds today
+            listed = ()
+        return listed or ITEMS
+
+    def check_items(self, step: int) -> None:
+        """CheckpointError when an item the step's metadata lists has no folder."""
+        missing = [name for name in self.listed_items(step)
+                   if not (self.step_dir(step) / name).is_dir()]
+        if missing:
+            names = ", ".join(f"{name}/" for name in missing)
+            raise CheckpointError(self._damaged(
+                step, f"missing item(s) {names}: the step's metadata lists them as written"))
+
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, Any, dict[str, Any]]:
-        """(state placed as `abstract_state`'s shardings say, data state, config dict)."""
+        """(state placed as `abstract_state`'s shardings say, data state, config dict).
+
+        Every item the step lists must be present; the arrays and the data state are checked
+        against the checksums saved with them.
+        """
         self.check_compatible(step, abstract_state)
+        self.check_items(step)
         try:
             restored = self._manager.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract_state),
@@ -179,7 +206,7 @@ class Checkpointer:
             ))
         except Exception as e:  # TensorStore raises bare Exceptions for unreadable chunks
             raise CheckpointError(self._damaged(step, _first_line(e))) from e
-        self.verify_checksums(step, restored["state"])
+        self.verify_checksums(step, restored["state"], restored["data"])
         return restored["state"], restored["data"], restored["config"]
 
     def restore_params(self, step: int, abstract_params: Any) -> Any:
@@ -190,6 +217,7 @@ class Checkpointer:
         """
         target = {"params": abstract_params}
         self.check_compatible(step, target, partial=True)
+        self.check_items(step)
         dtypes = self.saved_metadata(step, "dtype")
         item = jax.tree_util.tree_map_with_path(
             lambda path, a: jax.ShapeDtypeStruct(
@@ -207,27 +235,37 @@ class Checkpointer:
         return jax.tree.map(lambda x, a: x if x.dtype == a.dtype else x.astype(a.dtype),
                             restored, target)["params"]
 
-    def saved_checksums(self, step: int) -> dict[str, int]:
-        """The checksums saved with a step ({} for checkpoints written without them)."""
-        if not (self.step_dir(step) / "checksums").is_dir():
+    def saved_checksums(self, step: int) -> dict[str, Any]:
+        """The checksums saved with a step ({} for checkpoints written before checksums
+        existed, whose metadata lists no `checksums` item)."""
+        if "checksums" not in self.listed_items(step):
             return {}
+        self.check_items(step)
         try:
-            return self._manager.restore(step, args=ocp.args.Composite(
-                checksums=ocp.args.JsonRestore()))["checksums"] or {}
+            saved = self._manager.restore(step, args=ocp.args.Composite(
+                checksums=ocp.args.JsonRestore()))["checksums"]
         except Exception as e:
             raise CheckpointError(
                 self._damaged(step, f"checksums unreadable: {_first_line(e)}")) from e
+        if not isinstance(saved, dict) or not saved:
+            raise CheckpointError(self._damaged(step, "its checksums/ item holds no checksums"))
+        return saved
 
-    def verify_checksums(self, step: int, tree: Any) -> None:
-        """CheckpointError naming the arrays of `tree` whose values differ from those saved."""
+    def verify_checksums(self, step: int, tree: Any, data_state: Any = None) -> None:
+        """CheckpointError naming the arrays of `tree` whose values differ from those saved,
+        or saying that `data_state` (when given) differs from the saved data state."""
         saved = self.saved_checksums(step)
         if not saved:
             return
-        bad = checksums_lib.mismatches(saved, checksums_lib.checksums(tree))
+        bad = checksums_lib.mismatches(saved, tree)
         if bad:
             raise CheckpointError(self._damaged(
                 step, f"{len(bad)} array(s) differ from the checksums saved with them: "
                       f"{', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''}"))
+        if data_state is not None and checksums_lib.data_mismatch(saved, data_state):
+            raise CheckpointError(self._damaged(
+                step, "its data/ item (the data-iterator position) differs from the checksum "
+                      "saved with it"))
 
     def _damaged(self, step: int, detail: str) -> str:
         earlier = [s for s in self.all_steps() if s < step]
