@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -38,6 +39,30 @@ def _shape_tree(metadata: Any, attr: str = "shape") -> dict[str, Any]:
             # Metadata stores named tuples as dicts: compare by the bare key names.
             flat[checksums_lib.leaf_name(path)] = tuple(value) if attr == "shape" else value
     return flat
+
+
+def _castable(saved: str, wanted: str) -> bool:
+    """Floating-point arrays convert between widths (a bfloat16 run from a float32 checkpoint
+    and back); integers and booleans are counters and masks whose dtype is part of the model."""
+    return all(jnp.issubdtype(np.dtype(d), jnp.floating) for d in (saved, wanted))
+
+
+def _cast(restored: Any, target: Any) -> Any:
+    """`restored` with each array cast to the dtype of its `target` leaf where they differ."""
+    return jax.tree.map(lambda x, a: x if x.dtype == a.dtype else x.astype(a.dtype),
+                        restored, target)
+
+
+def describe_dtype_changes(changes: list[tuple[str, str, str]]) -> str:
+    """'36 arrays float32 -> bfloat16 (params.embed.embedding, ...)', one part per pair."""
+    pairs: dict[tuple[str, str], list[str]] = {}
+    # Parameters first: the optimizer's moments follow them.
+    for name, saved, wanted in sorted(changes, key=lambda c: (not c[0].startswith("params."),
+                                                               c[0])):
+        pairs.setdefault((saved, wanted), []).append(name)
+    return "; ".join(f"{len(names)} array(s) {saved} -> {wanted} ({', '.join(names[:3])}"
+                     f"{', ...' if len(names) > 3 else ''})"
+                     for (saved, wanted), names in pairs.items())
 
 
 def unfinished_saves(directory: Path) -> list[Path]:
@@ -146,7 +171,8 @@ class Checkpointer:
             return {}
 
     def check_compatible(self, step: int, abstract_state: Any, partial: bool = False) -> None:
-        """Raises CheckpointError listing arrays whose shapes differ from this run's model.
+        """Raises CheckpointError listing arrays whose shapes differ from this run's model, or
+        whose dtypes differ in a way a cast cannot bridge (see `dtype_changes`).
 
         `partial`: `abstract_state` is a subtree (e.g. only params); other saved arrays are
         not reported.
@@ -160,14 +186,36 @@ class Checkpointer:
         differ = [f"{k}: checkpoint {saved_shapes[k]} vs model {expected[k]}"
                   for k in sorted(set(expected) & set(saved_shapes))
                   if saved_shapes[k] != expected[k]]
-        if missing or extra or differ:
+        uncastable = [f"{name}: checkpoint {saved} vs model {wanted}"
+                      for name, saved, wanted in self.dtype_changes(step, abstract_state)
+                      if not _castable(saved, wanted)]
+        if missing or extra or differ or uncastable:
             lines = [f"checkpoint step {step} in {self.directory} does not match this model:"]
             lines += [f"  shape {d}" for d in differ[:10]]
+            lines += [f"  dtype {d}" for d in uncastable[:10]]
             lines += [f"  missing in checkpoint: {k}" for k in missing[:10]]
             lines += [f"  not in model: {k}" for k in extra[:10]]
             lines.append("Use the config the checkpoint was written with (its config is saved "
                          "beside it), or point checkpoint.dir at a new folder.")
             raise CheckpointError("\n".join(lines))
+
+    def dtype_changes(self, step: int, abstract_state: Any) -> list[tuple[str, str, str]]:
+        """(array name, saved dtype, this run's dtype) of every array stored in another dtype
+        than `abstract_state` asks for (e.g. after changing model.param_dtype)."""
+        saved = self.saved_metadata(step, "dtype")
+        wanted = _shape_tree(abstract_state, "dtype")
+        return [(name, np.dtype(saved[name]).name, np.dtype(wanted[name]).name)
+                for name in sorted(set(saved) & set(wanted))
+                if np.dtype(saved[name]) != np.dtype(wanted[name])]
+
+    def _as_saved(self, step: int, target: Any) -> Any:
+        """`target`'s ShapeDtypeStructs with each array's saved dtype: arrays are read as they
+        were written, so their checksums can be checked, and cast afterwards."""
+        dtypes = self.saved_metadata(step, "dtype")
+        return jax.tree_util.tree_map_with_path(
+            lambda path, a: jax.ShapeDtypeStruct(
+                a.shape, dtypes.get(checksums_lib.leaf_name(path), a.dtype), sharding=a.sharding),
+            target)
 
     def listed_items(self, step: int) -> tuple[str, ...]:
         """The items a step's Orbax metadata says were written (all of ITEMS if unreadable).
@@ -200,14 +248,14 @@ class Checkpointer:
         self.check_items(step)
         try:
             restored = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state),
+                state=ocp.args.StandardRestore(self._as_saved(step, abstract_state)),
                 data=ocp.args.JsonRestore(),
                 config=ocp.args.JsonRestore(),
             ))
         except Exception as e:  # TensorStore raises bare Exceptions for unreadable chunks
             raise CheckpointError(self._damaged(step, _first_line(e))) from e
         self.verify_checksums(step, restored["state"], restored["data"])
-        return restored["state"], restored["data"], restored["config"]
+        return _cast(restored["state"], abstract_state), restored["data"], restored["config"]
 
     def restore_params(self, step: int, abstract_params: Any) -> Any:
         """Only the parameters of a step, placed and cast as `abstract_params` says.
@@ -218,11 +266,7 @@ class Checkpointer:
         target = {"params": abstract_params}
         self.check_compatible(step, target, partial=True)
         self.check_items(step)
-        dtypes = self.saved_metadata(step, "dtype")
-        item = jax.tree_util.tree_map_with_path(
-            lambda path, a: jax.ShapeDtypeStruct(
-                a.shape, dtypes.get(checksums_lib.leaf_name(path), a.dtype), sharding=a.sharding),
-            target)
+        item = self._as_saved(step, target)
         try:
             with ocp.PyTreeCheckpointer() as reader:
                 restored = reader.restore(
@@ -232,8 +276,7 @@ class Checkpointer:
         except Exception as e:  # TensorStore raises bare Exceptions for unreadable chunks
             raise CheckpointError(self._damaged(step, _first_line(e))) from e
         self.verify_checksums(step, restored)
-        return jax.tree.map(lambda x, a: x if x.dtype == a.dtype else x.astype(a.dtype),
-                            restored, target)["params"]
+        return _cast(restored, target)["params"]
 
     def saved_checksums(self, step: int) -> dict[str, Any]:
         """The checksums saved with a step ({} for checkpoints written before checksums

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 from checkpoint_fixtures import small_config
 
@@ -78,3 +79,44 @@ def test_an_edited_data_state_is_damage(run_copy, edited):
     (run_copy / "checkpoints" / "4" / "data" / "metadata").write_text(json.dumps(edited))
     message = _damage_message(run_copy)
     assert "its data/ item (the data-iterator position) differs from the checksum" in message
+
+
+def _host(tree) -> list[np.ndarray]:
+    return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
+
+
+@pytest.mark.parametrize("saved_dtype, run_dtype", [("float32", "bfloat16"),
+                                                    ("bfloat16", "float32")])
+def test_changing_param_dtype_resumes_by_casting(tmp_path, capsys, saved_dtype, run_dtype):
+    run_dir = tmp_path / "run"
+    saver = Trainer(small_config(run_dir, **{"model.param_dtype": saved_dtype}),
+                    devices=DEVICES, console=False)
+    saver.save(wait=True)  # step 0: no train step to compile
+    saved = _host(saver.state["params"])
+    saver.close()
+    capsys.readouterr()
+
+    trainer = _resume(run_dir, **{"model.param_dtype": run_dtype})
+    out = capsys.readouterr().out
+    assert trainer.step == 0
+    assert f"checkpoint step 0 holds other dtypes than this run (model.param_dtype={run_dtype})" \
+        in out
+    assert f"array(s) {saved_dtype} -> {run_dtype} (params." in out
+    assert "resumed from step 0" in out
+    params = _host(trainer.state["params"])
+    moments = jax.tree.leaves(trainer.state["opt_state"])
+    assert {x.dtype.name for x in params} == {run_dtype}
+    assert run_dtype in {x.dtype.name for x in moments}
+    for got, want in zip(params, saved, strict=True):
+        np.testing.assert_array_equal(got, want.astype(got.dtype))
+    trainer.close()
+
+
+def test_values_are_checked_in_their_saved_dtype_before_the_cast(run_copy):
+    checksums_file = run_copy / "checkpoints" / "4" / "checksums" / "metadata"
+    saved = json.loads(checksums_file.read_text())
+    saved["params.lm_head.kernel"] ^= 1
+    checksums_file.write_text(json.dumps(saved))
+    with pytest.raises(CheckpointError, match="1 array.s. differ from the checksums saved with "
+                                              "them: params.lm_head.kernel"):
+        _resume(run_copy, **{"model.param_dtype": "bfloat16"})

@@ -26,7 +26,7 @@ from ml_collections import ConfigDict
 
 from jaxtrain import config as config_lib
 from jaxtrain import mesh_check, perf, sharding
-from jaxtrain.checkpoint import Checkpointer, from_jsonable, to_jsonable
+from jaxtrain.checkpoint import Checkpointer, describe_dtype_changes, from_jsonable, to_jsonable
 from jaxtrain.data import pipeline
 from jaxtrain.data.prepare import prepare_data
 from jaxtrain.metrics import MetricsWriter
@@ -125,8 +125,13 @@ class Trainer:
                 return state_lib.init_state(self.spec, self.tx, self.layout, self.cfg.run.seed)
         self._status(f"restoring checkpoint step {latest} from {self.checkpointer.directory}...")
         restore_start = time.perf_counter()
+        cast = self.checkpointer.dtype_changes(latest, self.layout.abstract)
         state, data_state, _ = self.checkpointer.restore(latest, self.layout.abstract)
         self._restored_step = latest
+        if cast:
+            self._log(f"checkpoint step {latest} holds other dtypes than this run "
+                      f"(model.param_dtype={self.cfg.model.param_dtype}); cast after checking "
+                      f"their checksums: {describe_dtype_changes(cast)}")
         if data_state:
             self.train_iter.set_state(from_jsonable(data_state))
         self._log(f"resumed from step {latest} in {self.checkpointer.directory} "
