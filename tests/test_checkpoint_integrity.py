@@ -14,6 +14,7 @@ from checkpoint_fixtures import small_config
 
 from jaxtrain import inspect_run
 from jaxtrain.checkpoint import CheckpointError
+from jaxtrain.models.spec import ConfigError
 from jaxtrain.train.trainer import Trainer
 
 DEVICES = jax.devices()[:1]
@@ -120,3 +121,57 @@ def test_values_are_checked_in_their_saved_dtype_before_the_cast(run_copy):
     with pytest.raises(CheckpointError, match="1 array.s. differ from the checksums saved with "
                                               "them: params.lm_head.kernel"):
         _resume(run_copy, **{"model.param_dtype": "bfloat16"})
+
+
+def test_changed_batch_order_settings_are_refused_with_the_differences(run_copy):
+    with pytest.raises(ConfigError) as info:
+        _resume(run_copy, **{"train.seq_len": 16, "train.global_batch_size": 16,
+                             "run.seed": 7})
+    lines = str(info.value).splitlines()
+    assert lines[0] == (f"checkpoint step 4 in {run_copy / 'checkpoints'} was saved with other "
+                        "data settings than this run; its saved data position would point "
+                        "into other batches:")
+    assert lines[1:4] == ["  train.seq_len: checkpoint 32, now 16",
+                          "  train.global_batch_size: checkpoint 8, now 16",
+                          "  run.seed: checkpoint 0, now 7"]
+    assert "--config.data.reset=true" in lines[4]
+
+
+def test_data_reset_keeps_the_state_and_reads_the_new_data_from_the_start(run_copy, capsys):
+    trainer = _resume(run_copy, **{"run.seed": 7, "data.reset": True})
+    out = capsys.readouterr().out
+    assert trainer.step == 4  # model and optimizer state of step 4
+    assert trainer.train_iter.get_state() == {"next_index": 0}
+    assert ("data.reset=true: the data settings changed since checkpoint step 4 (run.seed: "
+            "checkpoint 0, now 7); reading the new data from its first batch") in out
+    trainer.run(1)  # saves step 5 on its way out
+    trainer.close()
+    # The next resume (same command, reset still set) continues the new stream.
+    trainer = _resume(run_copy, **{"run.seed": 7, "data.reset": True})
+    assert trainer.step == 5
+    assert "data.reset=true ignored" in capsys.readouterr().out
+    assert trainer.train_iter.get_state() == {"next_index": 1}
+    trainer.close()
+
+
+def test_unchanged_settings_resume_the_data_position(run_copy):
+    trainer = _resume(run_copy, **{"train.micro_batch_size": 4, "data.prefetch": 1})
+    assert trainer.train_iter.get_state() == {"next_index": 4}
+    trainer.close()
+
+
+def test_other_data_paths_are_refused(tmp_path, datatrove_corpus):
+    other = tmp_path / "other"
+    shutil.copytree(datatrove_corpus.folder, other)
+    data = {"data.kind": "datatrove", "data.tokenizer": str(datatrove_corpus.tokenizer)}
+    run_dir = tmp_path / "run"
+    saver = Trainer(small_config(run_dir, **data, **{"data.paths": str(datatrove_corpus.folder)}),
+                    devices=DEVICES, console=False)
+    saver.save(wait=True)
+    saver.close()
+    with pytest.raises(ConfigError, match=f"data.paths: checkpoint '{datatrove_corpus.folder}', "
+                                          f"now '{other}'"):
+        _resume(run_dir, **data, **{"data.paths": str(other)})
+    # The same folder written differently is the same data.
+    trainer = _resume(run_dir, **data, **{"data.paths": f" {datatrove_corpus.folder}/"})
+    trainer.close()

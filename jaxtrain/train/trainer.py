@@ -28,6 +28,7 @@ from jaxtrain import config as config_lib
 from jaxtrain import mesh_check, perf, sharding
 from jaxtrain.checkpoint import Checkpointer, describe_dtype_changes, from_jsonable, to_jsonable
 from jaxtrain.data import pipeline
+from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
 from jaxtrain.metrics import MetricsWriter
 from jaxtrain.models.spec import ConfigError
@@ -123,6 +124,7 @@ class Trainer:
         if latest is None:
             with self._mesh_context():
                 return state_lib.init_state(self.spec, self.tx, self.layout, self.cfg.run.seed)
+        data_changes = self._data_changes(latest)
         self._status(f"restoring checkpoint step {latest} from {self.checkpointer.directory}...")
         restore_start = time.perf_counter()
         cast = self.checkpointer.dtype_changes(latest, self.layout.abstract)
@@ -132,11 +134,30 @@ class Trainer:
             self._log(f"checkpoint step {latest} holds other dtypes than this run "
                       f"(model.param_dtype={self.cfg.model.param_dtype}); cast after checking "
                       f"their checksums: {describe_dtype_changes(cast)}")
-        if data_state:
+        if data_changes:
+            self._log(f"data.reset=true: the data settings changed since checkpoint step "
+                      f"{latest} ({'; '.join(data_changes)}); reading the new data from its "
+                      "first batch, with the model and optimizer state of that step")
+        elif data_state:
             self.train_iter.set_state(from_jsonable(data_state))
         self._log(f"resumed from step {latest} in {self.checkpointer.directory} "
                   f"({time.perf_counter() - restore_start:.1f}s)")
         return state
+
+    def _data_changes(self, step: int) -> list[str]:
+        """The batch-order settings changed since checkpoint `step`: ConfigError unless
+        data.reset allows starting the new data afresh (see jaxtrain.data.resume)."""
+        try:
+            saved = self.checkpointer.restore_config(step)
+        except Exception:  # unreadable: the restore that follows reports the damage
+            return []
+        changes = data_resume.data_changes(saved, self.cfg)
+        if changes and not self.cfg.data.reset:
+            raise ConfigError(data_resume.refusal(step, self.checkpointer.directory, changes))
+        if self.cfg.data.reset and not changes:
+            self._log(f"data.reset=true ignored: the data settings are those of checkpoint step "
+                      f"{step}, so the data stream continues where it stopped")
+        return changes
 
     def _compile_functions(self) -> None:
         options = loss_options(self.cfg.train)
