@@ -270,13 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     from jaxtrain.data.errors import DataError
     from jaxtrain.distributed import DistributedError
     from jaxtrain.models.spec import ConfigError
+    from jaxtrain.run_lock import RunLockError
     from jaxtrain.sharding import MeshError
     from jaxtrain.train.trainer import TrainingError
 
     try:
         return handlers[command](argv)
     except (ConfigError, DataError, CheckpointError, MeshError, TrainingError,
-            DistributedError, FileNotFoundError) as e:
+            DistributedError, RunLockError, FileNotFoundError) as e:
         print(f"jaxtrain {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a second SIGINT/SIGTERM: stop now, without a checkpoint

@@ -32,6 +32,7 @@ from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
 from jaxtrain.metrics import MetricsWriter
 from jaxtrain.models.spec import ConfigError
+from jaxtrain.run_lock import RunLock
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
 from jaxtrain.train.step import eval_step, loss_options, train_step
@@ -46,6 +47,16 @@ class Trainer:
 
     def __init__(self, cfg: ConfigDict, *, devices: list[Any] | None = None,
                  console: bool = True):
+        # Taken once the config is validated, before anything reads or writes the run
+        # directory, and held until close(); released here if building fails.
+        self.run_lock = RunLock(config_lib.run_dir(cfg))
+        try:
+            self._build(cfg, devices, console)
+        except BaseException:
+            self.run_lock.release()
+            raise
+
+    def _build(self, cfg: ConfigDict, devices: list[Any] | None, console: bool) -> None:
         self.cfg = cfg
         self.console = console
         prepare_data(cfg, progress=self._status if console else None)
@@ -63,6 +74,8 @@ class Trainer:
         self.tx = make_optimizer(cfg.optim, cfg.train.steps)
         self.run_dir = config_lib.run_dir(cfg)
         self.is_primary = jax.process_index() == 0
+        if self.is_primary:  # only process 0 writes run-directory files
+            self.run_lock.acquire(self._log)
         with self._mesh_context():
             self.layout = state_lib.state_layout(self.spec, self.tx, self.mesh, self.rules)
         self.num_params = state_lib.count_params(self.layout.abstract["params"])
@@ -354,9 +367,12 @@ class Trainer:
         return record
 
     def close(self) -> None:
-        """Flushes metrics and waits for checkpoints."""
-        self.checkpointer.close()
-        self.metrics.close()
+        """Flushes metrics, waits for checkpoints and releases the run directory."""
+        try:
+            self.checkpointer.close()
+            self.metrics.close()
+        finally:
+            self.run_lock.release()
 
 
 def print_sample(trainer: Trainer) -> str:
@@ -396,4 +412,6 @@ def train(cfg: ConfigDict) -> dict[str, Any]:
     finally:
         if not trainer.aborted:
             trainer.close()
+        else:  # aborted: no waiting for saves, but the run directory is free again
+            trainer.run_lock.release()
 
