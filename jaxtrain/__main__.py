@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                 "checkpoints": checkpoints_main, "plot": plot_main, "runs": runs_main}
     from jaxtrain.checkpoint import CheckpointError
     from jaxtrain.data.errors import DataError
+    from jaxtrain.disk_full import DiskFullError
     from jaxtrain.distributed import DistributedError
     from jaxtrain.models.spec import ConfigError
     from jaxtrain.run_lock import RunLockError
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handlers[command](argv)
     except (ConfigError, DataError, CheckpointError, MeshError, TrainingError,
-            DistributedError, RunLockError, FileNotFoundError) as e:
+            DistributedError, RunLockError, DiskFullError, FileNotFoundError) as e:
         print(f"jaxtrain {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a second SIGINT/SIGTERM: stop now, without a checkpoint

@@ -9,6 +9,7 @@ complete step is used instead, and a writer removes the leftover folder when it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from pathlib import Path
@@ -20,6 +21,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxtrain import checksums as checksums_lib
+from jaxtrain import disk_full
 
 # Orbax names a step folder being written `<step>` + this (+ a suffix in some versions).
 TMP_MARKER = ".orbax-checkpoint-tmp"
@@ -157,11 +159,33 @@ class Checkpointer:
             config=ocp.args.JsonSave(json.loads(json.dumps(config, default=str))),
             checksums=ocp.args.JsonSave(checksums_lib.record(state, data)),
         )
-        self._manager.save(step, args=args, force=True)
+        with self._disk_full_reported():
+            self._manager.save(step, args=args, force=True)
 
     def wait(self) -> None:
         """Blocks until every pending save is durable."""
-        self._manager.wait_until_finished()
+        with self._disk_full_reported():
+            self._manager.wait_until_finished()
+
+    def complete_steps_on_disk(self) -> list[int]:
+        """Committed step folders, listed afresh (the manager's list may hold a failed save)."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+
+    @contextlib.contextmanager
+    def _disk_full_reported(self):
+        """A full disk from a save (now or in the background) becomes one DiskFullError line."""
+        try:
+            yield
+        except Exception as e:
+            if not disk_full.is_disk_full(e):
+                raise
+            steps = self.complete_steps_on_disk()
+            intact = (f"the checkpoints already complete there (latest: step {steps[-1]}) are "
+                      "intact" if steps else "no checkpoint was complete yet")
+            raise disk_full.disk_full_error(self.directory, "writing a checkpoint",
+                                            intact) from e
 
     def saved_metadata(self, step: int, attr: str = "shape") -> dict[str, Any]:
         """{array name: shape (or dtype)} of a step's state, from its metadata alone."""
@@ -328,8 +352,10 @@ class Checkpointer:
 
     def close(self) -> None:
         """Waits for pending saves and releases the manager."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        try:
+            self.wait()
+        finally:
+            self._manager.close()
 
 
 def to_jsonable(value: Any) -> Any:

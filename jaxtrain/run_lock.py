@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jaxtrain.disk_full import disk_full_error, is_disk_full
+
 LOCK_NAME = ".jaxtrain.lock"
 # flock on a filesystem that does not support it (NFS without lockd, some FUSE mounts).
 _NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
@@ -102,12 +104,18 @@ class RunLock:
                 (os.getpid(), socket.gethostname()):
             log(f"taking over the lock of run directory {self.run_dir} left by "
                 f"{_holder(record)}, which stopped without releasing it")
-        self._file.seek(0)
-        self._file.truncate()
-        self._file.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                     "since": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
-        self._file.flush()
         _HELD.add(self.path)
+        try:
+            self._file.seek(0)
+            self._file.truncate()
+            self._file.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                         "since": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+            self._file.flush()
+        except OSError as e:
+            self.release()
+            if is_disk_full(e):
+                raise disk_full_error(self.run_dir, f"writing {LOCK_NAME}") from e
+            raise
 
     def _lock(self) -> dict[str, Any]:
         """Locks the open file; returns the record of the previous holder (if any)."""

@@ -30,6 +30,7 @@ from jaxtrain.checkpoint import Checkpointer, describe_dtype_changes, from_jsona
 from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
+from jaxtrain.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
 from jaxtrain.metrics import MetricsWriter
 from jaxtrain.models.spec import ConfigError
 from jaxtrain.run_lock import RunLock
@@ -260,7 +261,12 @@ class Trainer:
     def _write_run_config(self) -> None:
         if self.is_primary:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.json").write_text(self.cfg.to_json_best_effort(indent=2))
+            try:
+                (self.run_dir / "config.json").write_text(self.cfg.to_json_best_effort(indent=2))
+            except OSError as e:
+                if is_disk_full(e):
+                    raise disk_full_error(self.run_dir, "writing config.json") from e
+                raise
 
     def run(self, steps: int | None = None) -> dict[str, Any]:
         """Trains `steps` more steps (default: up to train.steps); returns the last metrics."""
@@ -396,6 +402,7 @@ def print_sample(trainer: Trainer) -> str:
 
 def train(cfg: ConfigDict) -> dict[str, Any]:
     """Trains to train.steps (resuming if possible) and returns the final metrics."""
+    quiet_writer_logs()  # a full disk is reported once, as one line, not by each writer thread
     trainer = Trainer(cfg)
     try:
         last = trainer.run()
