@@ -189,22 +189,36 @@ class ConsoleSink:
 
 
 class MetricsWriter:
-    """Fans one record out to every sink; only the first process writes."""
+    """Fans one record out to every sink; only the first process writes.
+
+    The files (metrics.jsonl, a TensorBoard event file) are opened at the first record, so a
+    trainer that writes nothing (a rerun of a finished run) leaves the run directory as it was.
+    """
 
     def __init__(self, run_dir: Path, total_steps: int, *, is_primary: bool = True,
                  progress: bool = True, console: bool = True):
+        self.run_dir = run_dir
         self.sinks: list[Any] = []
-        if not is_primary:
-            return
-        self.sinks.append(JsonlSink(run_dir / "metrics.jsonl"))
-        try:
-            self.sinks.append(TensorBoardSink(run_dir / "tensorboard"))
-        except ImportError:
-            pass  # TensorBoard is optional; the JSONL file carries everything.
-        if console:
+        self._to_open = is_primary
+        if is_primary and console:
             self.sinks.append(ConsoleSink(total_steps, progress=progress))
 
+    def _open_files(self) -> None:
+        self._to_open = False
+        self.sinks.insert(0, JsonlSink(self.run_dir / "metrics.jsonl"))
+        try:
+            self.sinks.insert(1, TensorBoardSink(self.run_dir / "tensorboard"))
+        except ImportError:
+            pass  # TensorBoard is optional; the JSONL file carries everything.
+        except OSError as e:
+            if is_disk_full(e):
+                raise disk_full_error(self.run_dir / "tensorboard",
+                                      "creating a TensorBoard event file") from e
+            raise
+
     def write(self, step: int, metrics: dict[str, Any]) -> None:
+        if self._to_open:
+            self._open_files()
         for sink in self.sinks:
             sink.write(step, metrics)
 

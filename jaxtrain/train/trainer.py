@@ -31,7 +31,7 @@ from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
 from jaxtrain.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
-from jaxtrain.metrics import MetricsWriter
+from jaxtrain.metrics import MetricsWriter, read_jsonl
 from jaxtrain.models.spec import ConfigError
 from jaxtrain.run_lock import RunLock
 from jaxtrain.train import state as state_lib
@@ -400,11 +400,41 @@ def print_sample(trainer: Trainer) -> str:
     return text
 
 
+def _final_eval_missing(trainer: Trainer) -> bool:
+    """Whether metrics.jsonl lacks the validation of the last step (a run stopped between its
+    final checkpoint and its final evaluation). Process 0 reads the file and decides for all."""
+    missing = False
+    if trainer.make_eval_iter is not None and trainer.is_primary:
+        path = trainer.run_dir / "metrics.jsonl"
+        records = read_jsonl(path) if path.is_file() else []
+        missing = not any(r.get("step") == trainer.step and "val_loss" in r for r in records)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        missing = bool(multihost_utils.broadcast_one_to_all(np.asarray(missing)))
+    return missing
+
+
+def _finished(trainer: Trainer) -> dict[str, Any]:
+    """A rerun of a finished run: writes nothing (unless its final validation never was)."""
+    final_eval = trainer.evaluate() if _final_eval_missing(trainer) else {}
+    if final_eval:
+        trainer.metrics.write(trainer.step, final_eval)
+    trainer._log(f"run {trainer.run_dir} is finished at step {trainer.step} "
+                 f"(train.steps={trainer.cfg.train.steps}); its checkpoints are in "
+                 f"{trainer.checkpointer.directory}. Nothing to train"
+                 + ("; the final validation, missing from metrics.jsonl, was recorded."
+                    if final_eval else ", nothing changed."))
+    return final_eval
+
+
 def train(cfg: ConfigDict) -> dict[str, Any]:
     """Trains to train.steps (resuming if possible) and returns the final metrics."""
     quiet_writer_logs()  # a full disk is reported once, as one line, not by each writer thread
     trainer = Trainer(cfg)
     try:
+        if trainer.step >= cfg.train.steps:
+            return _finished(trainer)
         last = trainer.run()
         if trainer.stopped_by_signal:
             return last  # preempted: the grace period is for the checkpoint, not evaluation
