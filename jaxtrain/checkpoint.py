@@ -181,6 +181,10 @@ class Checkpointer:
         except Exception as e:
             if not disk_full.is_disk_full(e):
                 raise
+            try:  # an earlier save still in flight may yet complete: report it if it does
+                self._manager.wait_until_finished()
+            except Exception:  # the same full disk, already being reported
+                pass
             steps = self.complete_steps_on_disk()
             intact = (f"the checkpoints already complete there (latest: step {steps[-1]}) are "
                       "intact" if steps else "no checkpoint was complete yet")
