@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import sys
 from pathlib import Path
+from typing import Any
 
 _MARKERS = ("No space left on device", "os_error_code='28'", "[Errno 28]")
 
@@ -56,9 +58,27 @@ class _QuietDiskFull(logging.Filter):
                     or (record.exc_info and is_disk_full(record.exc_info[1])))
 
 
+def _ignore_closed_loop_callbacks(unraisable: Any) -> None:
+    """sys.unraisablehook: drops the RuntimeError of a TensorStore write completing after the
+    failed save that started it closed its event loop; passes everything else on."""
+    error = unraisable.exc_value
+    if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
+        return
+    _previous_unraisablehook(unraisable)
+
+
+_previous_unraisablehook = sys.unraisablehook
+
+
 def quiet_writer_logs() -> None:
-    """Keeps Orbax's background threads from logging a full disk with tracebacks (absl logger);
-    the trainer reports it as one DiskFullError line."""
-    logger = logging.getLogger("absl")
-    if not any(isinstance(f, _QuietDiskFull) for f in logger.filters):
-        logger.addFilter(_QuietDiskFull())
+    """Keeps a full disk from being reported again by the writers' own threads: Orbax (absl
+    logger) and asyncio log it with tracebacks, and the other writes of the failed save end on
+    a closed event loop. The trainer reports it once, as DiskFullError."""
+    for name in ("absl", "asyncio"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _QuietDiskFull) for f in logger.filters):
+            logger.addFilter(_QuietDiskFull())
+    if sys.unraisablehook is not _ignore_closed_loop_callbacks:
+        global _previous_unraisablehook
+        _previous_unraisablehook = sys.unraisablehook
+        sys.unraisablehook = _ignore_closed_loop_callbacks

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from conftest import REPO
 
 from jaxtrain import metrics as metrics_lib
 from jaxtrain.__main__ import main
-from jaxtrain.disk_full import DiskFullError, is_disk_full
+from jaxtrain.disk_full import DiskFullError, is_disk_full, quiet_writer_logs
 from jaxtrain.metrics import JsonlSink, read_jsonl, read_records
 from jaxtrain.plot import load_run_metrics
 from jaxtrain.run_report import build_report, format_report
@@ -52,6 +53,16 @@ def test_disk_full_is_recognised_in_an_exception_chain():
     except RuntimeError as outer:
         assert is_disk_full(outer)
     assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
+
+
+def test_writer_threads_do_not_report_a_full_disk_again(caplog):
+    quiet_writer_logs()
+    logging.getLogger("absl").error("_SignalingThread.run() raised an exception: %s",
+                                    ORBAX_ENOSPC)
+    logging.getLogger("asyncio").error("Task exception was never retrieved",
+                                       exc_info=(ValueError, ValueError(ORBAX_ENOSPC), None))
+    logging.getLogger("absl").error("another problem")
+    assert [r.getMessage() for r in caplog.records] == ["another problem"]
 
 
 def test_a_metric_write_that_hits_a_full_disk_leaves_only_whole_lines(tmp_path, monkeypatch):
@@ -172,7 +183,6 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", str(mount_point)], check=True)
 
 
-@pytest.mark.slow  # a training subprocess: about 25 s on two cores
 def test_a_real_full_disk_gives_one_line_and_a_readable_run(tiny_disk):
     run_dir = tiny_disk / "run"
     result = subprocess.run([sys.executable, "-m", "jaxtrain", *_cli_args(run_dir)], cwd=REPO,
