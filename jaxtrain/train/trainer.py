@@ -376,9 +376,11 @@ class Trainer:
         """Flushes metrics, waits for checkpoints and releases the run directory."""
         try:
             self.checkpointer.close()
-            self.metrics.close()
-        finally:
-            self.run_lock.release()
+        finally:  # after a failed save too: close the metric files, free the run directory
+            try:
+                self.metrics.close()
+            finally:
+                self.run_lock.release()
 
 
 def print_sample(trainer: Trainer) -> str:
