@@ -74,6 +74,8 @@ def get_config() -> ConfigDict:
     c.data.shuffle = True  # shuffle windows (a new order each epoch, from run.seed)
     c.data.worker_count = 0  # grain worker processes; 0 reads in the training process
     c.data.prefetch = 4  # batches read ahead by background threads
+    c.data.reset = False  # resume with changed paths/batch/seq_len/seed: read the new data from
+    #                       its first batch, keeping model and optimizer state (else refused)
 
     c.checkpoint = ConfigDict()
     c.checkpoint.dir = ""  # checkpoint folder; "" = <run dir>/checkpoints

@@ -305,8 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     from jaxtrain import distributed
     from jaxtrain.checkpoint import CheckpointError
     from jaxtrain.data.errors import DataError
+    from jaxtrain.disk_full import DiskFullError
     from jaxtrain.distributed import DistributedError
     from jaxtrain.models.spec import ConfigError
+    from jaxtrain.run_lock import RunLockError
     from jaxtrain.sharding import MeshError
     from jaxtrain.train.trainer import TrainingError
 
@@ -315,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handlers[command](argv)
     except (ConfigError, DataError, CheckpointError, MeshError, TrainingError,
-            DistributedError, FileNotFoundError) as e:
+            DistributedError, RunLockError, DiskFullError, FileNotFoundError) as e:
         print(f"jaxtrain {command}: error: {e}", file=sys.stderr)
         distributed.abandon(2)
         return 2

@@ -9,19 +9,24 @@ complete step is used instead, and a writer removes the leftover folder when it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxtrain import checksums as checksums_lib
+from jaxtrain import disk_full
 
 # Orbax names a step folder being written `<step>` + this (+ a suffix in some versions).
 TMP_MARKER = ".orbax-checkpoint-tmp"
+# The items of a step folder, each a subfolder; Orbax lists those written in the step's metadata.
+ITEMS = ("state", "data", "config", "checksums")
 
 
 class CheckpointError(RuntimeError):
@@ -36,6 +41,30 @@ def _shape_tree(metadata: Any, attr: str = "shape") -> dict[str, Any]:
             # Metadata stores named tuples as dicts: compare by the bare key names.
             flat[checksums_lib.leaf_name(path)] = tuple(value) if attr == "shape" else value
     return flat
+
+
+def _castable(saved: str, wanted: str) -> bool:
+    """Floating-point arrays convert between widths (a bfloat16 run from a float32 checkpoint
+    and back); integers and booleans are counters and masks whose dtype is part of the model."""
+    return all(jnp.issubdtype(np.dtype(d), jnp.floating) for d in (saved, wanted))
+
+
+def _cast(restored: Any, target: Any) -> Any:
+    """`restored` with each array cast to the dtype of its `target` leaf where they differ."""
+    return jax.tree.map(lambda x, a: x if x.dtype == a.dtype else x.astype(a.dtype),
+                        restored, target)
+
+
+def describe_dtype_changes(changes: list[tuple[str, str, str]]) -> str:
+    """'36 arrays float32 -> bfloat16 (params.embed.embedding, ...)', one part per pair."""
+    pairs: dict[tuple[str, str], list[str]] = {}
+    # Parameters first: the optimizer's moments follow them.
+    for name, saved, wanted in sorted(changes, key=lambda c: (not c[0].startswith("params."),
+                                                               c[0])):
+        pairs.setdefault((saved, wanted), []).append(name)
+    return "; ".join(f"{len(names)} array(s) {saved} -> {wanted} ({', '.join(names[:3])}"
+                     f"{', ...' if len(names) > 3 else ''})"
+                     for (saved, wanted), names in pairs.items())
 
 
 def unfinished_saves(directory: Path) -> list[Path]:
@@ -89,9 +118,7 @@ class Checkpointer:
             self._manager = ocp.CheckpointManager(
                 self.directory, options=options,
                 item_handlers={"state": ocp.StandardCheckpointHandler(),
-                               "data": ocp.JsonCheckpointHandler(),
-                               "config": ocp.JsonCheckpointHandler(),
-                               "checksums": ocp.JsonCheckpointHandler()})
+                               **{name: ocp.JsonCheckpointHandler() for name in ITEMS[1:]}})
         except OSError as e:
             raise CheckpointError(f"cannot use checkpoint folder {self.directory}: {e}. "
                                   "Point checkpoint.dir at a writable folder.") from e
@@ -125,17 +152,44 @@ class Checkpointer:
         Blocks only until the state has been computed and copied off the devices (so the
         caller may donate its buffers right after); the files are written in the background.
         """
+        data = data_state if data_state is not None else {}
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),
-            data=ocp.args.JsonSave(data_state if data_state is not None else {}),
+            data=ocp.args.JsonSave(data),
             config=ocp.args.JsonSave(json.loads(json.dumps(config, default=str))),
-            checksums=ocp.args.JsonSave(checksums_lib.checksums(state)),
+            checksums=ocp.args.JsonSave(checksums_lib.record(state, data)),
         )
-        self._manager.save(step, args=args, force=True)
+        with self._disk_full_reported():
+            self._manager.save(step, args=args, force=True)
 
     def wait(self) -> None:
         """Blocks until every pending save is durable."""
-        self._manager.wait_until_finished()
+        with self._disk_full_reported():
+            self._manager.wait_until_finished()
+
+    def complete_steps_on_disk(self) -> list[int]:
+        """Committed step folders, listed afresh (the manager's list may hold a failed save)."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+
+    @contextlib.contextmanager
+    def _disk_full_reported(self):
+        """A full disk from a save (now or in the background) becomes one DiskFullError line."""
+        try:
+            yield
+        except Exception as e:
+            if not disk_full.is_disk_full(e):
+                raise
+            try:  # an earlier save still in flight may yet complete: report it if it does
+                self._manager.wait_until_finished()
+            except Exception:  # the same full disk, already being reported
+                pass
+            steps = self.complete_steps_on_disk()
+            intact = (f"the checkpoints already complete there (latest: step {steps[-1]}) are "
+                      "intact" if steps else "no checkpoint was complete yet")
+            raise disk_full.disk_full_error(self.directory, "writing a checkpoint",
+                                            intact) from e
 
     def saved_metadata(self, step: int, attr: str = "shape") -> dict[str, Any]:
         """{array name: shape (or dtype)} of a step's state, from its metadata alone."""
@@ -145,7 +199,8 @@ class Checkpointer:
             return {}
 
     def check_compatible(self, step: int, abstract_state: Any, partial: bool = False) -> None:
-        """Raises CheckpointError listing arrays whose shapes differ from this run's model.
+        """Raises CheckpointError listing arrays whose shapes differ from this run's model, or
+        whose dtypes differ in a way a cast cannot bridge (see `dtype_changes`).
 
         `partial`: `abstract_state` is a subtree (e.g. only params); other saved arrays are
         not reported.
@@ -159,28 +214,76 @@ class Checkpointer:
         differ = [f"{k}: checkpoint {saved_shapes[k]} vs model {expected[k]}"
                   for k in sorted(set(expected) & set(saved_shapes))
                   if saved_shapes[k] != expected[k]]
-        if missing or extra or differ:
+        uncastable = [f"{name}: checkpoint {saved} vs model {wanted}"
+                      for name, saved, wanted in self.dtype_changes(step, abstract_state)
+                      if not _castable(saved, wanted)]
+        if missing or extra or differ or uncastable:
             lines = [f"checkpoint step {step} in {self.directory} does not match this model:"]
             lines += [f"  shape {d}" for d in differ[:10]]
+            lines += [f"  dtype {d}" for d in uncastable[:10]]
             lines += [f"  missing in checkpoint: {k}" for k in missing[:10]]
             lines += [f"  not in model: {k}" for k in extra[:10]]
             lines.append("Use the config the checkpoint was written with (its config is saved "
                          "beside it), or point checkpoint.dir at a new folder.")
             raise CheckpointError("\n".join(lines))
 
+    def dtype_changes(self, step: int, abstract_state: Any) -> list[tuple[str, str, str]]:
+        """(array name, saved dtype, this run's dtype) of every array stored in another dtype
+        than `abstract_state` asks for (e.g. after changing model.param_dtype)."""
+        saved = self.saved_metadata(step, "dtype")
+        wanted = _shape_tree(abstract_state, "dtype")
+        return [(name, np.dtype(saved[name]).name, np.dtype(wanted[name]).name)
+                for name in sorted(set(saved) & set(wanted))
+                if np.dtype(saved[name]) != np.dtype(wanted[name])]
+
+    def _as_saved(self, step: int, target: Any) -> Any:
+        """`target`'s ShapeDtypeStructs with each array's saved dtype: arrays are read as they
+        were written, so their checksums can be checked, and cast afterwards."""
+        dtypes = self.saved_metadata(step, "dtype")
+        return jax.tree_util.tree_map_with_path(
+            lambda path, a: jax.ShapeDtypeStruct(
+                a.shape, dtypes.get(checksums_lib.leaf_name(path), a.dtype), sharding=a.sharding),
+            target)
+
+    def listed_items(self, step: int) -> tuple[str, ...]:
+        """The items a step's Orbax metadata says were written (all of ITEMS if unreadable).
+
+        Checkpoints written before checksums existed list no `checksums` item; every later
+        one does, so a missing `checksums/` folder is damage, not an old format.
+        """
+        try:
+            listed = tuple(self._manager.metadata(step).item_handlers or ())
+        except Exception:  # metadata unreadable: expect everything a checkpoint holds today
+            listed = ()
+        return listed or ITEMS
+
+    def check_items(self, step: int) -> None:
+        """CheckpointError when an item the step's metadata lists has no folder."""
+        missing = [name for name in self.listed_items(step)
+                   if not (self.step_dir(step) / name).is_dir()]
+        if missing:
+            names = ", ".join(f"{name}/" for name in missing)
+            raise CheckpointError(self._damaged(
+                step, f"missing item(s) {names}: the step's metadata lists them as written"))
+
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, Any, dict[str, Any]]:
-        """(state placed as `abstract_state`'s shardings say, data state, config dict)."""
+        """(state placed as `abstract_state`'s shardings say, data state, config dict).
+
+        Every item the step lists must be present; the arrays and the data state are checked
+        against the checksums saved with them.
+        """
         self.check_compatible(step, abstract_state)
+        self.check_items(step)
         try:
             restored = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state),
+                state=ocp.args.StandardRestore(self._as_saved(step, abstract_state)),
                 data=ocp.args.JsonRestore(),
                 config=ocp.args.JsonRestore(),
             ))
         except Exception as e:  # TensorStore raises bare Exceptions for unreadable chunks
             raise CheckpointError(self._damaged(step, _first_line(e))) from e
-        self.verify_checksums(step, restored["state"])
-        return restored["state"], restored["data"], restored["config"]
+        self.verify_checksums(step, restored["state"], restored["data"])
+        return _cast(restored["state"], abstract_state), restored["data"], restored["config"]
 
     def restore_params(self, step: int, abstract_params: Any) -> Any:
         """Only the parameters of a step, placed and cast as `abstract_params` says.
@@ -190,11 +293,8 @@ class Checkpointer:
         """
         target = {"params": abstract_params}
         self.check_compatible(step, target, partial=True)
-        dtypes = self.saved_metadata(step, "dtype")
-        item = jax.tree_util.tree_map_with_path(
-            lambda path, a: jax.ShapeDtypeStruct(
-                a.shape, dtypes.get(checksums_lib.leaf_name(path), a.dtype), sharding=a.sharding),
-            target)
+        self.check_items(step)
+        item = self._as_saved(step, target)
         try:
             with ocp.PyTreeCheckpointer() as reader:
                 restored = reader.restore(
@@ -204,30 +304,39 @@ class Checkpointer:
         except Exception as e:  # TensorStore raises bare Exceptions for unreadable chunks
             raise CheckpointError(self._damaged(step, _first_line(e))) from e
         self.verify_checksums(step, restored)
-        return jax.tree.map(lambda x, a: x if x.dtype == a.dtype else x.astype(a.dtype),
-                            restored, target)["params"]
+        return _cast(restored, target)["params"]
 
-    def saved_checksums(self, step: int) -> dict[str, int]:
-        """The checksums saved with a step ({} for checkpoints written without them)."""
-        if not (self.step_dir(step) / "checksums").is_dir():
+    def saved_checksums(self, step: int) -> dict[str, Any]:
+        """The checksums saved with a step ({} for checkpoints written before checksums
+        existed, whose metadata lists no `checksums` item)."""
+        if "checksums" not in self.listed_items(step):
             return {}
+        self.check_items(step)
         try:
-            return self._manager.restore(step, args=ocp.args.Composite(
-                checksums=ocp.args.JsonRestore()))["checksums"] or {}
+            saved = self._manager.restore(step, args=ocp.args.Composite(
+                checksums=ocp.args.JsonRestore()))["checksums"]
         except Exception as e:
             raise CheckpointError(
                 self._damaged(step, f"checksums unreadable: {_first_line(e)}")) from e
+        if not isinstance(saved, dict) or not saved:
+            raise CheckpointError(self._damaged(step, "its checksums/ item holds no checksums"))
+        return saved
 
-    def verify_checksums(self, step: int, tree: Any) -> None:
-        """CheckpointError naming the arrays of `tree` whose values differ from those saved."""
+    def verify_checksums(self, step: int, tree: Any, data_state: Any = None) -> None:
+        """CheckpointError naming the arrays of `tree` whose values differ from those saved,
+        or saying that `data_state` (when given) differs from the saved data state."""
         saved = self.saved_checksums(step)
         if not saved:
             return
-        bad = checksums_lib.mismatches(saved, checksums_lib.checksums(tree))
+        bad = checksums_lib.mismatches(saved, tree)
         if bad:
             raise CheckpointError(self._damaged(
                 step, f"{len(bad)} array(s) differ from the checksums saved with them: "
                       f"{', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''}"))
+        if data_state is not None and checksums_lib.data_mismatch(saved, data_state):
+            raise CheckpointError(self._damaged(
+                step, "its data/ item (the data-iterator position) differs from the checksum "
+                      "saved with it"))
 
     def _damaged(self, step: int, detail: str) -> str:
         earlier = [s for s in self.all_steps() if s < step]
@@ -247,8 +356,10 @@ class Checkpointer:
 
     def close(self) -> None:
         """Waits for pending saves and releases the manager."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        try:
+            self.wait()
+        finally:
+            self._manager.close()
 
 
 def to_jsonable(value: Any) -> Any:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from jaxtrain.metrics import read_jsonl
+from jaxtrain.metrics import read_records
 
 # file stem -> (title, y label, [(metric key, line style), ...], log scale)
 FIGURES: dict[str, tuple[str, str, list[tuple[str, str]], bool]] = {
@@ -66,7 +66,10 @@ def load_run_metrics(run_dir: str | Path) -> RunMetrics:
         raise FileNotFoundError(f"{file} does not exist: {run_dir} is not a run directory with "
                                 "metrics (train first, or check the path).")
     by_step: dict[int, dict[str, Any]] = {}
-    for record in read_jsonl(file):
+    records, notes = read_records(file)
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    for record in records:
         step = int(record.get("step", 0))
         by_step.setdefault(step, {}).update(record)
     run_dir = file.parent

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jaxtrain.metrics import read_jsonl
+from jaxtrain.metrics import read_records
 
 # Step rate from the last few logged steps: recent enough to follow a change of speed, long
 # enough to smooth the jitter of one logging interval.
@@ -35,6 +35,7 @@ class RunReport:
     checkpoint_note: str  # unfinished saves, or why the folder could not be read; "" if neither
     last_update: float | None  # unix time of the newest metric record
     steps_per_s: float | None
+    metrics_notes: list[str] = dataclasses.field(default_factory=list)  # lines skipped
 
     @property
     def step(self) -> int:
@@ -160,7 +161,7 @@ def build_report(run_dir: str | Path) -> RunReport:
         raise FileNotFoundError(f"{path} is not a directory.")
     cfg = _load_config(path)
     metrics_file = path / "metrics.jsonl"
-    records = read_jsonl(metrics_file) if metrics_file.is_file() else []
+    records, notes = read_records(metrics_file) if metrics_file.is_file() else ([], [])
     latest, val_step = _latest(records)
     steps, note = _checkpoints(path)
     times = [r["time"] for r in records if "time" in r]
@@ -169,7 +170,7 @@ def build_report(run_dir: str | Path) -> RunReport:
                      total_steps=int(total) if total else None, latest=latest,
                      val_step=val_step, checkpoints=steps, checkpoint_note=note,
                      last_update=max(times) if times else None,
-                     steps_per_s=step_rate(records))
+                     steps_per_s=step_rate(records), metrics_notes=notes)
 
 
 def duration(seconds: float) -> str:
@@ -221,6 +222,7 @@ def format_report(report: RunReport, now: float | None = None) -> str:
     rows = [("config", config_line(report.config)), ("mesh", mesh_line(report.config)),
             ("progress", progress), ("metrics", metrics_line(report)),
             ("checkpoints", ckpts), ("updated", updated), ("eta", eta_text)]
+    rows += [("warning", note) for note in report.metrics_notes]
     width = max(len(k) for k, _ in rows)
     return "\n".join([f"{report.name}  [{report.path}]"]
                      + [f"  {k.ljust(width)}  {v}" for k, v in rows])

@@ -26,11 +26,14 @@ from ml_collections import ConfigDict
 
 from jaxtrain import compile_plan, memory_plan, mesh_check, peer_watch, perf, sharding
 from jaxtrain import config as config_lib
-from jaxtrain.checkpoint import Checkpointer, from_jsonable, to_jsonable
+from jaxtrain.checkpoint import Checkpointer, describe_dtype_changes, from_jsonable, to_jsonable
 from jaxtrain.data import pipeline
+from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
-from jaxtrain.metrics import MetricsWriter
+from jaxtrain.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
+from jaxtrain.metrics import MetricsWriter, read_jsonl
 from jaxtrain.models.spec import ConfigError
+from jaxtrain.run_lock import RunLock
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
 from jaxtrain.train.step import eval_step, loss_options, train_step
@@ -47,6 +50,16 @@ class Trainer:
 
     def __init__(self, cfg: ConfigDict, *, devices: list[Any] | None = None,
                  console: bool = True):
+        # Taken once the config is validated, before anything reads or writes the run
+        # directory, and held until close(); released here if building fails.
+        self.run_lock = RunLock(config_lib.run_dir(cfg))
+        try:
+            self._build(cfg, devices, console)
+        except BaseException:
+            self.run_lock.release()
+            raise
+
+    def _build(self, cfg: ConfigDict, devices: list[Any] | None, console: bool) -> None:
         self.cfg = cfg
         self.console = console
         prepare_data(cfg, progress=self._status if console else None)
@@ -64,6 +77,8 @@ class Trainer:
         self.tx = make_optimizer(cfg.optim, cfg.train.steps)
         self.run_dir = config_lib.run_dir(cfg)
         self.is_primary = jax.process_index() == 0
+        if self.is_primary:  # only process 0 writes run-directory files
+            self.run_lock.acquire(self._log)
         with self._mesh_context():
             self.layout = state_lib.state_layout(self.spec, self.tx, self.mesh, self.rules)
         self.num_params = state_lib.count_params(self.layout.abstract["params"])
@@ -128,15 +143,40 @@ class Trainer:
         if latest is None:
             with self._mesh_context():
                 return state_lib.init_state(self.spec, self.tx, self.layout, self.cfg.run.seed)
+        data_changes = self._data_changes(latest)
         self._status(f"restoring checkpoint step {latest} from {self.checkpointer.directory}...")
         restore_start = time.perf_counter()
+        cast = self.checkpointer.dtype_changes(latest, self.layout.abstract)
         state, data_state, _ = self.checkpointer.restore(latest, self.layout.abstract)
         self._restored_step = latest
-        if data_state:
+        if cast:
+            self._log(f"checkpoint step {latest} holds other dtypes than this run "
+                      f"(model.param_dtype={self.cfg.model.param_dtype}); cast after checking "
+                      f"their checksums: {describe_dtype_changes(cast)}")
+        if data_changes:
+            self._log(f"data.reset=true: the data settings changed since checkpoint step "
+                      f"{latest} ({'; '.join(data_changes)}); reading the new data from its "
+                      "first batch, with the model and optimizer state of that step")
+        elif data_state:
             self.train_iter.set_state(from_jsonable(data_state))
         self._log(f"resumed from step {latest} in {self.checkpointer.directory} "
                   f"({time.perf_counter() - restore_start:.1f}s)")
         return state
+
+    def _data_changes(self, step: int) -> list[str]:
+        """The batch-order settings changed since checkpoint `step`: ConfigError unless
+        data.reset allows starting the new data afresh (see jaxtrain.data.resume)."""
+        try:
+            saved = self.checkpointer.restore_config(step)
+        except Exception:  # unreadable: the restore that follows reports the damage
+            return []
+        changes = data_resume.data_changes(saved, self.cfg)
+        if changes and not self.cfg.data.reset:
+            raise ConfigError(data_resume.refusal(step, self.checkpointer.directory, changes))
+        if self.cfg.data.reset and not changes:
+            self._log(f"data.reset=true ignored: the data settings are those of checkpoint step "
+                      f"{step}, so the data stream continues where it stopped")
+        return changes
 
     def _compile_functions(self) -> None:
         """Compiles the train step for the abstract state and batch, checking its memory.
@@ -243,7 +283,12 @@ class Trainer:
     def _write_run_config(self) -> None:
         if self.is_primary:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.json").write_text(self.cfg.to_json_best_effort(indent=2))
+            try:
+                (self.run_dir / "config.json").write_text(self.cfg.to_json_best_effort(indent=2))
+            except OSError as e:
+                if is_disk_full(e):
+                    raise disk_full_error(self.run_dir, "writing config.json") from e
+                raise
 
     def _dispatch(self) -> tuple[int, Any]:
         """Starts the next step on the devices; returns its number and its (future) metrics."""
@@ -360,9 +405,14 @@ class Trainer:
         return record
 
     def close(self) -> None:
-        """Flushes metrics and waits for checkpoints."""
-        self.checkpointer.close()
-        self.metrics.close()
+        """Flushes metrics, waits for checkpoints and releases the run directory."""
+        try:
+            self.checkpointer.close()
+        finally:  # after a failed save too: close the metric files, free the run directory
+            try:
+                self.metrics.close()
+            finally:
+                self.run_lock.release()
 
 
 def print_sample(trainer: Trainer) -> str:
@@ -384,10 +434,39 @@ def print_sample(trainer: Trainer) -> str:
     return text
 
 
+def _final_eval_missing(trainer: Trainer) -> bool:
+    """Whether metrics.jsonl lacks the validation of the last step (a run stopped between its
+    final checkpoint and its final evaluation). Process 0 reads the file and decides for all."""
+    missing = False
+    if trainer.make_eval_iter is not None and trainer.is_primary:
+        path = trainer.run_dir / "metrics.jsonl"
+        records = read_jsonl(path) if path.is_file() else []
+        missing = not any(r.get("step") == trainer.step and "val_loss" in r for r in records)
+    if jax.process_count() > 1:
+        missing = bool(multihost_utils.broadcast_one_to_all(np.asarray(missing)))
+    return missing
+
+
+def _finished(trainer: Trainer) -> dict[str, Any]:
+    """A rerun of a finished run: writes nothing (unless its final validation never was)."""
+    final_eval = trainer.evaluate() if _final_eval_missing(trainer) else {}
+    if final_eval:
+        trainer.metrics.write(trainer.step, final_eval)
+    trainer._log(f"run {trainer.run_dir} is finished at step {trainer.step} "
+                 f"(train.steps={trainer.cfg.train.steps}); its checkpoints are in "
+                 f"{trainer.checkpointer.directory}. Nothing to train"
+                 + ("; the final validation, missing from metrics.jsonl, was recorded."
+                    if final_eval else ", nothing changed."))
+    return final_eval
+
+
 def train(cfg: ConfigDict) -> dict[str, Any]:
     """Trains to train.steps (resuming if possible) and returns the final metrics."""
+    quiet_writer_logs()  # a full disk is reported once, as one line, not by each writer thread
     trainer = Trainer(cfg)
     try:
+        if trainer.step >= cfg.train.steps:
+            return _finished(trainer)
         last = trainer.run()
         if trainer.stopped_by_signal:
             return last  # preempted: the grace period is for the checkpoint, not evaluation
@@ -402,4 +481,6 @@ def train(cfg: ConfigDict) -> dict[str, Any]:
     finally:
         if not trainer.aborted:
             trainer.close()
+        else:  # aborted: no waiting for saves, but the run directory is free again
+            trainer.run_lock.release()
 
