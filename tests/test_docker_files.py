@@ -1,4 +1,4 @@
-"""The Dockerfiles keep their base jax and run the installed package.
+"""The Dockerfiles keep their base jax, and the documented `docker run` lines fit the images.
 
 No Docker engine needed: the Dockerfiles are parsed, and docker/jax_pins.py (the build's pin and
 check steps) runs here against this interpreter's jax and fake GPU plugin installs.
@@ -6,6 +6,7 @@ check steps) runs here against this interpreter's jax and fake GPU plugin instal
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -76,6 +77,54 @@ def test_runs_start_where_the_configs_are_without_the_source(platform):
     assert re.search(rf"configs\S* .*{workdir}/?", copies), "configs/ copied into WORKDIR"
     # The installed package must be the one that runs: no jaxtrain/ next to `python -m`.
     assert not re.search(r"(^|[\s/])jaxtrain/?(\s|$)", copies), copies
+
+
+def _docker_runs():
+    """Every `docker run` command in README.md and docs/, continuation lines joined."""
+    runs = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith("docker run"):
+                command = line
+                while command.rstrip().endswith("\\"):
+                    i += 1
+                    command = command.rstrip()[:-1] + " " + lines[i]
+                runs.append((path.name, shlex.split(command.split(" #")[0])))
+    return runs
+
+
+def test_docs_have_docker_run_lines():
+    assert len(_docker_runs()) >= 6
+
+
+@pytest.mark.parametrize("where,argv", _docker_runs())
+def test_docker_run_lines_work_as_written(where, argv):
+    image = next(a for a in argv if a.startswith("jaxtrain:") or "/jaxtrain:" in a)
+    platform = image.rsplit(":", 1)[1]
+    workdir, _ = _workdir(platform)
+    mounts = {v.split(":")[1]: v.split(":")[0] for f, v in zip(argv, argv[1:]) if f == "-v"}
+    for target in mounts:
+        assert target.startswith(f"{workdir}/"), f"{where}: {target} is outside {workdir}"
+        assert mounts[target] == "$PWD/" + target.removeprefix(f"{workdir}/"), where
+    rest = argv[argv.index(image) + 1:]
+    gpu_check = "jax.devices()" in " ".join(rest)
+    if "--entrypoint" in argv and not gpu_check:  # a tool: its folder arguments are mounted
+        folders = [a.split("/")[0] for a in rest[1:] if not a.startswith("-")]
+        assert all(f"{workdir}/{f}" in mounts for f in folders), (where, folders)
+        return
+    if not gpu_check:  # a training run
+        assert f"{workdir}/data" in mounts and f"{workdir}/runs" in mounts, where
+        paths = [a.split("=", 1)[1] for a in rest if a.startswith("--config.data.paths=")]
+        config = rest[rest.index("--config") + 1]
+        assert (REPO / config).is_file(), f"{where}: {config} is not in configs/"
+        assert paths or config == "configs/demo.py", f"{where}: no --config.data.paths"
+        assert all(p.startswith("data/") for p in paths), f"{where}: {paths} not under data/"
+    if platform == "rocm":
+        assert {"--device=/dev/kfd", "--device=/dev/dri"} <= set(argv), where
+        assert "video" in argv[argv.index("--group-add") + 1], where
+    else:
+        assert argv[argv.index("--gpus") + 1] == "all", where
 
 
 # ---------------------------------------------------------------- docker/jax_pins.py
