@@ -66,16 +66,45 @@ def _fill(sizes: dict[str, int], total: int, side: str) -> dict[str, int]:
     if len(wild) > 1:
         raise MeshError(f"mesh.{side}_*: only one axis may be -1, got {wild}.")
     known = math.prod(v for v in sizes.values() if v != -1)
+    unit = "devices per host" if side == "ici" else "hosts (processes)"
     if wild:
         if total % known:
-            raise MeshError(f"mesh.{side}_*: {total} devices are not divisible by the product "
+            raise MeshError(f"mesh.{side}_*: {total} {unit} are not divisible by the product "
                             f"of the fixed sizes {known} ({_show(sizes)}).")
         sizes[wild[0]] = total // known
     if math.prod(sizes.values()) != total:
         raise MeshError(f"mesh.{side}_* sizes multiply to {math.prod(sizes.values())} "
-                        f"({_show(sizes)}) but there are {total} devices on that side; make the "
+                        f"({_show(sizes)}) but there are {total} {unit} on that side; make the "
                         "product equal or set one axis to -1.")
     return sizes
+
+
+def _fit(mesh_cfg: Any, num_devices: int, num_slices: int) -> tuple[dict[str, int], dict[str, int]]:
+    """(ici, dcn) sizes with the -1s filled; a MeshError also says what the launch gave.
+
+    A mesh written for more hosts than were started is the usual cause, so the error names the
+    launcher settings that set the host count.
+    """
+    per_host = num_devices // max(num_slices, 1)
+    sides = {s: {a: int(mesh_cfg.get(f"{s}_{a}", 1)) for a in MESH_AXES} for s in ("ici", "dcn")}
+    try:
+        dcn = _fill(sides["dcn"], num_slices, "dcn")
+        ici = _fill(sides["ici"], per_host, "ici")
+    except MeshError as e:
+        def need(side: str) -> str:
+            fixed = math.prod(v for v in sides[side].values() if v != -1)
+            if -1 not in sides[side].values():
+                return str(fixed)
+            return "any number of" if fixed == 1 else f"a multiple of {fixed}"
+
+        raise MeshError(
+            f"{e} This launch has {num_slices} process(es) (hosts) x {per_host} devices per host "
+            f"= {num_devices} devices. The number of hosts is the launcher's process count: "
+            "NNODES for Primus' launcher, srun --nodes, torchrun --nnodes or --num-processes; "
+            "the devices are hosts x devices per host, and this mesh needs "
+            f"{need('dcn')} host(s) (mesh.dcn_*) with {need('ici')} devices each (mesh.ici_*)."
+        ) from None
+    return ici, dcn
 
 
 def _show(sizes: dict[str, int]) -> str:
@@ -85,10 +114,7 @@ def _show(sizes: dict[str, int]) -> str:
 def resolved_sizes(mesh_cfg: Any, num_devices: int, num_slices: int = 1
                    ) -> tuple[dict[str, int], dict[str, int]]:
     """(ici, dcn) size of every mesh axis with the -1 wildcards filled, as `make_mesh` does."""
-    dcn = _fill({a: int(mesh_cfg.get(f"dcn_{a}", 1)) for a in MESH_AXES}, num_slices, "dcn")
-    ici = _fill({a: int(mesh_cfg.get(f"ici_{a}", 1)) for a in MESH_AXES},
-                num_devices // num_slices, "ici")
-    return ici, dcn
+    return _fit(mesh_cfg, num_devices, num_slices)
 
 
 def make_mesh(mesh_cfg: Any, devices: Sequence[Any] | None = None) -> Mesh:
@@ -99,9 +125,7 @@ def make_mesh(mesh_cfg: Any, devices: Sequence[Any] | None = None) -> Mesh:
     """
     num_slices = jax.process_count() if devices is None else 1
     devices = list(devices if devices is not None else jax.devices())
-    dcn = _fill({a: int(mesh_cfg.get(f"dcn_{a}", 1)) for a in MESH_AXES}, num_slices, "dcn")
-    per_slice = len(devices) // num_slices
-    ici = _fill({a: int(mesh_cfg.get(f"ici_{a}", 1)) for a in MESH_AXES}, per_slice, "ici")
+    ici, dcn = _fit(mesh_cfg, len(devices), num_slices)
     ici_shape = [ici[a] for a in MESH_AXES]
     dcn_shape = [dcn[a] for a in MESH_AXES]
     if num_slices > 1:

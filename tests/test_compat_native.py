@@ -76,6 +76,20 @@ def test_torchtitan_qwen3_toml_and_bad_model(compat_samples, tmp_path):
         compat.load_foreign(bad, env={})
 
 
+def test_torchtitan_device_count_error_names_hosts_and_process_count(tmp_path):
+    path = tmp_path / "tp16.toml"
+    path.write_text('[model]\nname = "llama3"\nflavor = "debugmodel"\n[training]\nsteps = 2\n'
+                    "[parallelism]\ntensor_parallel_degree = 16\n")
+    with pytest.raises(ConfigError) as err:
+        compat.load_foreign(path, env={"NNODES": "1", "GPUS_PER_NODE": "8"})
+    message = " ".join(str(err.value).split())
+    assert "8 devices are not divisible by replicate 1 x tensor 16 x context 1 x pipeline 1" \
+        in message
+    assert "1 host(s) x 8 devices per host (NNODES=1, GPUS_PER_NODE=8)" in message
+    assert "torchrun --nnodes" in message and "WORLD_SIZE to the device count" in message
+    assert "e.g. NNODES=2 with 8 devices per host" in message
+
+
 def test_prime_rl_pretrain_sample(compat_samples):
     cfg, report = compat.load_foreign(compat_samples / "prime-hosted" / "pretrain.toml", env={})
     assert cfg.model.preset == "qwen3-0.6b"  # PrimeIntellect/Qwen3-0.6B-... -> offline table

@@ -284,3 +284,21 @@ def test_maxtext_llama2_7b(compat_samples):
     assert cfg.data.kind == "synthetic" and cfg.run.name == "llama2_7b_training"
     assert report.entries["base_emb_dim"].origin.endswith("models/llama2-7b.yml")
     assert report.by_status("unsupported") == []
+
+
+def test_device_count_error_names_hosts_and_nnodes(fake_primus):
+    exp = experiment(fake_primus, "hidden_size: 64\ntensor_model_parallel_size: 8\n"
+                                  "pipeline_model_parallel_size: 8\n")
+    with pytest.raises(ConfigError) as err:
+        compat.load_foreign(exp, env={}, allow_unsupported=True)
+    message = " ".join(str(err.value).split())
+    assert "8 devices are not divisible by tensor 8 x pipeline 8 x context 1 = 64" in message
+    assert "1 host(s) x 8 devices per host (NNODES=1 (default), GPUS_PER_NODE=8 (default))" \
+        in message
+    assert "the number of hosts is the launch's node count (srun --nodes, torchrun --nnodes), " \
+        "read from NNODES as Primus' launcher exports it" in message
+    assert "e.g. NNODES=8 with 8 devices per host" in message
+    # With the launch's real node count the same file maps.
+    cfg, report = compat.load_foreign(exp, env={"NNODES": "8", "GPUS_PER_NODE": "8"},
+                                      allow_unsupported=True)
+    assert report.world_size == 64 and cfg.mesh.ici_tensor == 8

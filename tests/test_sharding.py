@@ -32,6 +32,24 @@ def test_mesh_that_does_not_fit_shows_the_arithmetic():
         sharding.make_mesh(mesh_cfg(ici_fsdp=-1, ici_tensor=3))
 
 
+def test_mesh_errors_name_the_hosts_devices_and_the_launcher_settings():
+    # A layout written for 8 GPUs x 2 nodes, started as one process with 8 devices.
+    with pytest.raises(sharding.MeshError) as info:
+        sharding.make_mesh(mesh_cfg(ici_fsdp=-1, ici_tensor=16))
+    message = str(info.value)
+    assert "8 devices per host are not divisible by the product of the fixed sizes 16" in message
+    assert "1 process(es) (hosts) x 8 devices per host = 8 devices" in message
+    assert "NNODES for Primus' launcher, srun --nodes, torchrun --nnodes or --num-processes" \
+        in message
+    assert "needs 1 host(s) (mesh.dcn_*) with a multiple of 16 devices each" in message
+    with pytest.raises(sharding.MeshError) as info:
+        sharding.resolved_sizes(mesh_cfg(ici_fsdp=-1, dcn_data=1, dcn_fsdp=4), 16, 2)
+    message = str(info.value)
+    assert "multiply to 4" in message and "there are 2 hosts (processes) on that side" in message
+    assert "2 process(es) (hosts) x 8 devices per host = 16 devices" in message
+    assert "needs 4 host(s) (mesh.dcn_*) with any number of devices each" in message
+
+
 def test_every_logical_name_is_mapped_and_every_rule_is_used(monkeypatch):
     seen: set[str] = set()
     real = sharding.constrain

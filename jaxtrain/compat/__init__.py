@@ -164,6 +164,7 @@ def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_roo
     per_node = int(deployment.get("gpus_per_node", 8)) if nodes > 1 else int(
         deployment.get("num_train_gpus", 1))
     report.world_size, report.num_hosts = nodes * per_node, nodes
+    report.world_source = "from [deployment]"
     report.note(f"{nodes * per_node} training GPU(s) from [deployment]")
     return prime_rl.to_jaxtrain(report, doc), report
 
@@ -175,7 +176,7 @@ def _primus_framework(path: Path, env: Mapping[str, str]) -> Any:
 
 def _assume_devices(report: KeyReport, env: Mapping[str, str], known: Any) -> None:
     nodes, gpus, how = known.world_size(env)
-    report.world_size, report.num_hosts = nodes * gpus, nodes
+    report.world_size, report.num_hosts, report.world_source = nodes * gpus, nodes, how
     report.note(f"assumed {nodes} node(s) x {gpus} devices = {nodes * gpus} ({how}) for "
                 "per-device batch sizes")
 

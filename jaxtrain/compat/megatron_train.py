@@ -50,8 +50,7 @@ def _batch(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     ep = _int(r, "expert_model_parallel_size", 1)
     world = r.world_size
     if world % (tp * pp * cp):
-        raise ConfigError(f"{r.source}: {world} devices are not divisible by tensor {tp} x "
-                          f"pipeline {pp} x context {cp} parallel sizes.")
+        raise r.devices_not_divisible({"tensor": tp, "pipeline": pp, "context": cp})
     dp = world // (tp * pp * cp)
     micro = _int(r, "micro_batch_size", 1)
     s["train.global_batch_size"] = int(r.get("global_batch_size"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -70,6 +71,8 @@ class KeyReport:
         self.notes: list[str] = []
         self.world_size = 1  # devices the source assumed (for batch and mesh arithmetic)
         self.num_hosts = 1
+        self.world_source = "default"  # where they came from: "NNODES=2, GPUS_PER_NODE=8", ...
+        self.nodes_key = "NNODES"  # the variable that gives the node count
         self.default_origins: tuple[str, ...] = ()  # origins that are framework defaults
 
     # ----------------------------------------------------------------------------- reading
@@ -109,6 +112,27 @@ class KeyReport:
         """A remark about the whole file (offline tables used, assumed device count, ...)."""
         if text not in self.notes:
             self.notes.append(text)
+
+    def devices_not_divisible(self, sizes: Mapping[str, int]) -> ConfigError:
+        """The error for parallel sizes whose product does not divide the assumed devices.
+
+        It says where the device count came from and that the launch's host count sets it, so
+        a user sees which variable to change (a Primus file read without NNODES assumes 1 host).
+        """
+        need = math.prod(sizes.values())
+        per_host = max(self.world_size // max(self.num_hosts, 1), 1)
+        hosts = need // math.gcd(need, per_host)
+        layout = " x ".join(f"{name} {size}" for name, size in sizes.items())
+        key = self.nodes_key
+        return ConfigError(
+            f"{self.source}: {self.world_size} devices are not divisible by {layout} = {need}. "
+            f"They are {self.num_hosts} host(s) x {per_host} devices per host "
+            f"({self.world_source}); the number of hosts is the launch's node count (srun "
+            f"--nodes, torchrun --nnodes), read from {key} as Primus' launcher exports it "
+            f"(elsewhere set {key} to it, or WORLD_SIZE to the device count), and the run needs "
+            f"hosts x devices per host to be a multiple of {need}: e.g. {key}={hosts} with "
+            f"{per_host} devices per host. Set {key} as the launch will, or lower the parallel "
+            "sizes.")
 
     def handled(self, key: str) -> bool:
         """Whether the key already has an entry."""

@@ -298,8 +298,8 @@ def _parallel(r: KeyReport, s: dict[str, Any]) -> None:
         r.ignored("parallelism.pipeline_parallel_degree", "1: no pipeline")
     if shard < 0:
         if world % (rep * tp * cp * pp):
-            raise ConfigError(f"{r.source}: {world} devices are not divisible by replicate "
-                              f"{rep} x tensor {tp} x context {cp} x pipeline {pp}.")
+            raise r.devices_not_divisible({"replicate": rep, "tensor": tp, "context": cp,
+                                           "pipeline": pp})
         shard = world // (rep * tp * cp * pp)
     batch_degree = rep * shard
     local = int(_get(r, "training.local_batch_size"))
