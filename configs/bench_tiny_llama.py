@@ -5,9 +5,9 @@ Run:  python -m jaxtrain bench --config configs/bench_tiny_llama.py --steps 20
 Side by side with transformers + torch:  python tools/bench_vs_torch.py
 """
 
+from jaxtrain.configs import base
 from ml_collections import ConfigDict
 
-from configs import base
 from jaxtrain.models.presets import model_config
 
 

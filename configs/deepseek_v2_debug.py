@@ -4,9 +4,8 @@
 Run:  python -m jaxtrain --config configs/deepseek_v2_debug.py
 """
 
+from jaxtrain.configs.presets_common import debug_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import debug_config
 
 
 def get_config() -> ConfigDict:

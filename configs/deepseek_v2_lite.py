@@ -7,9 +7,8 @@ Run:  python -m jaxtrain --config configs/deepseek_v2_lite.py --config.data.path
 Experts shard over the `expert` mesh axis: add --config.mesh.ici_expert=8 (and lower ici_fsdp).
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

@@ -9,9 +9,9 @@ datatrove shards. It then trains a ~3M-parameter Llama for a few minutes on CPU,
 Afterwards:  python -m jaxtrain sample --run runs/demo --prompt "The module"
 """
 
+from jaxtrain.configs import base
 from ml_collections import ConfigDict
 
-from configs import base
 from jaxtrain.models.presets import model_config
 
 

@@ -4,9 +4,8 @@ sinks, biased projections, 4 biased experts with the clamped SwiGLU) on syntheti
 Run:  python -m jaxtrain --config configs/gpt_oss_debug.py
 """
 
+from jaxtrain.configs.presets_common import debug_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import debug_config
 
 
 def get_config() -> ConfigDict:

@@ -4,9 +4,8 @@ Run:  python -m jaxtrain --config configs/llama2_7b.py --config.data.paths=data/
 Llama 2 recipe: 4M-token batches of 4096-token sequences, peak lr 3e-4, 2000 warmup steps.
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

@@ -4,9 +4,8 @@ Run:  python -m jaxtrain --config configs/llama3_1_405b.py --config.data.paths=d
 Llama 3 paper recipe: peak lr 8e-5, 8000 warmup steps, cosine to 8e-7, 16M-token batches.
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

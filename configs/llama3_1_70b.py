@@ -4,9 +4,8 @@ Run:  python -m jaxtrain --config configs/llama3_1_70b.py --config.data.paths=da
 4M-token batches of 8192-token sequences (the pre-long-context stage), peak lr 1.5e-4.
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

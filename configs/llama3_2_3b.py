@@ -4,9 +4,8 @@ Run:  python -m jaxtrain --config configs/llama3_2_3b.py --config.data.paths=dat
 4M-token batches of 8192-token sequences; small enough to keep the weight matmuls' outputs.
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

@@ -4,9 +4,8 @@ Run:  python -m jaxtrain --config configs/llama3_70b.py --config.data.paths=data
 4M-token batches of 8192-token sequences, peak lr 1.5e-4 as for Llama 2 70B.
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

@@ -4,9 +4,8 @@ global-NoPE block with a shared expert and top-1 sigmoid routing) on synthetic t
 Run:  python -m jaxtrain --config configs/llama4_debug.py
 """
 
+from jaxtrain.configs.presets_common import debug_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import debug_config
 
 
 def get_config() -> ConfigDict:

@@ -10,9 +10,8 @@ Experts shard over the `expert` mesh axis: add --config.mesh.ici_expert=8; param
 moments (~6.4 TB) span hosts, so FSDP runs across them.
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

@@ -4,9 +4,8 @@ Run:  python -m jaxtrain --config configs/mistral_7b.py --config.data.paths=data
 Llama-style 7B recipe: 4M-token batches of 8192-token sequences, peak lr 3e-4.
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

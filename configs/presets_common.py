@@ -7,9 +7,9 @@ float32 master weights, real (datatrove) data, warmup then cosine decay to a ten
 
 from __future__ import annotations
 
+from jaxtrain.configs import base
 from ml_collections import ConfigDict
 
-from configs import base
 from jaxtrain.models.presets import model_config
 
 
@@ -31,7 +31,8 @@ def pretrain_config(preset: str, *, seq_len: int, global_batch_size: int, lr: fl
     c.train.global_batch_size = global_batch_size
     c.train.steps = train_tokens // (seq_len * global_batch_size)
     c.optim.lr = lr
-    c.optim.min_lr = lr / 10 if min_lr is None else min_lr
+    # A tenth of the peak, rounded so that it prints as written (3e-05, not 2.9999999999999997e-05).
+    c.optim.min_lr = float(f"{lr / 10:.12g}") if min_lr is None else min_lr
     c.optim.schedule = "cosine"
     c.optim.warmup_steps = warmup_steps
     c.data.kind = "datatrove"

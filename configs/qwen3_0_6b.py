@@ -4,9 +4,8 @@ Run:  python -m jaxtrain --config configs/qwen3_0_6b.py --config.data.paths=data
 Llama-style recipe by size (no published Qwen recipe): 4M-token batches, peak lr 3e-4.
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

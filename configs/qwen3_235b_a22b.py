@@ -6,9 +6,8 @@ Run:  python -m jaxtrain --config configs/qwen3_235b_a22b.py --config.data.paths
 Experts shard over the `expert` mesh axis; parameters over every host (fsdp_across_hosts).
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

@@ -6,9 +6,8 @@ Run:  python -m jaxtrain --config configs/qwen3_30b_a3b.py --config.data.paths=d
 Experts shard over the `expert` mesh axis: add --config.mesh.ici_expert=8 (and lower ici_fsdp).
 """
 
+from jaxtrain.configs.presets_common import pretrain_config
 from ml_collections import ConfigDict
-
-from configs.presets_common import pretrain_config
 
 
 def get_config() -> ConfigDict:

@@ -22,7 +22,6 @@ import jax
 import numpy as np
 from ml_collections import ConfigDict
 
-from jaxtrain import config as config_lib
 from jaxtrain import perf
 
 
@@ -101,20 +100,3 @@ def format_report(name: str, figures: dict[str, Any]) -> str:
             f"{f['peak_flops_per_s'] / 1e9:,.1f} GFLOP/s ({f['peak_source']}), compile "
             f"{f['compile_s']:.1f} s, step temp memory {f['temp_memory_gb']:.2f} GB, "
             f"{f['num_params'] / 1e6:,.1f}M params on {int(f['devices'])} device(s)")
-
-
-def bench_main(argv: list[str]) -> int:
-    """`python -m jaxtrain bench --config FILE [--steps N] [--warmup N] [--config.x=y ...]`."""
-    import argparse
-
-    from jaxtrain.__main__ import _split_config_args
-
-    path, overrides, rest = _split_config_args(argv)
-    parser = argparse.ArgumentParser(prog="jaxtrain bench")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=2)
-    args = parser.parse_args(rest)
-    cfg = config_lib.load_config(path, overrides)
-    figures = benchmark(cfg, steps=args.steps, warmup=args.warmup)
-    print(format_report(cfg.run.name, figures))
-    return 0

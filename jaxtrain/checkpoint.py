@@ -22,6 +22,7 @@ import orbax.checkpoint as ocp
 
 from jaxtrain import checksums as checksums_lib
 from jaxtrain import disk_full
+from jaxtrain.errors import JaxtrainError
 
 # Orbax names a step folder being written `<step>` + this (+ a suffix in some versions).
 TMP_MARKER = ".orbax-checkpoint-tmp"
@@ -29,7 +30,7 @@ TMP_MARKER = ".orbax-checkpoint-tmp"
 ITEMS = ("state", "data", "config", "checksums")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(JaxtrainError, RuntimeError):
     """A checkpoint that cannot be restored into this run; the message names what differs."""
 
 

@@ -35,7 +35,7 @@ from ml_collections import ConfigDict
 from jaxtrain import config as config_lib
 from jaxtrain import mesh_check, sharding
 from jaxtrain.data import pipeline
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
 from jaxtrain.train.step import loss_options, train_step

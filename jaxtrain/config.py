@@ -9,9 +9,9 @@ Foreign configs (Primus/MaxText YAML, TorchTitan/prime-rl TOML, HF config.json) 
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib.util
 import os
-import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,27 +19,65 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from jaxtrain.config_ranges import check_ranges
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.errors import ConfigError
+from jaxtrain.models.spec import ModelSpec
 
 SCHEDULES = ("cosine", "linear", "sqrt", "constant")
 DATA_KINDS = ("datatrove", "megatron", "synthetic")
 
 
+def packaged_configs() -> Path:
+    """The folder of jaxtrain's own configs (base.py and the presets), wherever it is installed."""
+    import jaxtrain.configs  # the package's docstring only: it imports nothing
+
+    return Path(jaxtrain.configs.__file__).resolve().parent
+
+
+def preset_names() -> list[str]:
+    """The config files jaxtrain ships (e.g. "llama2_7b.py")."""
+    return sorted(p.name for p in packaged_configs().glob("*.py")
+                  if not p.name.startswith("_") and p.name != "presets_common.py")
+
+
+def find_config_file(path: str) -> Path:
+    """A config file by path, or one of jaxtrain's own by name from any folder.
+
+    `configs/llama2_7b.py`, `llama2_7b.py`, `llama2_7b` and the preset name `llama2-7b` (or
+    `llama3.1-8b`) all find the shipped file when no such path exists here.
+    """
+    file = Path(path)
+    if file.is_file():
+        return file
+    stem = file.name.removesuffix(".py")
+    names = {f"{stem}.py", f"{stem.replace('-', '_').replace('.', '_')}.py"}
+    for name in sorted(names):
+        packaged = packaged_configs() / name
+        if packaged.is_file() and name in preset_names():
+            return packaged
+    close = difflib.get_close_matches(f"{stem.replace('-', '_').replace('.', '_')}.py",
+                                      preset_names(), n=4, cutoff=0.6)
+    hint = (f" Shipped configs with similar names: {', '.join(close)}." if close else
+            " `python -m jaxtrain config --list` lists the shipped ones.")
+    raise ConfigError(f"config file {path!r} does not exist (relative to {Path.cwd()}) and is "
+                      f"not one of jaxtrain's own configs.{hint}")
+
+
 def load_py_config(spec: str) -> ConfigDict:
     """Runs `get_config` of a `.py` config file; `file.py:arg` passes arg to it."""
     path, _, arg = spec.partition(":")
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"config file {path!r} does not exist.")
+    file = find_config_file(path)
     module_name = f"_jaxtrain_config_{abs(hash(file.resolve()))}"
     module_spec = importlib.util.spec_from_file_location(module_name, file)
     module = importlib.util.module_from_spec(module_spec)
-    # Config files import each other (`from configs import base`) relative to the project.
-    sys.path.insert(0, str(file.resolve().parent.parent))
     try:
         module_spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
+    except ModuleNotFoundError as e:
+        if e.name != "configs" and not (e.name or "").startswith("configs."):
+            raise
+        raise ConfigError(f"config file {path!r} imports `{e.name}`, the configs folder of a "
+                          "source checkout; jaxtrain's defaults and presets are the package "
+                          "`jaxtrain.configs` now: write `from jaxtrain.configs import base`.") \
+            from None
     if not hasattr(module, "get_config"):
         raise ConfigError(f"config file {path!r} has no get_config() function.")
     cfg = module.get_config(arg) if arg else module.get_config()

@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any
 
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)

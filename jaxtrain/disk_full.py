@@ -15,10 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jaxtrain.errors import JaxtrainError
+
 _MARKERS = ("No space left on device", "os_error_code='28'", "[Errno 28]")
 
 
-class DiskFullError(RuntimeError):
+class DiskFullError(JaxtrainError, RuntimeError):
     """A write failed because its disk is full; the message names the folder."""
 
 

@@ -42,6 +42,7 @@ import jax
 from jax._src import distributed as jax_distributed
 
 from jaxtrain import peer_watch
+from jaxtrain.errors import JaxtrainError
 
 DEFAULT_INIT_TIMEOUT_S = 300
 # Beats come from a thread of their own, so a long compile or checkpoint write on one host does
@@ -55,7 +56,7 @@ TORCHRUN_PORT_OFFSET = 1
 DEFAULT_PORT = 29500
 
 
-class DistributedError(RuntimeError):
+class DistributedError(JaxtrainError, RuntimeError):
     """Multi-process start-up failed; the message says which process, address and setting."""
 
 

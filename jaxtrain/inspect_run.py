@@ -23,7 +23,8 @@ from ml_collections import ConfigDict
 from jaxtrain import sharding
 from jaxtrain.checkpoint import Checkpointer, CheckpointError, unfinished_saves
 from jaxtrain.checksums import leaf_name
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.errors import ConfigError
+from jaxtrain.models.spec import ModelSpec
 from jaxtrain.runs import find_checkpoints, local_mesh
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import make_optimizer

@@ -33,7 +33,8 @@ from ml_collections import ConfigDict
 
 from jaxtrain import sharding
 from jaxtrain.data.pipeline import batch_fields
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.errors import ConfigError
+from jaxtrain.models.spec import ModelSpec
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import make_optimizer
 

@@ -22,24 +22,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-PROJECT_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-
 
 def _overrides(mapping: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """Dotted keys from a mapping and `section__key=value` keyword arguments, merged."""
     merged = dict(mapping or {})
     merged.update({key.replace("__", "."): value for key, value in kwargs.items()})
     return merged
-
-
-def _base_config_file() -> Path:
-    from jaxtrain.models.spec import ConfigError
-
-    path = PROJECT_CONFIGS / "base.py"
-    if not path.is_file():
-        raise ConfigError(f"{path} does not exist: a preset name needs the project's configs/ "
-                          "folder (an editable install); pass a config file path instead.")
-    return path
 
 
 def load_config(path_or_preset: str | Path, overrides: Mapping[str, Any] | None = None,
@@ -57,7 +45,7 @@ def load_config(path_or_preset: str | Path, overrides: Mapping[str, Any] | None 
     spec = str(path_or_preset)
     values = _overrides(overrides, kwargs)
     if spec in PRESETS and not Path(spec).exists():
-        cfg = config_lib.load_py_config(str(_base_config_file()))
+        cfg = config_lib.load_py_config(str(config_lib.packaged_configs() / "base.py"))
         with cfg.unlocked():
             cfg.model = model_config(spec)
         cfg.run.name = spec
@@ -173,9 +161,9 @@ def param_table(obj: Any) -> ParamTable:
 
 @functools.lru_cache(maxsize=8)
 def _tokenizer(folder: str) -> Any:
-    from transformers import AutoTokenizer
+    from jaxtrain.sample import load_tokenizer
 
-    return AutoTokenizer.from_pretrained(folder)
+    return load_tokenizer(folder)
 
 
 def _run_tokenizer(cfg: Any, tokenizer: Any = None) -> Any:

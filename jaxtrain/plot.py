@@ -134,27 +134,3 @@ def plot_runs(run_dirs: list[str | Path], out_dir: str | Path | None = None,
         if fig is not None:
             written.append(save_png(fig, out / f"{stem}.png"))
     return written
-
-
-def plot_main(argv: list[str]) -> int:
-    """`jaxtrain plot RUN_DIR [RUN_DIR ...] [--out DIR]`."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="jaxtrain plot", description=__doc__.split("\n")[0])
-    parser.add_argument("runs", nargs="+", help="run directories (holding metrics.jsonl)")
-    parser.add_argument("--out", default=None,
-                        help="folder for the PNGs (default: RUN/plots, or plots/ for several)")
-    parser.add_argument("--only", nargs="+", choices=sorted(FIGURES), default=None,
-                        help="draw only these figures")
-    args = parser.parse_args(argv)
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        print("jaxtrain plot: error: needs matplotlib: pip install -e '.[plot]'", file=sys.stderr)
-        return 2
-    files = plot_runs(args.runs, args.out, tuple(args.only or FIGURES))
-    for f in files:
-        print(f)
-    if not files:
-        print("no metrics to plot yet", flush=True)
-    return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxtrain.disk_full import disk_full_error, is_disk_full
+from jaxtrain.errors import JaxtrainError
 
 LOCK_NAME = ".jaxtrain.lock"
 # flock on a filesystem that does not support it (NFS without lockd, some FUSE mounts).
@@ -36,7 +37,7 @@ _NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.
 _HELD: set[Path] = set()
 
 
-class RunLockError(RuntimeError):
+class RunLockError(JaxtrainError, RuntimeError):
     """Another trainer holds the run directory; the message names its pid and host."""
 
 

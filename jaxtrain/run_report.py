@@ -226,15 +226,3 @@ def format_report(report: RunReport, now: float | None = None) -> str:
     width = max(len(k) for k, _ in rows)
     return "\n".join([f"{report.name}  [{report.path}]"]
                      + [f"  {k.ljust(width)}  {v}" for k, v in rows])
-
-
-def runs_main(argv: list[str]) -> int:
-    """`jaxtrain runs RUN_DIR [RUN_DIR ...]`: one block per run."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="jaxtrain runs", description=__doc__.split("\n")[0])
-    parser.add_argument("runs", nargs="+", help="run directories")
-    args = parser.parse_args(argv)
-    blocks = [format_report(build_report(d)) for d in args.runs]
-    print("\n\n".join(blocks))
-    return 0

@@ -7,11 +7,19 @@ N tokens costs N small forward passes rather than N full ones.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+
+def load_tokenizer(folder: str | Path) -> Any:
+    """A Hugging Face tokenizer from a local folder (transformers is imported only here)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -17,6 +17,8 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxtrain.errors import JaxtrainError
+
 # Slowest-changing first: `data` spans hosts best, `tensor` needs the fastest links.
 MESH_AXES = ("data", "fsdp", "context", "expert", "tensor")
 
@@ -56,7 +58,7 @@ RULE_PRESETS["data"] = tuple(
     for name, axis in RULE_PRESETS["fsdp_tensor"])
 
 
-class MeshError(ValueError):
+class MeshError(JaxtrainError, ValueError):
     """A mesh that does not fit the devices; the message shows the arithmetic."""
 
 

@@ -20,15 +20,15 @@ import time
 
 def train(out: str, argv: list[str]) -> int:
     """Runs `python -m jaxtrain train` in this process and records the mesh layout."""
-    from jaxtrain.__main__ import _split_config_args, main
+    from jaxtrain.cli import main, parse
 
     code = main(["train", *argv])
     import jax
 
     from jaxtrain import config, sharding
 
-    path, overrides, _ = _split_config_args(argv)
-    mesh = sharding.make_mesh(config.load_config(path, overrides).mesh)
+    args = parse(["train", *argv])
+    mesh = sharding.make_mesh(config.load_config(args.config, args.overrides).mesh)
     owners = [[d.process_index for d in row.reshape(-1)] for row in mesh.devices]
     with open(out, "w") as f:
         json.dump({"code": code, "process_index": jax.process_index(),

@@ -212,15 +212,15 @@ def test_model_gradients_do_not_depend_on_the_attention_implementation(preset):
 
 
 def test_unknown_attention_implementation_is_named():
-    from jaxtrain.models.spec import ConfigError
+    from jaxtrain.errors import ConfigError
 
     with pytest.raises(ConfigError, match="model.attention_impl='flash'"):
         ModelSpec.from_config(model_config("llama-debug", attention_impl="flash"))
 
 
 def test_attention_block_is_chosen_by_device_and_length_unless_set():
+    from jaxtrain.errors import ConfigError
     from jaxtrain.models.attention import attention_block_size
-    from jaxtrain.models.spec import ConfigError
 
     auto = ModelSpec.from_config(model_config("llama-debug"))
     assert auto.attention_block == 0

@@ -6,18 +6,18 @@ import json
 import pytest
 from conftest import REPO
 
-from jaxtrain import compat
+from jaxtrain import compat, config_report
 from jaxtrain import config as config_lib
-from jaxtrain.__main__ import main
+from jaxtrain.cli import main
+from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_config import hf_config_from_spec
 from jaxtrain.models.presets import model_spec
-from jaxtrain.models.spec import ConfigError
 
 TITAN = "torchtitan/torchtitan/models/{}/train_configs/{}"
 
 
 def derived(cfg, report):
-    return compat.derived(cfg, report.world_size, report.num_hosts)
+    return config_report.derived(cfg, report.world_size, report.num_hosts)
 
 
 def test_every_sample_resolves_or_fails_clearly(compat_samples):

@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from jaxtrain import compat
+from jaxtrain import compat, config_report
 from jaxtrain.compat.megatron_layers import moe_layers
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 EXAMPLES = "Primus/examples/{}/configs/MI300X/{}"
 PUBLISHED = {"llama2-7b": 6_738_415_616, "llama3.1-8b": 8_030_261_248,
@@ -21,7 +21,7 @@ def load(samples, framework, name, **kwargs):
 
 
 def derived(cfg, report):
-    return compat.derived(cfg, report.world_size, report.num_hosts)
+    return config_report.derived(cfg, report.world_size, report.num_hosts)
 
 
 def write(root, rel, text):

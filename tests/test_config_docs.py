@@ -4,8 +4,7 @@ import importlib.util
 import re
 
 from conftest import REPO
-
-from configs import base
+from jaxtrain.configs import base
 
 
 def _generator():

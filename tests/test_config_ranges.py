@@ -7,7 +7,7 @@ from conftest import REPO
 
 from jaxtrain.config import load_config, load_py_config, validate
 from jaxtrain.config_ranges import RANGES, Range, numeric_settings
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 BASE = str(REPO / "configs" / "base.py")
 

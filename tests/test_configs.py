@@ -16,9 +16,10 @@ import pytest
 from flax import nnx
 
 from jaxtrain.config import apply_overrides, load_config, load_py_config, validate
+from jaxtrain.errors import ConfigError
 from jaxtrain.models.decoder import Decoder
 from jaxtrain.models.presets import PRESETS, PUBLISHED_PARAMS, model_config, model_spec
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.models.spec import ModelSpec
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "deepseek_v2",

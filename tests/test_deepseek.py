@@ -21,10 +21,10 @@ from training_helpers import optim as _optim
 
 from jaxtrain import sharding
 from jaxtrain.checkpoint import Checkpointer
+from jaxtrain.errors import ConfigError
 from jaxtrain.models import build_model
 from jaxtrain.models.moe import RouterBias, route
 from jaxtrain.models.presets import model_spec
-from jaxtrain.models.spec import ConfigError
 from jaxtrain.train import optimizer, state
 
 V2 = model_spec("deepseek-v2-debug", vocab_size=128, max_seq_len=64, init_std=0.2)

@@ -17,7 +17,7 @@ from checkpoint_fixtures import CLI_OVERRIDES, saved_steps
 from conftest import REPO
 
 from jaxtrain import metrics as metrics_lib
-from jaxtrain.__main__ import main
+from jaxtrain.cli import main
 from jaxtrain.disk_full import DiskFullError, is_disk_full, quiet_writer_logs
 from jaxtrain.metrics import JsonlSink, read_jsonl, read_records
 from jaxtrain.plot import load_run_metrics

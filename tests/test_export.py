@@ -3,12 +3,14 @@ loads and that reproduces jaxtrain's logits, for every dense family."""
 
 from __future__ import annotations
 
+import stat
+
 import jax
 import numpy as np
 import pytest
 from checkpoint_fixtures import small_config
 
-from jaxtrain.__main__ import main
+from jaxtrain.cli import main
 from jaxtrain.export import export_hf
 from jaxtrain.train.trainer import Trainer
 
@@ -64,6 +66,9 @@ def test_export_command_writes_weights_config_and_tokenizer(tmp_path, tiny_token
     assert f"exported step 2 of {run}" in capsys.readouterr().out
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in
                                                                       out.iterdir()}
+    # The weights are readable like the other files (safetensors writes them 0600).
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"]
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert tokenizer.eos_token == "<|endoftext|>"
     np.testing.assert_allclose(_hf_logits(out, ours.shape[-1]), ours, atol=1e-4, rtol=0)

@@ -14,7 +14,7 @@ import pytest
 from checkpoint_fixtures import small_config
 
 from jaxtrain import inspect_run
-from jaxtrain.__main__ import main
+from jaxtrain.cli import main
 from jaxtrain.train.trainer import Trainer
 
 

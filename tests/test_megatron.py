@@ -24,7 +24,7 @@ from jaxtrain.data.megatron import (
 from jaxtrain.data.pipeline import data_summary, make_eval_batches, make_train_iterator
 from jaxtrain.data.sources import SourceSpec, load_datasets, parse_sources, parse_split
 from jaxtrain.data.windows import TokenPool, WindowSource
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = [[5, 6, 7, 0], [8, 0], [9, 10, 11, 12, 13, 0], [14, 0]]

@@ -15,7 +15,7 @@ from jaxtrain.config import load_config
 from jaxtrain.data.mixture import Interleave, quotas
 from jaxtrain.data.pipeline import make_eval_batches, make_train_iterator
 from jaxtrain.data.sources import parse_sources
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 SEQ = 4

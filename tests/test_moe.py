@@ -18,9 +18,9 @@ from ml_collections import ConfigDict
 from training_helpers import mesh as _mesh
 
 from jaxtrain import mesh_check, sharding
+from jaxtrain.errors import ConfigError
 from jaxtrain.models import ModelSpec, build_model
 from jaxtrain.models.moe import MoE, load_balancing_loss, route, router_z_loss
-from jaxtrain.models.spec import ConfigError
 from jaxtrain.train import step
 
 SPEC = ModelSpec(vocab_size=128, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,

@@ -21,7 +21,7 @@ from conftest import REPO
 from multiprocess_helpers import Job, child_env, free_port
 
 from jaxtrain import distributed
-from jaxtrain.__main__ import main
+from jaxtrain.cli import main
 from jaxtrain.metrics import read_jsonl
 
 WORKER = str(Path(__file__).resolve().parent / "multiprocess_worker.py")

@@ -6,7 +6,7 @@ import pytest
 from conftest import REPO
 
 from jaxtrain import notebook as jt
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 from jaxtrain.train.trainer import Trainer
 
 

@@ -13,7 +13,7 @@ from jaxtrain.config import load_config
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.pipeline import data_summary, make_eval_batches, make_train_iterator
 from jaxtrain.data.synthetic import SyntheticSource
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 SEQ = 4

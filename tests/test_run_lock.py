@@ -19,7 +19,7 @@ from checkpoint_fixtures import CLI_OVERRIDES, small_config
 from conftest import REPO
 
 from jaxtrain import run_lock
-from jaxtrain.__main__ import main
+from jaxtrain.cli import main
 from jaxtrain.run_lock import LOCK_NAME, RunLock, RunLockError
 from jaxtrain.train.trainer import Trainer
 

@@ -6,7 +6,7 @@ import numpy as np
 from conftest import REPO
 
 from jaxtrain import config as config_lib
-from jaxtrain.__main__ import main
+from jaxtrain.cli import main
 from jaxtrain.models import ModelSpec, build_model
 from jaxtrain.sample import generate
 from jaxtrain.train.trainer import Trainer

@@ -37,8 +37,8 @@ sys.path.insert(0, str(_TOOLS.parent))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from jaxtrain.configs import base  # noqa: E402
 
-from configs import base  # noqa: E402
 from jaxtrain import sharding  # noqa: E402
 from jaxtrain.checkpoint import Checkpointer  # noqa: E402
 from jaxtrain.checksums import checksums  # noqa: E402

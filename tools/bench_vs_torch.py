@@ -138,14 +138,14 @@ def _contender_process(kind: str, overrides: list[str], connection) -> None:
 def main(argv: list[str]) -> int:
     import multiprocessing
 
-    from jaxtrain.__main__ import _split_config_args
+    from jaxtrain.cli import split_overrides
     from jaxtrain.host_malloc import reexec_with_tuned_malloc
 
     # The malloc settings `python -m jaxtrain` runs with on CPUs; the contenders' processes
     # inherit them, so torch gets them as well.
     reexec_with_tuned_malloc()
 
-    _, overrides, rest = _split_config_args(argv)
+    rest, overrides, _ = split_overrides(argv)
     parser = argparse.ArgumentParser(prog="bench_vs_torch")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3, help="steps per contender per round")

@@ -37,10 +37,12 @@ def _set_device_count(devices: int) -> None:
 
 def main(argv: list[str]) -> int:
     """Parses arguments, sets the device count, compiles and prints the plan."""
-    from jaxtrain.__main__ import _split_config_args
+    from jaxtrain.cli import split_overrides
 
-    path, overrides, rest = _split_config_args(argv)
+    rest, overrides, _ = split_overrides(argv)
     parser = argparse.ArgumentParser(prog="compile_plan.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, metavar="FILE",
+                        help="the config (--config.a.b=VALUE overrides a key)")
     parser.add_argument("--devices", type=int, default=8, help="fake CPU devices (default 8)")
     parser.add_argument("--hosts", type=int, default=1,
                         help="hosts the devices stand for; dcn_* sizes span them (default 1)")
@@ -48,14 +50,13 @@ def main(argv: list[str]) -> int:
                         help="two depths to compile and extrapolate from, e.g. 2,4")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(rest)
-    if not path:
-        parser.error("--config FILE is required")
+    path = args.config
     _set_device_count(args.devices)
 
     import jax
 
     from jaxtrain import compile_plan, config
-    from jaxtrain.models.spec import ConfigError
+    from jaxtrain.errors import ConfigError
     from jaxtrain.sharding import MeshError
 
     if jax.device_count() != args.devices:

@@ -254,7 +254,7 @@ def render(base_source: str, spec_source: str, config: Any) -> str:
 
 def generate() -> str:
     """The page for the configs/base.py and spec.py in this checkout."""
-    from configs import base
+    from jaxtrain.configs import base
 
     return render(BASE.read_text(), SPEC.read_text(), base.get_config())
 

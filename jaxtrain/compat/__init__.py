@@ -11,7 +11,6 @@ network: names that are not local are resolved from offline tables, and the repo
 
 from __future__ import annotations
 
-import math
 import os
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,7 +24,7 @@ from jaxtrain.compat import hf_json, maxtext_files, primus_yaml
 from jaxtrain.compat.report import KeyReport, flatten
 from jaxtrain.compat.target import build
 from jaxtrain.compat.yaml_tree import deep_merge, load_mapping, overrides_tree, tag
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 FOREIGN_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 _MAXTEXT_HINTS = ("base_config", "model_name", "per_device_batch_size", "max_target_length",
@@ -209,41 +208,3 @@ def load_foreign(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] 
     report.check(allow_unsupported)
     cfg.lock()
     return cfg, report
-
-
-def mesh_shape(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, int]:
-    """{axis: size} the mesh would have on `devices` devices over `hosts` hosts."""
-    from jaxtrain.sharding import MESH_AXES, MeshError
-
-    shape = {}
-    for side, total in (("dcn", hosts), ("ici", devices // max(hosts, 1))):
-        sizes = {a: int(cfg.mesh[f"{side}_{a}"]) for a in MESH_AXES}
-        fixed = math.prod(v for v in sizes.values() if v != -1)
-        wild = [a for a, v in sizes.items() if v == -1]
-        if len(wild) > 1 or total % fixed or (not wild and fixed != total):
-            raise MeshError(f"mesh.{side}_* sizes {sizes} do not fit {total} "
-                            f"{'hosts' if side == 'dcn' else 'devices per host'}.")
-        if wild:
-            sizes[wild[0]] = total // fixed
-        for a in MESH_AXES:
-            shape[a] = shape.get(a, 1) * sizes[a]
-    return shape
-
-
-def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
-    """Figures worth checking before a run: parameters, tokens per step, accumulation, mesh."""
-    spec = config_lib.validate(cfg, check_data=False)
-    try:
-        mesh: Any = mesh_shape(cfg, devices, hosts)
-    except ValueError as e:
-        mesh = f"does not fit: {e}"
-    return {
-        "num_params": spec.num_params(),
-        "num_active_params": spec.num_active_params(),  # top-k experts only (all when dense)
-        "tokens_per_step": cfg.train.global_batch_size * cfg.train.seq_len,
-        "grad_accumulation_steps": cfg.train.global_batch_size
-        // config_lib.micro_batch_size(cfg),
-        "flops_per_token": spec.flops_per_token(cfg.train.seq_len),
-        "devices": devices,
-        "mesh": mesh,
-    }

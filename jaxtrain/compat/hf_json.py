@@ -12,9 +12,9 @@ from typing import Any
 
 from jaxtrain.compat import known
 from jaxtrain.compat.report import KeyReport
+from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_config import spec_from_hf_config
 from jaxtrain.models.presets import PRESETS, model_config, preset_names
-from jaxtrain.models.spec import ConfigError
 
 # config.json fields that spec_from_hf_config reads (it rejects values it cannot express).
 ARCH_FIELDS = {

@@ -14,8 +14,8 @@ from typing import Any
 
 from jaxtrain.compat import known
 from jaxtrain.compat.report import KeyReport, is_off
+from jaxtrain.errors import ConfigError
 from jaxtrain.models.presets import model_config
-from jaxtrain.models.spec import ConfigError
 
 # MaxText model_name -> jaxtrain preset, for when MaxText's models/<name>.yml is not at hand.
 MODELS = {

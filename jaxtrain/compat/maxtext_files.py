@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxtrain.compat.yaml_tree import deep_merge, load_mapping, overrides_tree, tag
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 _CONFIG_DIRS = (Path("src/maxtext/configs"), Path("src/MaxText/configs"),
                 Path("MaxText/configs"))

@@ -17,7 +17,7 @@ from jaxtrain.compat.megatron_keys import IGNORE_RULES
 from jaxtrain.compat.megatron_mla import MLA_KEYS, map_mla
 from jaxtrain.compat.megatron_moe import MOE_KEYS, map_moe
 from jaxtrain.compat.report import KeyReport, is_off
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 # (key, value that changes nothing, why any other value cannot be reproduced)
 NEUTRAL: tuple[tuple[str, Any, str], ...] = (

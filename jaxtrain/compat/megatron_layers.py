@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 
 def moe_layers(freq: Any, num_layers: int) -> list[int]:

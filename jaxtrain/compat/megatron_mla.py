@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxtrain.compat.report import KeyReport, is_off
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
             "mscale", "mscale_all_dim", "rotary_scaling_factor", "original_max_position_embeddings",

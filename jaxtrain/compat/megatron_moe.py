@@ -21,7 +21,7 @@ from typing import Any
 
 from jaxtrain.compat.megatron_layers import expert_layout
 from jaxtrain.compat.report import KeyReport, is_off
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 # Keys this module accounts for; those left without an entry are reported off by the caller.
 MOE_KEYS = (

@@ -16,7 +16,7 @@ from typing import Any
 from jaxtrain import config as config_lib
 from jaxtrain.compat.report import KeyReport, is_off
 from jaxtrain.compat.target import has_key
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 SCHEDULE_STYLES = {"cosine": "cosine", "linear": "linear", "constant": "constant", "WSD": ""}
 WSD_STYLES = {"linear": "linear", "cosine": "cosine", "minus_sqrt": "sqrt"}

@@ -16,7 +16,7 @@ from typing import Any
 
 from jaxtrain.compat import hf_json
 from jaxtrain.compat.report import KeyReport
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 REJECTED = ("eval", "inference", "weight_broadcast")
 PRETRAIN_LR = 1e-3

@@ -19,7 +19,7 @@ from typing import Any
 from jaxtrain.compat import known
 from jaxtrain.compat.report import KeyReport, flatten
 from jaxtrain.compat.yaml_tree import deep_merge, load_mapping, overrides_tree, read_yaml, tag
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 FRAMEWORKS = ("megatron", "torchtitan", "maxtext")
 META_KEYS = ("work_group", "user_name", "exp_name", "workspace")

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 MAPPED, IGNORED, UNSUPPORTED = "mapped", "ignored", "unsupported"
 _MISSING = object()

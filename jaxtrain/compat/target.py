@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ml_collections import ConfigDict
 
-from jaxtrain import config as config_lib
-from jaxtrain.models.spec import ConfigError
-
-BASE_CONFIG = Path(__file__).resolve().parent.parent.parent / "configs" / "base.py"
+from jaxtrain.configs import base
+from jaxtrain.errors import ConfigError
 
 
 @functools.lru_cache(maxsize=1)
@@ -27,10 +24,8 @@ def _base_keys() -> frozenset[str]:
 
 
 def base_config() -> ConfigDict:
-    """A fresh copy of configs/base.py (the defaults every setting starts from)."""
-    if not BASE_CONFIG.is_file():
-        raise ConfigError(f"{BASE_CONFIG} (the jaxtrain defaults) is missing.")
-    return config_lib.load_py_config(str(BASE_CONFIG))
+    """A fresh copy of jaxtrain.configs.base (the defaults every setting starts from)."""
+    return base.get_config()
 
 
 def has_key(key: str) -> bool:

@@ -16,8 +16,8 @@ from typing import Any
 from jaxtrain.compat import known
 from jaxtrain.compat.report import KeyReport
 from jaxtrain.compat.target import has_key
+from jaxtrain.errors import ConfigError
 from jaxtrain.models.presets import model_config
-from jaxtrain.models.spec import ConfigError
 
 # (name, flavor) -> (jaxtrain preset, field overrides). Llama 3 flavours always apply the
 # llama3 RoPE scaling (factor 8, original length 8192), i.e. the Llama 3.1 architecture.

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 _ENV = re.compile(r"\$\{([^:{}]+)(?::([^}]*))?\}")
 _FLOAT = re.compile(r"^-?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)$")

@@ -34,7 +34,7 @@ from jaxtrain.data.synthetic import SyntheticSource
 from jaxtrain.data.tokenize import eos_id_from_tokenizer
 from jaxtrain.data.tokenizer_check import check_tokenizer
 from jaxtrain.data.windows import TokenPool, WindowSource
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 __all__ = ["BatchPlan", "LocalBatchSource", "RowSource", "Sources", "batch_fields",
            "build_sources", "data_summary", "make_eval_batches", "make_train_iterator",

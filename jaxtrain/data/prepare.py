@@ -8,7 +8,7 @@ from pathlib import Path
 from ml_collections import ConfigDict
 
 from jaxtrain.config import split_paths
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 PREPARERS = ("", "demo")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from jaxtrain.config import split_paths
 from jaxtrain.data.errors import DataError
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 SPLIT_PARTS = ("train", "valid", "test")
 

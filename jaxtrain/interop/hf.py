@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import pathlib
 import re
 import shutil
@@ -32,12 +33,13 @@ from flax import nnx
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config
 from jaxtrain.interop.hf_layout import check_expert_layout, is_extra_layer
 from jaxtrain.models.decoder import Decoder
 from jaxtrain.models.layer_pattern import stack_layer_indices
 from jaxtrain.models.moe import RouterBias
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.models.spec import ModelSpec
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
@@ -455,6 +457,25 @@ def _clear_old_weights(out: pathlib.Path) -> None:
             path.unlink()
 
 
+def _readable_like_other_files(path: pathlib.Path) -> None:
+    """safetensors writes through a private temporary file (mode 0600); give the weights the
+    mode any other new file gets (0644 under the usual umask), so others can load the export."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it."""
+    try:
+        for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    umask = os.umask(0o022)  # elsewhere: set and restore (briefly visible to other threads)
+    os.umask(umask)
+    return umask
+
+
 def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path,
                        tokenizer_dir: str | pathlib.Path | None = None,
                        max_shard_bytes: int = 5 * 10**9, dtype: str | None = None,
@@ -512,6 +533,7 @@ def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path
             weight_map[name] = file
         total += sum(t.nbytes for t in tensors.values())
         save_file(tensors, str(out / file), metadata={"format": "pt"})
+        _readable_like_other_files(out / file)
     if len(shards) > 1:
         with open(out / INDEX_NAME, "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)

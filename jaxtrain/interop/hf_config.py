@@ -18,6 +18,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_deepseek import (
     DEEPSEEK_FAMILIES,
     check_deepseek_expressible,
@@ -26,7 +27,7 @@ from jaxtrain.interop.hf_deepseek import (
 )
 from jaxtrain.interop.hf_gpt_oss import check_gpt_oss_expressible, gpt_oss_config, gpt_oss_fields
 from jaxtrain.interop.hf_llama4 import check_llama4_expressible, llama4_config, llama4_fields
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.models.spec import ModelSpec
 
 # Families whose keys live in their own module: (read fields, check a spec, write keys).
 _FAMILY_KEYS = {"gpt_oss": (gpt_oss_fields, check_gpt_oss_expressible, gpt_oss_config),

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.errors import ConfigError
+from jaxtrain.models.spec import ModelSpec
 
 DEEPSEEK_FAMILIES = ("deepseek_v2", "deepseek_v3")
 _V2_METHODS = ("greedy", "group_limited_greedy")

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from jaxtrain.errors import ConfigError
 from jaxtrain.models.layer_pattern import is_global_layer
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.models.spec import ModelSpec
 
 
 def global_step(types: list[str], global_type: str, where: str, key: str = "layer_types"

@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
+from jaxtrain.errors import ConfigError
 from jaxtrain.models.layer_pattern import moe_layer_indices
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.models.spec import ModelSpec
 
 _EXPERT = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.")
 _FUSED = re.compile(

@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_gpt_oss import global_step
 from jaxtrain.models.layer_pattern import is_global_layer, moe_layer_indices
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.models.spec import ModelSpec
 
 
 def llama4_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The Flax NNX model zoo: one decoder that covers the dense families by configuration."""
 
+from jaxtrain.errors import ConfigError
 from jaxtrain.models.decoder import Decoder, build_model
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.models.spec import ModelSpec
 
 __all__ = ["ConfigError", "Decoder", "ModelSpec", "build_model"]

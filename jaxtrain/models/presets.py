@@ -11,7 +11,8 @@ import dataclasses
 
 from ml_collections import ConfigDict
 
-from jaxtrain.models.spec import ConfigError, ModelSpec
+from jaxtrain.errors import ConfigError
+from jaxtrain.models.spec import ModelSpec
 
 # Shared per-family values; each preset adds its sizes.
 _LLAMA2 = dict(family="llama", vocab_size=32000, norm_eps=1e-5, rope_theta=10000.0,

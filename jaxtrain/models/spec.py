@@ -11,6 +11,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from jaxtrain.errors import ConfigError
+
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 ROPE_SCALINGS = ("none", "llama3", "linear", "yarn")
 # Training-time attention: blockwise (hand-written backward, no stored [L, L] probabilities),
@@ -25,10 +27,6 @@ MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu")
 # How top-k is restricted to groups of experts: none | V2 (group score = its best expert) | V3
 # (group score = sum of its two best biased scores).
 MOE_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot work; the message names the key and the fix."""
 
 
 @dataclasses.dataclass(frozen=True)

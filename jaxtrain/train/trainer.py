@@ -31,8 +31,8 @@ from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
 from jaxtrain.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
+from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.metrics import MetricsWriter, read_jsonl
-from jaxtrain.models.spec import ConfigError
 from jaxtrain.run_lock import RunLock
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
@@ -41,7 +41,7 @@ from jaxtrain.train.step_timer import StepTimer
 from jaxtrain.train.stop import StopRequests
 
 
-class TrainingError(RuntimeError):
+class TrainingError(JaxtrainError, RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the last checkpoint is kept intact."""
 
 
@@ -283,8 +283,11 @@ class Trainer:
     def _write_run_config(self) -> None:
         if self.is_primary:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            # The directory actually used, so the file says where the run lives.
+            saved = ConfigDict(self.cfg.to_dict())
+            saved.run.dir = str(self.run_dir)
             try:
-                (self.run_dir / "config.json").write_text(self.cfg.to_json_best_effort(indent=2))
+                (self.run_dir / "config.json").write_text(saved.to_json_best_effort(indent=2))
             except OSError as e:
                 if is_disk_full(e):
                     raise disk_full_error(self.run_dir, "writing config.json") from e
@@ -312,7 +315,8 @@ class Trainer:
             return self.history[-1] if self.history else {}
         self._write_run_config()
         self._log(f"training {self.spec.family} model, {self.num_params:,} parameters, "
-                  f"mesh {sharding.mesh_shape(self.mesh)}, steps {self.step} -> {target}")
+                  f"mesh {sharding.mesh_shape(self.mesh)}, steps {self.step} -> {target}; run "
+                  f"directory {self.run_dir}")
         tokens_per_step = cfg.train.global_batch_size * cfg.train.seq_len
         pending: tuple[int, Any] | None = None
         last: dict[str, Any] = {}
@@ -417,15 +421,13 @@ class Trainer:
 
 def print_sample(trainer: Trainer) -> str:
     """Continues `sample.prompt` with the trained model and prints it (needs data.tokenizer)."""
-    from transformers import AutoTokenizer
-
-    from jaxtrain.sample import complete
+    from jaxtrain.sample import complete, load_tokenizer
 
     cfg = trainer.cfg
     if not cfg.data.tokenizer:
         print("sample: skipped (data.tokenizer names no tokenizer to encode the prompt)")
         return ""
-    tokenizer = AutoTokenizer.from_pretrained(cfg.data.tokenizer)
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
     text = complete(trainer.model(), tokenizer, cfg.sample.prompt,
                     max_new_tokens=cfg.sample.max_new_tokens,
                     temperature=cfg.sample.temperature, top_k=cfg.sample.top_k,
