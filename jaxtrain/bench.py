@@ -36,7 +36,7 @@ def _synthetic_batch(cfg: ConfigDict, vocab_size: int) -> dict[str, np.ndarray]:
 def benchmark(cfg: ConfigDict, steps: int = 10, warmup: int = 2,
               devices: list[Any] | None = None) -> dict[str, float]:
     """Compiles and times `steps` train steps after `warmup` ones; returns the figures."""
-    from jaxtrain.train.trainer import Trainer
+    from jaxtrain.trainer import Trainer
 
     cfg = ConfigDict(cfg.to_dict())
     with tempfile.TemporaryDirectory() as run_dir:

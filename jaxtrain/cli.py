@@ -121,7 +121,7 @@ def _train(args: argparse.Namespace) -> int:
         args.init_timeout, coordinator=args.coordinator, num_processes=args.num_processes,
         process_id=args.process_id)
 
-    from jaxtrain.train.trainer import train
+    from jaxtrain.trainer import train
 
     train(cfg)
     distributed.stop_watching()  # the work is done: the peers may see this process leave

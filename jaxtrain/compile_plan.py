@@ -29,15 +29,11 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
 from ml_collections import ConfigDict
 
 from jaxtrain import config as config_lib
-from jaxtrain import mesh_check, sharding
-from jaxtrain.data import pipeline
+from jaxtrain import run, sharding
 from jaxtrain.errors import ConfigError
-from jaxtrain.train import state as state_lib
-from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
 from jaxtrain.train.step import loss_options, train_step
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
@@ -87,48 +83,27 @@ def fold_hosts(mesh_cfg: ConfigDict, num_devices: int, hosts: int) -> ConfigDict
     return folded
 
 
-def abstract_batch(cfg: ConfigDict, mesh: Mesh, rules: Sequence[tuple[str, Any]]
-                   ) -> dict[str, jax.ShapeDtypeStruct]:
-    """The global batch as ShapeDtypeStructs with the trainer's batch sharding."""
-    shape = (cfg.train.global_batch_size, cfg.train.seq_len)
-    spec = sharding.logical_spec(("activation_batch", "activation_length"), dict(rules))
-    sharded = NamedSharding(mesh, spec)
-    return {name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharded)
-            for name, dtype in pipeline.batch_fields(cfg).items()}
-
-
 def compile_step(cfg: ConfigDict, devices: Sequence[Any] | None = None, hosts: int = 1
                  ) -> tuple[StepPlan, Any]:
     """Compiles the train step of `cfg` for its mesh; returns the plan and the compiled step."""
-    spec = config_lib.validate(cfg, check_data=False)
     devices = list(devices if devices is not None else jax.devices())
-    mesh_cfg = fold_hosts(cfg.mesh, len(devices), hosts) if hosts > 1 else cfg.mesh
-    mesh = sharding.make_mesh(mesh_cfg, devices)
-    if cfg.mesh.rules not in sharding.RULE_PRESETS:
-        raise ConfigError(f"mesh.rules={cfg.mesh.rules!r} is not one of "
-                          f"{sorted(sharding.RULE_PRESETS)}.")
-    rules = sharding.RULE_PRESETS[cfg.mesh.rules]
-    mesh_check.check_config_fits_mesh(cfg, spec, mesh, rules)
-    micro = config_lib.micro_batch_size(cfg)
-    tx = make_optimizer(cfg.optim, cfg.train.steps)
-    step_fn = functools.partial(
-        train_step, tx=tx, schedule=learning_rate_schedule(cfg.optim, cfg.train.steps),
-        num_micro=cfg.train.global_batch_size // micro, **loss_options(cfg.train))
+    mesh_cfg = fold_hosts(cfg.mesh, len(devices), hosts) if hosts > 1 else None
+    setup = run.setup(cfg, devices, check_data=False, mesh_cfg=mesh_cfg)
+    step_fn = functools.partial(train_step, graphdef=setup.layout.graphdef, tx=setup.tx,
+                                schedule=setup.schedule, num_micro=setup.num_micro,
+                                **loss_options(cfg.train))
     start = time.perf_counter()
-    with sharding.use_mesh(mesh, rules):
-        layout = state_lib.state_layout(spec, tx, mesh, rules)
-        jitted = jax.jit(functools.partial(step_fn, graphdef=layout.graphdef),
-                         in_shardings=(layout.shardings, None),
-                         out_shardings=(layout.shardings, None), donate_argnums=(0,))
-        compiled = jitted.lower(layout.abstract, abstract_batch(cfg, mesh, rules)).compile()
+    with setup.mesh_context():
+        jitted = jax.jit(step_fn, in_shardings=(setup.layout.shardings, None),
+                         out_shardings=(setup.layout.shardings, None), donate_argnums=(0,))
+        compiled = jitted.lower(setup.layout.abstract, setup.abstract_batch()).compile()
     seconds = time.perf_counter() - start
     stats = compiled.memory_analysis()
     memory = {f: float(getattr(stats, f"{f}_size_in_bytes", 0) or 0) for f in MEMORY_FIELDS}
     tokens = cfg.train.global_batch_size * cfg.train.seq_len
     plan = StepPlan(
-        num_layers=spec.num_layers, mesh=sharding.mesh_shape(mesh), memory=memory,
-        xla_flops=0.0,
-        formula_flops=spec.flops_per_token(cfg.train.seq_len) * tokens / mesh.devices.size,
+        num_layers=setup.spec.num_layers, mesh=setup.axis_sizes, memory=memory, xla_flops=0.0,
+        formula_flops=setup.spec.flops_per_token(cfg.train.seq_len) * tokens / len(devices),
         collectives=count_collectives(compiled.as_text()), compile_s=seconds)
     return plan, compiled
 
@@ -186,7 +161,7 @@ def plan(cfg: ConfigDict, layers: Sequence[int] = (), devices: Sequence[Any] | N
     memory = {k: _affine(a.num_layers, a.memory[k], b.num_layers, b.memory[k], full)
               for k in MEMORY_FIELDS}
     flops = _affine(a.num_layers, a.xla_flops, b.num_layers, b.xla_flops, full)
-    spec = config_lib.validate(cfg, check_data=False)
+    spec = run.validate(cfg, check_data=False)
     tokens = cfg.train.global_batch_size * cfg.train.seq_len
     devices_n = int(np.prod(list(b.mesh.values())))
     result = StepPlan(num_layers=full, mesh=b.mesh, memory=memory, xla_flops=flops,

@@ -137,25 +137,19 @@ def apply_overrides(cfg: ConfigDict, overrides: Mapping[str, Any] | Iterable[str
     return cfg
 
 
-def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = (), *,
-                native_overrides: Iterable[str] = (), allow_unsupported: bool = False
-                ) -> ConfigDict:
-    """Loads a config file and applies overrides; the notebook and CLI entry point.
+FOREIGN_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 
-    `.py` files are jaxtrain configs; `.yaml`/`.yml`/`.toml`/`.json` are Primus, MaxText,
-    TorchTitan, prime-rl or Hugging Face configs mapped by `jaxtrain.compat` (which errors on
-    keys it cannot reproduce unless `allow_unsupported`); `native_overrides` are `key=value`
-    settings in the foreign file's own terms, applied before the mapping.
+
+def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) -> ConfigDict:
+    """A jaxtrain `.py` config (a path or a shipped name) with `a.b=value` overrides applied.
+
+    Configs of other stacks (YAML/TOML/JSON) go through `jaxtrain.compat.load_config_file`,
+    which the command line and `jaxtrain.notebook.load_config` use for any file.
     """
-    from jaxtrain import compat  # the adapters import this module
-
-    if compat.is_foreign(spec):
-        cfg, _ = compat.load_foreign(spec, overrides, allow_unsupported,
-                                     native_overrides=list(native_overrides))
-        return cfg
-    if list(native_overrides):
-        raise ConfigError(f"{spec}: `key=value` overrides without --config. apply only to "
-                          "foreign (YAML/TOML/JSON) configs; use --config.section.key=value.")
+    if Path(spec.partition(":")[0]).suffix.lower() in FOREIGN_SUFFIXES:
+        raise ConfigError(f"{spec} is a config of another stack: load it with "
+                          "jaxtrain.compat.load_config_file (as the command line and "
+                          "jaxtrain.notebook.load_config do).")
     return apply_overrides(load_py_config(spec), overrides)
 
 
@@ -181,12 +175,12 @@ def micro_batch_size(cfg: ConfigDict) -> int:
     return cfg.train.micro_batch_size or cfg.train.global_batch_size
 
 
-def validate(cfg: ConfigDict, check_data: bool = True) -> ModelSpec:
+def validate(cfg: ConfigDict) -> ModelSpec:
     """Checks every setting that could fail later and returns the model spec.
 
     Each failure is a ConfigError naming the key, its value and a fix. The range of every
-    number is checked first (`config_ranges`), then relations between settings. `check_data=False`
-    skips the checks that need the data on disk (for printing or inspecting a config).
+    number is checked first (`config_ranges`), then relations between settings. The data
+    settings (paths, split, weights) are the data layer's: `jaxtrain.run.validate` checks both.
     """
     check_ranges(cfg)
     spec = ModelSpec.from_config(cfg.model)
@@ -219,8 +213,4 @@ def validate(cfg: ConfigDict, check_data: bool = True) -> ModelSpec:
                           "and lr > 0.")
     if d.kind not in DATA_KINDS:
         raise ConfigError(f"data.kind={d.kind!r} is not one of {DATA_KINDS}.")
-    # Imported here: the data layer imports this module.
-    from jaxtrain.data.sources import validate_data_config
-
-    validate_data_config(cfg, check_data)
     return spec

@@ -15,7 +15,7 @@ from typing import Any
 
 from ml_collections import ConfigDict
 
-from jaxtrain import compat, memory_plan, sharding
+from jaxtrain import compat, memory_plan, run, sharding
 from jaxtrain import config as config_lib
 from jaxtrain.compat.report import KeyReport
 
@@ -28,7 +28,7 @@ def mesh_shape(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, int]:
 
 def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
     """Figures worth checking before a run, on `devices` devices over `hosts` hosts."""
-    spec = config_lib.validate(cfg, check_data=False)
+    spec = run.validate(cfg, check_data=False)
     figures: dict[str, Any] = {
         "num_params": spec.num_params(),
         "num_active_params": spec.num_active_params(),  # top-k experts only (all when dense)
@@ -44,7 +44,7 @@ def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
     except ValueError as e:
         figures["mesh"] = f"does not fit: {e}"
         return figures
-    plan, axis_sizes = memory_plan.plan_for_mesh(cfg, spec, devices, hosts)
+    plan, axis_sizes = memory_plan.plan_for_mesh(cfg, devices, hosts)
     figures["memory_per_device"] = memory_plan.describe_state(plan, axis_sizes)
     figures["state_bytes_per_device"] = {"parameters": plan.params,
                                          "optimizer_state": plan.optimizer,

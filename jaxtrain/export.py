@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from jaxtrain.data.tokenize import eos_id_from_tokenizer
+from jaxtrain.data.text_inputs import eos_id_from_tokenizer
 from jaxtrain.interop.hf import save_hf_checkpoint
 from jaxtrain.runs import restore_params
 from jaxtrain.train.state import count_params

@@ -20,14 +20,13 @@ import jax
 import jax.numpy as jnp
 from ml_collections import ConfigDict
 
-from jaxtrain import sharding
+from jaxtrain import run
 from jaxtrain.checkpoint import Checkpointer, CheckpointError, unfinished_saves
 from jaxtrain.checksums import leaf_name
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.spec import ModelSpec
-from jaxtrain.runs import find_checkpoints, local_mesh
+from jaxtrain.runs import find_checkpoints
 from jaxtrain.train import state as state_lib
-from jaxtrain.train.optimizer import make_optimizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,12 +146,7 @@ def _verify_step(checkpointer: Checkpointer, root: Path, steps: list[int], step:
                  devices: list[Any] | None) -> Verification:
     try:
         saved = ConfigDict(checkpointer.restore_config(step))
-        spec = ModelSpec.from_config(saved.model)
-        tx = make_optimizer(saved.optim, saved.train.steps)
-        mesh = local_mesh(saved, devices)
-        rules = sharding.RULE_PRESETS[saved.mesh.rules]
-        with sharding.use_mesh(mesh, rules):
-            layout = state_lib.state_layout(spec, tx, mesh, rules)
+        layout = run.for_reading(saved, devices).layout
     except READ_ERRORS as e:
         first = (str(e).strip().splitlines() or [""])[0][:200]
         return Verification(step, 0, 0, _damaged(

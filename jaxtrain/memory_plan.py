@@ -28,15 +28,10 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
 from ml_collections import ConfigDict
 
-from jaxtrain import sharding
-from jaxtrain.data.pipeline import batch_fields
+from jaxtrain import run, sharding
 from jaxtrain.errors import ConfigError
-from jaxtrain.models.spec import ModelSpec
-from jaxtrain.train import state as state_lib
-from jaxtrain.train.optimizer import make_optimizer
 
 GIB = 2**30
 
@@ -110,26 +105,17 @@ def plan_state(layout_abstract: Mapping[str, Any], batch: Mapping[str, Any],
                       batch=tree_bytes(batch, axis_sizes))
 
 
-def plan_for_mesh(cfg: ConfigDict, spec: ModelSpec, devices: int, hosts: int = 1
+def plan_for_mesh(cfg: ConfigDict, devices: int, hosts: int = 1
                   ) -> tuple[MemoryPlan, dict[str, int]]:
     """The state and batch plan of `cfg` on a mesh of `devices` over `hosts`, from arithmetic.
 
-    No device of that mesh is needed: the partition specs come from the rule table (laid out on
-    one device), the shard sizes from the planned axis sizes.
+    No device of that mesh is needed: the partition specs come from the rule table (the run
+    laid out on one device here), the shard sizes from the planned axis sizes.
     """
     ici, dcn = sharding.resolved_sizes(cfg.mesh, devices, hosts)
     axis_sizes = {a: ici[a] * dcn[a] for a in sharding.MESH_AXES}
-    one = Mesh(np.asarray(jax.devices()[:1]).reshape((1,) * len(sharding.MESH_AXES)),
-               sharding.MESH_AXES)
-    rules = sharding.RULE_PRESETS[cfg.mesh.rules]
-    tx = make_optimizer(cfg.optim, cfg.train.steps)
-    with sharding.use_mesh(one, rules):
-        layout = state_lib.state_layout(spec, tx, one, rules)
-    batch_spec = sharding.logical_spec(("activation_batch", "activation_length"), dict(rules))
-    batch = {name: jax.ShapeDtypeStruct(
-        (cfg.train.global_batch_size, cfg.train.seq_len), dtype,
-        sharding=NamedSharding(one, batch_spec)) for name, dtype in batch_fields(cfg).items()}
-    return plan_state(layout.abstract, batch, axis_sizes), axis_sizes
+    one = run.for_reading(cfg, jax.devices()[:1])
+    return plan_state(one.layout.abstract, one.abstract_batch(), axis_sizes), axis_sizes
 
 
 def describe_state(plan: MemoryPlan, axis_sizes: Mapping[str, int]) -> str:

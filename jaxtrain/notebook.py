@@ -1,9 +1,10 @@
 """Notebook helpers over the objects the command line uses: no second code path.
 
     from jaxtrain import notebook as jt
-    from jaxtrain.train.trainer import Trainer
+    from jaxtrain.trainer import Trainer
 
     cfg = jt.load_config("configs/demo.py", train__steps=30)   # or a preset: "llama-debug"
+    jt.prepare_data(cfg)               # builds the demo corpus on first use (data.prepare)
     trainer = Trainer(cfg)
     jt.param_table(trainer)            # path, shape, dtype, logical axes, mesh spec, count
     jt.peek_batch(trainer)["text"]     # the next training batch as text; the stream is untouched
@@ -21,6 +22,15 @@ import html
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+
+def prepare_data(cfg: Any) -> None:
+    """Builds the shards a config asks to build (`data.prepare`, e.g. the demo corpus) when they
+    are missing, printing each stage; does nothing otherwise. `python -m jaxtrain` does this
+    before it trains; a Trainer never builds data itself."""
+    from jaxtrain.data.prepare import prepare_data as prepare
+
+    prepare(cfg, progress=print)
 
 
 def _overrides(mapping: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,15 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from flax import nnx
-from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from jaxtrain import config as config_lib
-from jaxtrain import sharding
+from jaxtrain import run
 from jaxtrain.checkpoint import Checkpointer, CheckpointError
 from jaxtrain.models.spec import ModelSpec
 from jaxtrain.train import state as state_lib
-from jaxtrain.train.optimizer import make_optimizer
 
 
 def load_run_config(run_dir: str | Path) -> ConfigDict:
@@ -65,23 +63,10 @@ class RunParams:
     layout: state_lib.StateLayout
 
 
-def local_mesh(cfg: ConfigDict, devices: list[Any] | None = None) -> Mesh:
-    """The run's mesh when it fits the devices here, else FSDP over all of them.
-
-    A checkpoint restores onto any mesh, so a run trained on many accelerators can be read back
-    on a workstation.
-    """
-    try:
-        return sharding.make_mesh(cfg.mesh, devices)
-    except sharding.MeshError:
-        return sharding.make_mesh({"ici_fsdp": -1, "dcn_data": -1}, devices)
-
-
 def restore_params(run_dir: str | Path, step: int | None = None,
                    devices: list[Any] | None = None) -> RunParams:
     """A checkpoint's parameters only (the optimizer state is not read); latest by default."""
     cfg = load_run_config(run_dir)
-    spec = config_lib.validate(_without_data_checks(cfg))
     checkpointer = Checkpointer(config_lib.checkpoint_dir(cfg), async_save=False, read_only=True)
     steps = checkpointer.all_steps()
     if not steps:
@@ -92,27 +77,15 @@ def restore_params(run_dir: str | Path, step: int | None = None,
     elif step not in steps:
         raise CheckpointError(f"run {run_dir} has no checkpoint at step {step}; saved steps: "
                               f"{steps}.")
-    mesh = local_mesh(cfg, devices)
-    rules = sharding.RULE_PRESETS[cfg.mesh.rules]
-    tx = make_optimizer(cfg.optim, cfg.train.steps)
-    with sharding.use_mesh(mesh, rules):
-        layout = state_lib.state_layout(spec, tx, mesh, rules)
+    setup = run.for_reading(cfg, devices)
     try:
-        params = checkpointer.restore_params(step, layout.abstract["params"])
+        params = checkpointer.restore_params(step, setup.layout.abstract["params"])
     finally:
         checkpointer.close()
-    return RunParams(params, cfg, spec, step, layout)
+    return RunParams(params, cfg, setup.spec, step, setup.layout)
 
 
 def load_model(run_dir: str | Path, step: int | None = None) -> tuple[nnx.Module, ConfigDict, int]:
     """(model with the checkpoint's parameters, run config, step) for sampling or export."""
     restored = restore_params(run_dir, step)
     return nnx.merge(restored.layout.graphdef, restored.params), restored.cfg, restored.step
-
-
-def _without_data_checks(cfg: ConfigDict) -> ConfigDict:
-    """A copy whose data section no longer requires shards on disk (they may have moved)."""
-    copy = ConfigDict(cfg.to_dict())
-    copy.data.kind = "synthetic"
-    copy.train.eval_every = 0
-    return copy

@@ -15,7 +15,7 @@ from checkpoint_fixtures import small_config
 from jaxtrain import inspect_run
 from jaxtrain.checkpoint import CheckpointError
 from jaxtrain.errors import ConfigError
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 DEVICES = jax.devices()[:1]
 

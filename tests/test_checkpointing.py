@@ -22,7 +22,7 @@ from conftest import REPO
 from jaxtrain.checkpoint import Checkpointer, CheckpointError
 from jaxtrain.metrics import read_jsonl
 from jaxtrain.sharding import mesh_shape
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 
 def cli_command(run_dir: Path, **overrides) -> list[str]:

@@ -128,7 +128,7 @@ def test_head_losses_reject_chunks_that_do_not_divide_the_sequence():
 def test_config_names_the_key_and_the_sequence_length():
     cfg = config_lib.load_config(str(REPO / "configs" / "llama_debug.py"), ["--config.train.loss_chunks=7"])
     with pytest.raises(ConfigError, match=r"train.loss_chunks=7 .* train.seq_len="):
-        config_lib.validate(cfg, check_data=False)
+        config_lib.validate(cfg)
 
 
 def test_step_options_come_from_the_config_and_default_for_older_configs():

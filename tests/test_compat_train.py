@@ -11,7 +11,7 @@ import pytest
 from jaxtrain import compat
 from jaxtrain.interop.hf_config import hf_config_from_spec
 from jaxtrain.models.presets import model_spec
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 LLAMA2 = "Primus/examples/megatron/configs/MI300X/llama2_7B-BF16-pretrain.yaml"
 SHRINK = ["num_layers=2", "hidden_size=64", "ffn_hidden_size=128", "num_attention_heads=4",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from conftest import REPO
 
-from jaxtrain.config import load_config, load_py_config, validate
+from jaxtrain.config import load_config, load_py_config
 from jaxtrain.config_ranges import RANGES, Range, numeric_settings
 from jaxtrain.errors import ConfigError
+from jaxtrain.run import validate
 
 BASE = str(REPO / "configs" / "base.py")
 

@@ -15,11 +15,12 @@ import jax
 import pytest
 from flax import nnx
 
-from jaxtrain.config import apply_overrides, load_config, load_py_config, validate
+from jaxtrain.config import apply_overrides, load_config, load_py_config
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.decoder import Decoder
 from jaxtrain.models.presets import PRESETS, PUBLISHED_PARAMS, model_config, model_spec
 from jaxtrain.models.spec import ModelSpec
+from jaxtrain.run import validate
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "deepseek_v2",

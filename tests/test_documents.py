@@ -130,7 +130,7 @@ def test_pipeline_emits_the_fields_and_the_model_isolates_documents(
 def test_trainer_trains_on_a_megatron_blend_with_boundaries_and_split_validation(
         tmp_path: Path, datatrove_corpus: DatatroveCorpus) -> None:
     from jaxtrain.data.megatron import MegatronWriter
-    from jaxtrain.train.trainer import Trainer
+    from jaxtrain.trainer import Trainer
 
     prefixes = []
     for k, shard in enumerate(find_shards([str(datatrove_corpus.folder)])):

@@ -12,7 +12,7 @@ from checkpoint_fixtures import small_config
 
 from jaxtrain.cli import main
 from jaxtrain.export import export_hf
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers reference; "
                                             "install the `test` extra to run parity tests.")

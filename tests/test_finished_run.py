@@ -7,7 +7,7 @@ from pathlib import Path
 from checkpoint_fixtures import STEPS, small_config
 
 from jaxtrain.metrics import read_jsonl
-from jaxtrain.train.trainer import train
+from jaxtrain.trainer import train
 
 
 def _snapshot(run_dir: Path) -> dict[str, tuple[int, int]]:

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from jaxtrain import config as config_lib
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 GOLDEN = Path(__file__).parent / "golden" / "llama_debug_synthetic.json"
 REPO = Path(__file__).resolve().parent.parent

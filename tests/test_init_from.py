@@ -12,7 +12,7 @@ from checkpoint_fixtures import small_config
 from jaxtrain.checkpoint import CheckpointError
 from jaxtrain.data import pipeline
 from jaxtrain.export import export_hf
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 
 def _leaves(tree) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ from checkpoint_fixtures import small_config
 
 from jaxtrain import inspect_run
 from jaxtrain.cli import main
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from data_fixtures import MEGATRON_FORMATS, corpus_texts, write_raw_megatron
 from ml_collections import ConfigDict
 
-from jaxtrain.config import load_config, validate
+from jaxtrain.config import load_config
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.megatron import (
     MegatronWriter,
@@ -25,6 +25,7 @@ from jaxtrain.data.pipeline import data_summary, make_eval_batches, make_train_i
 from jaxtrain.data.sources import SourceSpec, load_datasets, parse_sources, parse_split
 from jaxtrain.data.windows import TokenPool, WindowSource
 from jaxtrain.errors import ConfigError
+from jaxtrain.run import validate
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = [[5, 6, 7, 0], [8, 0], [9, 10, 11, 12, 13, 0], [14, 0]]

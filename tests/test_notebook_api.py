@@ -7,7 +7,7 @@ from conftest import REPO
 
 from jaxtrain import notebook as jt
 from jaxtrain.errors import ConfigError
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 
 def test_load_config_from_a_preset_or_a_file_with_both_override_styles():

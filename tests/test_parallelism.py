@@ -27,7 +27,7 @@ from jaxtrain.models import ModelSpec
 from jaxtrain.models.decoder import Decoder
 from jaxtrain.sharding import MeshError
 from jaxtrain.train import optimizer, state
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 # Grouped-query attention (2 query heads per kv head) for every strategy with tensor <= 2, and
 # 8 kv heads for the pure tensor=8 run (kv heads must divide by the tensor size).

@@ -21,7 +21,7 @@ from conftest import REPO
 from jaxtrain import run_lock
 from jaxtrain.cli import main
 from jaxtrain.run_lock import LOCK_NAME, RunLock, RunLockError
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 DEVICES = jax.devices()[:1]
 HOST = socket.gethostname()

@@ -9,7 +9,7 @@ from jaxtrain import config as config_lib
 from jaxtrain.cli import main
 from jaxtrain.models import ModelSpec, build_model
 from jaxtrain.sample import generate
-from jaxtrain.train.trainer import Trainer
+from jaxtrain.trainer import Trainer
 
 SPEC = ModelSpec(vocab_size=101, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                  head_dim=8, intermediate_size=64, max_seq_len=64)

@@ -14,7 +14,8 @@ from data_fixtures import EOS, DatatroveCorpus, corpus_texts, raw_tokens, write_
 
 from jaxtrain.data.datatrove import find_shards
 from jaxtrain.data.errors import DataError
-from jaxtrain.data.tokenize import eos_id_from_tokenizer, expand_inputs, tokenize_files
+from jaxtrain.data.text_inputs import eos_id_from_tokenizer, expand_inputs
+from jaxtrain.data.tokenize import tokenize_files
 
 REPO = Path(__file__).resolve().parent.parent
 

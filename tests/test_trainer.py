@@ -14,7 +14,7 @@ from jaxtrain.bench import _synthetic_batch
 from jaxtrain.checkpoint import CheckpointError
 from jaxtrain.data.errors import DataError
 from jaxtrain.metrics import read_jsonl
-from jaxtrain.train.trainer import Trainer, TrainingError
+from jaxtrain.trainer import Trainer, TrainingError
 
 
 def debug_config(tmp_path, corpus, **overrides):

@@ -14,7 +14,7 @@ from jaxtrain import config as config_lib
 from jaxtrain.checkpoint import Checkpointer
 from jaxtrain.metrics import read_jsonl
 from jaxtrain.train.step_timer import StepTimer
-from jaxtrain.train.trainer import Trainer, TrainingError
+from jaxtrain.trainer import Trainer, TrainingError
 
 
 def synthetic_config(tmp_path, **overrides):

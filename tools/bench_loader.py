@@ -189,7 +189,7 @@ def training_rate(steps: int, batch: int, seq_len: int) -> tuple[float, int]:
     """(tokens/s, parameters) of the Trainer on synthetic data with a ~5M-parameter Llama."""
     import jax
 
-    from jaxtrain.train.trainer import Trainer
+    from jaxtrain.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = _config({

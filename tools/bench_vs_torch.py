@@ -46,7 +46,7 @@ class JaxContender:
     def __init__(self, cfg):
         import tempfile
 
-        from jaxtrain.train.trainer import Trainer
+        from jaxtrain.trainer import Trainer
 
         self._tmp = tempfile.TemporaryDirectory()
         cfg.run.dir = self._tmp.name
@@ -198,7 +198,7 @@ def main(argv: list[str]) -> int:
                 connection.send(None)
             process.join(timeout=60)
 
-    spec = config_lib.validate(cfg, check_data=False)
+    spec = config_lib.validate(cfg)
     flops = spec.flops_per_token(cfg.train.seq_len)
     peak = perf.measured_matmul_flops()
     print(f"\nshape: {cfg.model.num_layers} layers, d={cfg.model.hidden_size}, "

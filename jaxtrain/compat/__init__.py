@@ -20,10 +20,19 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from jaxtrain import config as config_lib
-from jaxtrain.compat import hf_json, maxtext_files, primus_yaml
+from jaxtrain.compat import (
+    hf_json,
+    known,
+    maxtext,
+    maxtext_files,
+    megatron,
+    prime_rl,
+    primus_yaml,
+    torchtitan,
+)
 from jaxtrain.compat.report import KeyReport, flatten
 from jaxtrain.compat.target import build
-from jaxtrain.compat.yaml_tree import deep_merge, load_mapping, overrides_tree, tag
+from jaxtrain.compat.yaml_tree import deep_merge, load_mapping, overrides_tree, read_yaml, tag
 from jaxtrain.errors import ConfigError
 
 FOREIGN_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
@@ -59,8 +68,6 @@ def detect(path: Path) -> str:
                           "`architectures` or `model_type`).")
     if suffix == ".toml":
         doc = _read_toml(path)
-        from jaxtrain.compat import prime_rl
-
         if prime_rl.is_pretrain(doc):
             return "prime_rl"
         if "model" in doc and isinstance(doc["model"], dict) and (
@@ -77,8 +84,6 @@ def detect(path: Path) -> str:
                           "([job]/[model]/[training]) or a prime-rl pretrain config (mode = "
                           "\"pretrain\").")
     if suffix in (".yaml", ".yml"):
-        from jaxtrain.compat.yaml_tree import read_yaml
-
         doc = read_yaml(path)
         if not isinstance(doc, dict):
             raise ConfigError(f"{path} holds a {type(doc).__name__}, not a mapping of keys to "
@@ -106,8 +111,6 @@ def _toml_report(path: Path, family: str, doc: dict[str, Any],
 def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_root: Any,
            maxtext_root: Any) -> tuple[dict[str, Any], KeyReport]:
     """(settings, report) for a foreign file, whatever its family."""
-    from jaxtrain.compat import known, maxtext, megatron, prime_rl, torchtitan
-
     family = detect(path)
     if family == "primus":
         with_cli = () if _primus_framework(path, env) == "maxtext" else native
@@ -202,7 +205,7 @@ def load_foreign(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] 
         o.removeprefix("--config.").split("=", 1) for o in overrides)
     report.supersede(k for k, *_ in items)
     try:
-        config_lib.validate(cfg, check_data=False)
+        config_lib.validate(cfg)
     except ConfigError as e:
         raise ConfigError(f"{path}: the mapped config does not hold together: {e}") from None
     report.check(allow_unsupported)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jaxtrain.compat import known
+from jaxtrain.compat import known, megatron_train
 from jaxtrain.compat.megatron_keys import IGNORE_RULES
 from jaxtrain.compat.megatron_mla import MLA_KEYS, map_mla
 from jaxtrain.compat.megatron_moe import MOE_KEYS, map_moe
@@ -246,8 +246,6 @@ def _vocab(r: KeyReport, s: dict[str, Any], tp: int) -> int:
 
 def to_jaxtrain(r: KeyReport, default_origins: tuple[str, ...] = ()) -> dict[str, Any]:
     """Settings ({jaxtrain key: value}) for a resolved Megatron module; fills the report."""
-    from jaxtrain.compat import megatron_train
-
     s: dict[str, Any] = {}
     tp = _int(r, "tensor_model_parallel_size", 1)
     _model(r, s, tp)

@@ -33,6 +33,8 @@ from typing import Any
 
 from jaxtrain.data.datatrove import find_shards
 from jaxtrain.data.errors import DataError
+from jaxtrain.data.text_inputs import eos_id_from_tokenizer
+from jaxtrain.data.tokenize import tokenize_files
 
 EOS_TOKEN = "<|endoftext|>"
 VAL_PER_MILLE = 50  # about 5% of documents go to validation
@@ -200,8 +202,6 @@ def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
     Returns the manifest: paths (root, tokenizer, train, val), vocab_size, eos_id and
     counts (train/val documents, characters and tokens, seconds taken).
     """
-    from jaxtrain.data.tokenize import eos_id_from_tokenizer, tokenize_files
-
     out = Path(out_dir).resolve()
     settings = _settings(vocab_size, seed, max_documents)
     if (done := _complete(out, settings)) is not None:

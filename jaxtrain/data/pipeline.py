@@ -31,7 +31,7 @@ from jaxtrain.data.errors import DataError
 from jaxtrain.data.mixture import Interleave, MixtureBatchSource
 from jaxtrain.data.sources import has_split_part, load_datasets, parse_sources
 from jaxtrain.data.synthetic import SyntheticSource
-from jaxtrain.data.tokenize import eos_id_from_tokenizer
+from jaxtrain.data.text_inputs import eos_id_from_tokenizer
 from jaxtrain.data.tokenizer_check import check_tokenizer
 from jaxtrain.data.windows import TokenPool, WindowSource
 from jaxtrain.errors import ConfigError

@@ -8,6 +8,7 @@ from pathlib import Path
 from ml_collections import ConfigDict
 
 from jaxtrain.config import split_paths
+from jaxtrain.data.demo_corpus import build_demo_data
 from jaxtrain.errors import ConfigError
 
 PREPARERS = ("", "demo")
@@ -27,8 +28,6 @@ def prepare_data(cfg: ConfigDict, progress: Callable[[str], None] | None = None)
     if not paths:
         raise ConfigError('data.prepare="demo" needs data.paths (e.g. data/demo/train): the '
                           "corpus is written into its parent folder.")
-    from jaxtrain.data.demo_corpus import build_demo_data
-
     root = Path(paths[0]).parent
     build_demo_data(root, vocab_size=cfg.model.vocab_size, seed=cfg.run.seed,
                     progress=progress)

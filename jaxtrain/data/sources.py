@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from jaxtrain.config import split_paths
+from jaxtrain.data.datatrove import find_shards, warn_if_no_eos
 from jaxtrain.data.errors import DataError
+from jaxtrain.data.megatron import megatron_files
 from jaxtrain.errors import ConfigError
 
 SPLIT_PARTS = ("train", "valid", "test")
@@ -153,13 +155,8 @@ def document_range(shards: Sequence[Any], bounds: tuple[float, float]) -> Datase
 def open_dataset(path: str, kind: str, eos_id: int | None = None) -> list[Any]:
     """The non-empty shards (datatrove) or files (Megatron) one entry names, in order."""
     if kind == "datatrove":
-        from jaxtrain.data.datatrove import find_shards
-
         return find_shards([path], eos_id)
     if kind == "megatron":
-        from jaxtrain.data.datatrove import warn_if_no_eos
-        from jaxtrain.data.megatron import megatron_files
-
         files = [f for f in megatron_files(path) if f.num_tokens > 0]
         if not files:
             raise DataError(f"{path}: every Megatron dataset there is empty (0 tokens); check "

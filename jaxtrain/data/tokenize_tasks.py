@@ -27,7 +27,7 @@ from jaxtrain.data.shard_writers import (
     MegatronDocumentWriter,
     ShuffledWriter,
 )
-from jaxtrain.data.tokenize import iter_texts, tokenizer_json
+from jaxtrain.data.text_inputs import iter_texts, tokenizer_json
 
 FORMATS = ("datatrove", "megatron")
 ENCODE_BATCH = 1000  # documents per tokenizer call

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxtrain.data.errors import DataError
-from jaxtrain.data.tokenize import tokenizer_json
+from jaxtrain.data.text_inputs import tokenizer_json
 
 # What datatrove writes when it was given no tokenizer name.
 UNKNOWN_NAMES = ("", "unknown tokenizer")

@@ -10,10 +10,23 @@ expert feed-forward) is a second stack (`Decoder.dense_layers`), see `moe_layer_
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from jaxtrain.models.spec import ModelSpec
+
+class ModelSpec(Protocol):
+    """The fields of `jaxtrain.models.spec.ModelSpec` that decide the per-layer pattern (this
+    module sits below the spec, which uses it to count FLOPs per layer)."""
+
+    num_layers: int
+    sliding_window: int
+    attention_chunk: int
+    global_layer_step: int
+    nope_global: bool
+    attn_temperature_tuning: bool
+    qk_l2_norm: bool
+    num_experts: int
+    num_dense_layers: int
+    moe_layer_step: int
 
 
 @dataclasses.dataclass(frozen=True)

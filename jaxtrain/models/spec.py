@@ -12,6 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.models.layer_pattern import attention_kinds
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 ROPE_SCALINGS = ("none", "llama3", "linear", "yarn")
@@ -421,8 +422,6 @@ class ModelSpec:
         routed experts; MLA counts its low-rank projections as the weights they are. A local
         layer's context is its sliding window or chunk in place of T when shorter.
         """
-        from jaxtrain.models.layer_pattern import attention_kinds
-
         matmul = self.num_layers * self._attn_matmul_params()
         matmul += self._ffn_params(self.num_experts_per_tok, with_biases=False)
         matmul += self.vocab_size * self.hidden_size  # the output projection

@@ -12,6 +12,7 @@ never waits for the device before dispatching the next step.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import time
@@ -21,11 +22,12 @@ import jax
 import numpy as np
 from flax import nnx
 from jax.experimental import multihost_utils
-from jax.sharding import NamedSharding
 from ml_collections import ConfigDict
 
-from jaxtrain import compile_plan, memory_plan, mesh_check, peer_watch, perf, sharding
 from jaxtrain import config as config_lib
+from jaxtrain import init_from as init_from_lib
+from jaxtrain import memory_plan, peer_watch, perf, sharding
+from jaxtrain import run as run_lib
 from jaxtrain.checkpoint import Checkpointer, describe_dtype_changes, from_jsonable, to_jsonable
 from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
@@ -34,11 +36,14 @@ from jaxtrain.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
 from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.metrics import MetricsWriter, read_jsonl
 from jaxtrain.run_lock import RunLock
+from jaxtrain.sample import complete, load_tokenizer
 from jaxtrain.train import state as state_lib
-from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
 from jaxtrain.train.step import eval_step, loss_options, train_step
 from jaxtrain.train.step_timer import StepTimer
 from jaxtrain.train.stop import StopRequests
+
+# Steps of metrics a Trainer keeps in memory (a long run would otherwise grow without bound).
+HISTORY = 10_000
 
 
 class TrainingError(JaxtrainError, RuntimeError):
@@ -62,28 +67,16 @@ class Trainer:
     def _build(self, cfg: ConfigDict, devices: list[Any] | None, console: bool) -> None:
         self.cfg = cfg
         self.console = console
-        prepare_data(cfg, progress=self._status if console else None)
-        self.spec = config_lib.validate(cfg)
-        self.mesh = sharding.make_mesh(cfg.mesh, devices)
-        if cfg.mesh.rules not in sharding.RULE_PRESETS:
-            raise ConfigError(f"mesh.rules={cfg.mesh.rules!r} is not one of "
-                              f"{sorted(sharding.RULE_PRESETS)}.")
-        self.rules = sharding.RULE_PRESETS[cfg.mesh.rules]
-        # Uneven shards fail late inside XLA (or pad silently): say which key to change.
-        mesh_check.check_config_fits_mesh(cfg, self.spec, self.mesh, self.rules)
-        self._check_batch_fits()
-        self.num_micro = cfg.train.global_batch_size // config_lib.micro_batch_size(cfg)
-        self.schedule = learning_rate_schedule(cfg.optim, cfg.train.steps)
-        self.tx = make_optimizer(cfg.optim, cfg.train.steps)
+        self.setup = run_lib.setup(cfg, devices)
+        self.spec, self.mesh, self.rules = self.setup.spec, self.setup.mesh, self.setup.rules
+        self.tx, self.schedule = self.setup.tx, self.setup.schedule
+        self.num_micro, self.layout = self.setup.num_micro, self.setup.layout
+        self.batch_sharding = self.setup.batch_sharding
+        self.num_params = state_lib.count_params(self.layout.abstract["params"])
         self.run_dir = config_lib.run_dir(cfg)
         self.is_primary = jax.process_index() == 0
         if self.is_primary:  # only process 0 writes run-directory files
             self.run_lock.acquire(self._log)
-        with self._mesh_context():
-            self.layout = state_lib.state_layout(self.spec, self.tx, self.mesh, self.rules)
-        self.num_params = state_lib.count_params(self.layout.abstract["params"])
-        self.batch_sharding = NamedSharding(self.mesh, sharding.logical_spec(
-            ("activation_batch", "activation_length"), dict(self.rules)))
 
         self.train_iter = pipeline.make_train_iterator(
             cfg, self.spec.vocab_size, process_index=jax.process_index(),
@@ -104,7 +97,8 @@ class Trainer:
         self._host_step = int(jax.device_get(self.state["step"]))
         self.metrics = MetricsWriter(self.run_dir, cfg.train.steps, is_primary=self.is_primary,
                                      progress=cfg.train.progress, console=console)
-        self.history: list[dict[str, Any]] = []
+        # The recent steps' metrics, for notebooks and tests; metrics.jsonl keeps every step.
+        self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
         self.stops = StopRequests(self._log)
         self._timer = StepTimer()
         self._saved_step: int | None = None
@@ -113,13 +107,7 @@ class Trainer:
 
     # ----------------------------------------------------------------------------- setup
     def _mesh_context(self):
-        return sharding.use_mesh(self.mesh, self.rules)
-
-    def _check_batch_fits(self) -> None:
-        # The micro batch against the mesh's batch shards is checked by mesh_check.
-        if self.cfg.train.global_batch_size % jax.process_count():
-            raise ConfigError(f"train.global_batch_size={self.cfg.train.global_batch_size} is "
-                              f"not divisible by the {jax.process_count()} processes.")
+        return self.setup.mesh_context()
 
     def _restore_or_init(self) -> dict[str, Any]:
         self._restored_step: int | None = None
@@ -131,8 +119,6 @@ class Trainer:
                          if latest is not None else "no complete checkpoint to resume from"))
         init_from = self.cfg.checkpoint.init_from
         if latest is None and init_from:
-            from jaxtrain import init_from as init_from_lib
-
             with self._mesh_context():
                 params, report = init_from_lib.load_params(
                     init_from, self.cfg.checkpoint.init_step, self.spec, self.layout)
@@ -191,8 +177,8 @@ class Trainer:
                                     schedule=self.schedule, num_micro=self.num_micro, **options)
         jitted = jax.jit(step_fn, in_shardings=(self.layout.shardings, None),
                          out_shardings=(self.layout.shardings, None), donate_argnums=(0,))
-        batch = compile_plan.abstract_batch(cfg, self.mesh, self.rules)
-        axis_sizes = sharding.mesh_shape(self.mesh)
+        batch = self.setup.abstract_batch()
+        axis_sizes = self.setup.axis_sizes
         check = cfg.train.get("check_memory", True)
         capacity, source = memory_plan.device_capacity(list(self.mesh.devices.flat))
         self.memory = memory_plan.plan_state(self.layout.abstract, batch, axis_sizes)
@@ -421,8 +407,6 @@ class Trainer:
 
 def print_sample(trainer: Trainer) -> str:
     """Continues `sample.prompt` with the trained model and prints it (needs data.tokenizer)."""
-    from jaxtrain.sample import complete, load_tokenizer
-
     cfg = trainer.cfg
     if not cfg.data.tokenizer:
         print("sample: skipped (data.tokenizer names no tokenizer to encode the prompt)")
@@ -465,6 +449,10 @@ def _finished(trainer: Trainer) -> dict[str, Any]:
 def train(cfg: ConfigDict) -> dict[str, Any]:
     """Trains to train.steps (resuming if possible) and returns the final metrics."""
     quiet_writer_logs()  # a full disk is reported once, as one line, not by each writer thread
+    if jax.process_index() == 0:
+        prepare_data(cfg, progress=print)  # data.prepare: build missing demo shards first
+    if jax.process_count() > 1:  # the others wait until the shards exist
+        multihost_utils.sync_global_devices("jaxtrain prepare_data")
     trainer = Trainer(cfg)
     try:
         if trainer.step >= cfg.train.steps:
