@@ -76,10 +76,9 @@ def load_run_config(path: str, args: argparse.Namespace, *, report_lines: bool =
     """The config of `path` with the command line's overrides; a foreign file's key report is
     printed (and its unsupported keys refused unless --allow-unsupported)."""
     from jaxtrain import compat
-    from jaxtrain import config as config_lib
 
     if not compat.is_foreign(path):
-        return config_lib.load_config(path, args.overrides, native_overrides=args.native)
+        return compat.load_config_file(path, args.overrides, native_overrides=args.native)
     cfg, report = compat.load_foreign(
         path, args.overrides, native_overrides=args.native,
         allow_unsupported=args.allow_unsupported, primus_root=args.primus_root,
@@ -213,10 +212,11 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from jaxtrain import config as config_lib
+    from jaxtrain import compat
     from jaxtrain.bench import benchmark, format_report
 
-    cfg = config_lib.load_config(args.config, args.overrides)
+    cfg = compat.load_config_file(args.config, args.overrides, native_overrides=args.native,
+                                  allow_unsupported=True)
     print(format_report(cfg.run.name, benchmark(cfg, steps=args.steps, warmup=args.warmup)))
     return 0
 

@@ -105,7 +105,7 @@ def build(path: str, overrides: Sequence[str] = (), native: Sequence[str] = (), 
     else:
         import jax
 
-        cfg = config_lib.load_config(path, list(overrides), native_overrides=list(native))
+        cfg = compat.load_config_file(path, list(overrides), native_overrides=list(native))
         here, here_hosts = jax.device_count(), jax.process_count()
     if devices is not None:
         here, here_hosts = devices, hosts or (1 if devices != here else here_hosts)

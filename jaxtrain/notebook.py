@@ -49,6 +49,7 @@ def load_config(path_or_preset: str | Path, overrides: Mapping[str, Any] | None 
     {"train.steps": 30} mapping and/or keyword arguments with `__` for the dots
     (`train__steps=30`); keyword arguments win. Unknown keys raise ConfigError, as on the CLI.
     """
+    from jaxtrain import compat
     from jaxtrain import config as config_lib
     from jaxtrain.models.presets import PRESETS, model_config
 
@@ -60,7 +61,7 @@ def load_config(path_or_preset: str | Path, overrides: Mapping[str, Any] | None 
             cfg.model = model_config(spec)
         cfg.run.name = spec
         return config_lib.apply_overrides(cfg, values)
-    return config_lib.load_config(spec, values)
+    return compat.load_config_file(spec, values)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -123,7 +123,7 @@ def test_hf_config_json(tmp_path):
     spec = model_spec("qwen3-debug")
     path = tmp_path / "config.json"
     path.write_text(json.dumps(hf_config_from_spec(spec, extra={"eos_token_id": 5})))
-    cfg = config_lib.load_config(str(path), {"train.steps": 2})
+    cfg = compat.load_config_file(str(path), {"train.steps": 2})
     assert (cfg.model.hidden_size, cfg.model.num_layers, cfg.model.qk_norm) == (64, 2, True)
     assert cfg.model.preset == "qwen3-debug" and cfg.train.steps == 2
     _, report = compat.load_foreign(path, env={})

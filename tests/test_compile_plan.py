@@ -11,10 +11,8 @@ import jax
 from conftest import REPO
 
 from jaxtrain import config as config_lib
-from jaxtrain import sharding
-from jaxtrain.compile_plan import abstract_batch, count_collectives
-from jaxtrain.train import state as state_lib
-from jaxtrain.train.optimizer import make_optimizer
+from jaxtrain import run
+from jaxtrain.compile_plan import count_collectives
 
 
 def _bytes_per_device(tree) -> int:
@@ -40,12 +38,9 @@ def test_tool_plans_a_debug_config_on_8_devices():
     # Arguments (sharded state + batch) are affine in depth: the extrapolation is exact.
     cfg = config_lib.load_config(str(REPO / "configs" / "llama_debug.py"),
                                  [o.removeprefix("--config.") for o in overrides])
-    spec = config_lib.validate(cfg)
-    mesh = sharding.make_mesh(cfg.mesh)
-    rules = sharding.RULE_PRESETS[cfg.mesh.rules]
-    layout = state_lib.state_layout(spec, make_optimizer(cfg.optim, 10), mesh, rules)
-    expected = _bytes_per_device(layout.abstract) + \
-        _bytes_per_device(abstract_batch(cfg, mesh, rules))
+    setup = run.setup(cfg, check_data=False)
+    expected = _bytes_per_device(setup.layout.abstract) + \
+        _bytes_per_device(setup.abstract_batch())
     assert plan["memory"]["argument"] == expected
     # XLA's count adds the masked half of causal attention to the formula's.
     assert 1.0 <= plan["xla_flops"] / plan["formula_flops"] < 1.5

@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
 
     import jax
 
-    from jaxtrain import compile_plan, config
+    from jaxtrain import compat, compile_plan
     from jaxtrain.errors import ConfigError
     from jaxtrain.sharding import MeshError
 
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
               "(was jax imported before XLA_FLAGS was set?)", file=sys.stderr)
         return 2
     try:
-        cfg = config.load_config(path, overrides)
+        cfg = compat.load_config_file(path, overrides, allow_unsupported=True)
         layers = [int(x) for x in args.layers.split(",") if x.strip()]
         result, measured = compile_plan.plan(cfg, layers, hosts=args.hosts)
     except (ConfigError, MeshError) as e:

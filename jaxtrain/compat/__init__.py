@@ -33,9 +33,9 @@ from jaxtrain.compat import (
 from jaxtrain.compat.report import KeyReport, flatten
 from jaxtrain.compat.target import build
 from jaxtrain.compat.yaml_tree import deep_merge, load_mapping, overrides_tree, read_yaml, tag
+from jaxtrain.config import FOREIGN_SUFFIXES
 from jaxtrain.errors import ConfigError
 
-FOREIGN_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 _MAXTEXT_HINTS = ("base_config", "model_name", "per_device_batch_size", "max_target_length",
                   "base_emb_dim", "ici_fsdp_parallelism", "dcn_data_parallelism")
 _TORCHTITAN_SECTIONS = ("job", "training", "lr_scheduler", "parallelism", "activation_checkpoint")
@@ -45,7 +45,7 @@ _PRIME_RL_KEYS = ("max_steps", "deployment", "ckpt", "optim", "scheduler", "val"
 
 def is_foreign(path: str) -> bool:
     """Whether a config path is one of the foreign formats (not a jaxtrain .py config)."""
-    return Path(str(path)).suffix.lower() in FOREIGN_SUFFIXES
+    return Path(str(path).partition(":")[0]).suffix.lower() in FOREIGN_SUFFIXES
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -211,3 +211,20 @@ def load_foreign(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] 
     report.check(allow_unsupported)
     cfg.lock()
     return cfg, report
+
+
+def load_config_file(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] = (), *,
+                     native_overrides: Sequence[str] = (),
+                     allow_unsupported: bool = False) -> ConfigDict:
+    """Any config file: a jaxtrain `.py` config (by path or shipped name) or one of another
+    stack, mapped (unsupported keys refused unless `allow_unsupported`). `native_overrides`
+    are `key=value` settings in a foreign file's own terms."""
+    if is_foreign(str(path)):
+        cfg, _ = load_foreign(path, overrides, allow_unsupported,
+                              native_overrides=native_overrides)
+        return cfg
+    if list(native_overrides):
+        raise ConfigError(f"{path}: `key=value` overrides without --config. apply only to "
+                          "configs of other stacks (YAML/TOML/JSON); use "
+                          "--config.section.key=value.")
+    return config_lib.load_config(str(path), overrides)
