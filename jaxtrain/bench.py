@@ -71,9 +71,8 @@ def _time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     tokens = cfg.train.global_batch_size * cfg.train.seq_len * steps
     tokens_per_s = tokens / elapsed
     flops_per_s = spec.flops_per_token(cfg.train.seq_len) * tokens_per_s
-    peak, peak_source = perf.peak_flops(cfg.train.peak_flops)
-    on_cpu = jax.devices()[0].platform == "cpu"
-    total_peak = peak if on_cpu else peak * trainer.mesh.devices.size
+    total_peak, peak_source = perf.mesh_peak_flops(cfg.train.peak_flops,
+                                                   trainer.mesh.devices.size)
     memory = compiled.memory_analysis()
     temp_bytes = float(getattr(memory, "temp_size_in_bytes", 0) or 0)
     return {

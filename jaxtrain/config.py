@@ -88,28 +88,43 @@ def load_py_config(spec: str) -> ConfigDict:
     return cfg
 
 
-def _parse_value(text: str, current: Any, key: str) -> Any:
-    """Turns override text into the type of the current value."""
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def coerce(value: Any, current: Any, key: str) -> Any:
+    """`value` as the type of the setting's current value, or a ConfigError naming `key`.
+
+    The one conversion for every source of a value: command-line text (`--config.a.b=3`), and
+    the already-typed values of a notebook mapping or of another stack's YAML/TOML file.
+    """
     if isinstance(current, bool):
-        lowered = text.lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"--config.{key}={text!r}: expected true or false.")
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ConfigError(f"--config.{key}={value!r}: expected true or false.")
     if isinstance(current, int):
+        if isinstance(value, bool):
+            raise ConfigError(f"--config.{key}={value!r}: expected an integer.")
         try:
-            return int(text)
+            number = float(value) if isinstance(value, float) else int(str(value).strip())
         except ValueError:
-            raise ConfigError(f"--config.{key}={text!r}: expected an integer.") from None
+            raise ConfigError(f"--config.{key}={value!r}: expected an integer.") from None
+        if isinstance(number, float) and not number.is_integer():
+            raise ConfigError(f"--config.{key}={value!r}: expected an integer.")
+        return int(number)
     if isinstance(current, float):
         try:
-            return float(text)
-        except ValueError:
-            raise ConfigError(f"--config.{key}={text!r}: expected a number.") from None
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"--config.{key}={value!r}: expected a number.") from None
     if isinstance(current, (tuple, list)):
-        return type(current)(ast.literal_eval(text))
-    return text
+        items = ast.literal_eval(value) if isinstance(value, str) else value
+        return type(current)(items)
+    if isinstance(current, str):
+        return "" if value is None else str(value)
+    return value
 
 
 def apply_overrides(cfg: ConfigDict, overrides: Mapping[str, Any] | Iterable[str]) -> ConfigDict:
@@ -130,8 +145,7 @@ def apply_overrides(cfg: ConfigDict, overrides: Mapping[str, Any] | Iterable[str
         if leaf not in parent:
             raise ConfigError(f"config key {key!r} does not exist; known keys in "
                               f"{'.'.join(parents) or 'the root'}: {', '.join(sorted(parent))}.")
-        if isinstance(value, str):
-            value = _parse_value(value, parent[leaf], key)
+        value = coerce(value, parent[leaf], key)
         with parent.unlocked():
             parent[leaf] = value
     return cfg

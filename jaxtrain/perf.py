@@ -60,3 +60,18 @@ def peak_flops(configured: float = 0.0) -> tuple[float, str]:
     if table:
         return table, f"data sheet ({jax.devices()[0].device_kind})"
     return measured_matmul_flops(), "measured float32 matmul"
+
+
+def mesh_peak_flops(configured: float, num_devices: int) -> tuple[float, str]:
+    """Peak FLOP/s of a whole mesh of `num_devices`, and where the per-device figure comes from.
+
+    Fake CPU devices share the host's cores: the measured CPU peak is already the whole CPU.
+    """
+    peak, source = peak_flops(configured)
+    return (peak if jax.devices()[0].platform == "cpu" else peak * num_devices), source
+
+
+def mfu(flops_per_token: float, tokens_per_s: float, configured_peak: float,
+        num_devices: int) -> float:
+    """Model FLOPs utilisation, a fraction: achieved model FLOP/s over the mesh's peak."""
+    return flops_per_token * tokens_per_s / mesh_peak_flops(configured_peak, num_devices)[0]

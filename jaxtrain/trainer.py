@@ -221,13 +221,6 @@ class Trainer:
         """An nnx model viewing the current parameters (for sampling or inspection)."""
         return nnx.merge(self.layout.graphdef, self.state["params"])
 
-    def _mfu(self, tokens_per_s: float) -> float:
-        peak, _ = perf.peak_flops(self.cfg.train.peak_flops)
-        devices = self.mesh.devices.size
-        # Fake CPU devices share the host's cores: the measured peak is already the whole CPU.
-        total_peak = peak if jax.devices()[0].platform == "cpu" else peak * devices
-        return self.spec.flops_per_token(self.cfg.train.seq_len) * tokens_per_s / total_peak
-
     # ----------------------------------------------------------------------------- public
     def evaluate(self) -> dict[str, float]:
         """Mean validation loss and perplexity over the fixed validation batches."""
@@ -385,7 +378,9 @@ class Trainer:
         if log_now and (window := self._timer.take()):
             steps, seconds = window
             tps = tokens_per_step * steps / max(seconds, 1e-9)
-            record.update(tokens_per_s=tps, step_time=seconds / steps, mfu=self._mfu(tps))
+            mfu = perf.mfu(self.spec.flops_per_token(cfg.train.seq_len), tps,
+                           cfg.train.peak_flops, self.mesh.devices.size)
+            record.update(tokens_per_s=tps, step_time=seconds / steps, mfu=mfu)
         if cfg.train.eval_every and step_no % cfg.train.eval_every == 0:
             record.update(self.evaluate())
             self._timer.interrupted()

@@ -302,3 +302,22 @@ def test_invalid_combinations_name_the_key(overrides: dict, keys: tuple[str, ...
 def test_pretrain_config_without_data_path_is_rejected() -> None:
     with pytest.raises(ConfigError, match="data.paths"):
         validate(load_py_config(str(CONFIGS / "llama3_1_8b.py")))
+
+
+def test_one_coercion_for_command_line_text_and_typed_values():
+    """`--config.a.b=TEXT`, a notebook mapping and another stack's typed values all go through
+    `config.coerce` (adapters once turned the text "false" into True with bool())."""
+    from jaxtrain.compat.target import build
+    from jaxtrain.config import coerce
+
+    assert coerce("false", True, "k") is False and coerce("on", False, "k") is True
+    assert coerce(False, True, "k") is False and coerce(0, True, "k") is False
+    assert build({"train.progress": "false"}, "x").train.progress is False
+    assert coerce("3", 1, "k") == 3 and coerce(4.0, 1, "k") == 4
+    assert isinstance(coerce(1, 0.5, "k"), float) and coerce("1e-3", 0.5, "k") == 1e-3
+    assert coerce(None, "x", "k") == "" and coerce(7, "x", "k") == "7"
+    assert coerce("(1, 2)", (0,), "k") == (1, 2) and coerce([3], (0,), "k") == (3,)
+    for value, current, expected in (("maybe", True, "true or false"), (2.5, 1, "an integer"),
+                                     (True, 1, "an integer"), ("x", 0.5, "a number")):
+        with pytest.raises(ConfigError, match=f"--config.k={value!r}: expected {expected}"):
+            coerce(value, current, "k")

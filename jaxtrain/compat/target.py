@@ -13,6 +13,7 @@ from typing import Any
 
 from ml_collections import ConfigDict
 
+from jaxtrain import config as config_lib
 from jaxtrain.configs import base
 from jaxtrain.errors import ConfigError
 
@@ -33,21 +34,6 @@ def has_key(key: str) -> bool:
     return key in _base_keys()
 
 
-def coerce(value: Any, current: Any, key: str) -> Any:
-    """`value` as the type of the default it replaces (bool, int, float or str)."""
-    if isinstance(current, bool):
-        return bool(value)
-    if isinstance(current, int):
-        if isinstance(value, float) and not value.is_integer():
-            raise ConfigError(f"{key}={value!r}: expected an integer.")
-        return int(value)
-    if isinstance(current, float):
-        return float(value)
-    if isinstance(current, str):
-        return "" if value is None else str(value)
-    return value
-
-
 def build(settings: Mapping[str, Any], name: str) -> ConfigDict:
     """configs/base.py with the settings applied (run.name defaults to `name`)."""
     cfg = base_config()
@@ -57,5 +43,5 @@ def build(settings: Mapping[str, Any], name: str) -> ConfigDict:
         if node is None or leaf not in node:
             raise ConfigError(f"adapter setting {key!r} is not a jaxtrain config key.")
         with node.unlocked():
-            node[leaf] = coerce(value, node[leaf], key)
+            node[leaf] = config_lib.coerce(value, node[leaf], key)
     return cfg
