@@ -172,8 +172,8 @@ def _sample_arguments(p: argparse.ArgumentParser) -> None:
 
 def _sample(args: argparse.Namespace) -> int:
     from jaxtrain.errors import ConfigError
-    from jaxtrain.runs import load_model
     from jaxtrain.sample import complete, load_tokenizer
+    from jaxtrain.saved_run import load_model
 
     model, cfg, step = load_model(args.run, args.step)
     tokenizer_dir = args.tokenizer or cfg.data.tokenizer
@@ -253,13 +253,13 @@ def _checkpoints_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _checkpoints(args: argparse.Namespace) -> int:
-    from jaxtrain import inspect_run
+    from jaxtrain import checkpoint_listing
 
-    print(inspect_run.format_listing(*inspect_run.list_checkpoints(args.run)), flush=True)
+    print(checkpoint_listing.format_listing(*checkpoint_listing.list_checkpoints(args.run)), flush=True)
     if not args.verify:
         return 0
     damaged = 0
-    for result in inspect_run.verify_steps(args.run, args.step):
+    for result in checkpoint_listing.verify_steps(args.run, args.step):
         print(result, flush=True)
         damaged += not result.ok
     if damaged:
@@ -300,7 +300,7 @@ def _runs_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from jaxtrain.run_report import build_report, format_report
+    from jaxtrain.run_summary import build_report, format_report
 
     print("\n\n".join(format_report(build_report(d)) for d in args.runs))
     return 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jaxtrain.data.text_inputs import eos_id_from_tokenizer
 from jaxtrain.interop.hf import save_hf_checkpoint
-from jaxtrain.runs import restore_params
+from jaxtrain.saved_run import restore_params
 from jaxtrain.train.state import count_params
 
 FORMATS = ("hf",)

@@ -22,7 +22,7 @@ from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf import INDEX_NAME, WEIGHTS_NAME, load_hf_params
 from jaxtrain.interop.hf_config import spec_from_hf_config
 from jaxtrain.models.spec import ModelSpec
-from jaxtrain.runs import find_checkpoints
+from jaxtrain.saved_run import find_checkpoints
 from jaxtrain.train import buffers
 from jaxtrain.train.state import StateLayout, count_params
 

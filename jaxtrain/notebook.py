@@ -223,7 +223,7 @@ def sample(source: Any, prompt: str, *, max_new_tokens: int = 64, temperature: f
     if hasattr(source, "model") and hasattr(source, "cfg"):
         model, cfg = source.model(), source.cfg
     else:
-        from jaxtrain.runs import load_model
+        from jaxtrain.saved_run import load_model
 
         model, cfg, _ = load_model(source, step)
     return complete(model, _run_tokenizer(cfg, tokenizer), prompt,

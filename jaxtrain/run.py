@@ -9,7 +9,7 @@ from the `ici_*`/`dcn_*` sizes and the rule table, the model and batch checked a
 (uneven shards fail late inside XLA, so they are refused here with the key to change), the
 optimizer and its schedule, and the abstract train state with its shardings. The trainer, the
 compile-only planner (`compile_plan`), checkpoint inspection and export (`runs`,
-`inspect_run`) and the benchmarks start from it, so they all see the same run.
+`checkpoint_listing`) and the benchmarks start from it, so they all see the same run.
 """
 
 from __future__ import annotations

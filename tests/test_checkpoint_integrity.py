@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from checkpoint_fixtures import small_config
 
-from jaxtrain import inspect_run
+from jaxtrain import checkpoint_listing
 from jaxtrain.checkpoint import CheckpointError
 from jaxtrain.errors import ConfigError
 from jaxtrain.trainer import Trainer
@@ -54,7 +54,7 @@ def test_a_deleted_checksums_item_is_damage_not_an_old_checkpoint(run_copy):
     shutil.rmtree(run_copy / "checkpoints" / "4" / "checksums")
     message = _damage_message(run_copy)
     assert "missing item(s) checksums/:" in message
-    result = inspect_run.verify(run_copy, devices=DEVICES)
+    result = checkpoint_listing.verify(run_copy, devices=DEVICES)
     assert not result.ok and "missing item(s) checksums/:" in "\n".join(result.problems)
 
 

@@ -7,7 +7,6 @@ import pytest
 from conftest import REPO
 
 from jaxtrain import compat, config_report
-from jaxtrain import config as config_lib
 from jaxtrain.cli import main
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_config import hf_config_from_spec

@@ -21,7 +21,7 @@ from jaxtrain.cli import main
 from jaxtrain.disk_full import DiskFullError, is_disk_full, quiet_writer_logs
 from jaxtrain.metrics import JsonlSink, read_jsonl, read_records
 from jaxtrain.plot import load_run_metrics
-from jaxtrain.run_report import build_report, format_report
+from jaxtrain.run_summary import build_report, format_report
 
 ORBAX_ENOSPC = ("RESOURCE_EXHAUSTED: Error writing \"params.x/0.0\" in OCDBT database: Failed to "
                 "write 29201 bytes to file 9: No space left on device [os_error_code='28']")

@@ -133,7 +133,7 @@ def test_eos_id_from_tokenizer_files(tiny_tokenizer: Path, tmp_path: Path) -> No
 
 def test_command_line(tmp_path: Path, tiny_tokenizer: Path) -> None:
     inputs = _jsonl(tmp_path / "in", [corpus_texts(20), corpus_texts(5, seed=9)])
-    cmd = [sys.executable, str(REPO / "tools" / "tokenize.py"), "--input", *inputs,
+    cmd = [sys.executable, str(REPO / "tools" / "tokenize_corpus.py"), "--input", *inputs,
            "--tokenizer", str(tiny_tokenizer), "--output", str(tmp_path / "out"),
            "--tasks", "2", "--backend", "builtin", "--eos-token", EOS]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)

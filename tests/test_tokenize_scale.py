@@ -78,7 +78,7 @@ def test_parquet_and_jsonl_stream_in_batches(tmp_path: Path, tiny_tokenizer: Pat
 
 def test_command_line_megatron_workers_merge(tmp_path: Path, tiny_tokenizer: Path) -> None:
     inputs = _jsonl(tmp_path / "in", 2, 25)
-    cmd = [sys.executable, str(REPO / "tools" / "tokenize.py"), "--input", *inputs,
+    cmd = [sys.executable, str(REPO / "tools" / "tokenize_corpus.py"), "--input", *inputs,
            "--tokenizer", str(tiny_tokenizer), "--output", str(tmp_path / "out"),
            "--tasks", "2", "--workers", "2", "--format", "megatron", "--merge",
            "--eos-token", EOS, "--quiet"]

@@ -29,9 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Run as a script, sys.path[0] is tools/, whose tokenize.py would shadow the standard library's.
+# Runs from a clone without installing: the repository (holding jaxtrain/) is importable.
 _TOOLS = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _TOOLS]
 sys.path.insert(0, str(_TOOLS.parent))
 
 import jax  # noqa: E402

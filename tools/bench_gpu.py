@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[0] = str(REPO)  # the repository, not tools/, whose file names could shadow modules
+sys.path.insert(0, str(REPO))  # runs from a clone without installing
 
 # GPU flags that overlap collectives and compute; harmless with one device, kept for parity with
 # the multi-device launchers in docker/.

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[0] = str(REPO)  # the repository, not tools/, whose file names could shadow modules
+sys.path.insert(0, str(REPO))  # runs from a clone without installing
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -15,10 +15,8 @@ one-process mesh as if N hosts shared the devices. `--json` prints the figures a
 import os
 import sys
 
-# tools/tokenize.py would shadow the standard library's `tokenize`: keep this folder off the
-# import path and put the repository on it instead.
+# Runs from a clone without installing: the repository (holding jaxtrain/) is importable.
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 import argparse  # noqa: E402

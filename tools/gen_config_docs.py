@@ -14,10 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
-# tools/tokenize.py would shadow the standard library's `tokenize` (used here and by inspect):
-# keep this folder off the import path and put the repository on it instead.
+# Runs from a clone without installing: the repository (holding jaxtrain/) is importable.
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 import argparse  # noqa: E402

@@ -287,7 +287,7 @@ def _data_eval_checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
         r.mapped("dataset_type", "data.kind")
     else:
         r.unsupported("dataset_type", f"{kind!r} input pipelines are not read; tokenize into "
-                      "datatrove shards (tools/tokenize.py) and set --config.data.paths",
+                      "datatrove shards (tools/tokenize_corpus.py) and set --config.data.paths",
                       target="data.paths")
     for key in ("dataset_path", "dataset_name", "eval_dataset_name", "train_split",
                 "eval_split"):

@@ -186,7 +186,7 @@ def _data(r: KeyReport, s: dict[str, Any]) -> None:
                                         "data_cache_path")]
     if not readable or not given or unread:
         reason = ("Megatron .bin/.idx indexed datasets cannot be read yet (data.kind has no "
-                  "'megatron'); tokenize the corpus into datatrove shards (tools/tokenize.py) "
+                  "'megatron'); tokenize the corpus into datatrove shards (tools/tokenize_corpus.py) "
                   "and set --config.data.paths") if not readable else (
             "data description files are not read; list the prefixes in data_path"
             if unread else "no data: mock_data is false and no data path is set")

@@ -204,7 +204,7 @@ def _training(r: KeyReport, s: dict[str, Any]) -> None:
         if r.has("training.mock_data"):
             r.ignored("training.mock_data", "false: training.dataset is read")
         r.unsupported("training.dataset", "Hugging Face datasets are not read; tokenize the "
-                      "text into datatrove shards (tools/tokenize.py) and set "
+                      "text into datatrove shards (tools/tokenize_corpus.py) and set "
                       "--config.data.paths", target="data.paths")
         if r.get("training.dataset_path"):
             r.unsupported("training.dataset_path", "see training.dataset", target="data.paths")

@@ -24,7 +24,7 @@ EOS_SAMPLE_TOKENS = 65536
 # Document ends checked per numpy call when a shard is opened (32 MB of index at a time).
 INDEX_CHUNK = 1 << 22
 
-_RETOKENIZE = ("re-run the tokenizer (tools/tokenize.py or datatrove's DocumentTokenizer) "
+_RETOKENIZE = ("re-run the tokenizer (tools/tokenize_corpus.py or datatrove's DocumentTokenizer) "
                "into an empty folder")
 
 
@@ -189,7 +189,7 @@ def _shard_files(path: str) -> list[Path]:
                     if nested else "")
             raise DataError(f"{p}: folder holds no *.ds shards{hint}. Point data.paths at the "
                             "output folder of datatrove's DocumentTokenizer, or tokenize a corpus "
-                            "into it with tools/tokenize.py.")
+                            "into it with tools/tokenize_corpus.py.")
         return files
     if p.is_file():
         if p.suffix != ".ds":
@@ -197,7 +197,7 @@ def _shard_files(path: str) -> list[Path]:
                             "X.ds file; pass X.ds, not its .index/.metadata/.loss companions).")
         return [p]
     raise DataError(f"{p}: no such file or folder; fix data.paths / data.val_paths or tokenize a "
-                    "corpus there with tools/tokenize.py.")
+                    "corpus there with tools/tokenize_corpus.py.")
 
 
 def warn_if_no_eos(shard: Shard, eos_id: int, sample: int = EOS_SAMPLE_TOKENS) -> bool:
@@ -206,7 +206,7 @@ def warn_if_no_eos(shard: Shard, eos_id: int, sample: int = EOS_SAMPLE_TOKENS) -
     if head.size and not np.any(head == eos_id):
         warnings.warn(f"{shard.path}: no EOS token (id {eos_id}) in its first {head.size} tokens, "
                       "so documents run together with no separator. Tokenize with an EOS token "
-                      "(tools/tokenize.py appends one; datatrove needs eos_token=...).",
+                      "(tools/tokenize_corpus.py appends one; datatrove needs eos_token=...).",
                       stacklevel=2)
         return False
     return True

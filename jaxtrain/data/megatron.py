@@ -29,7 +29,7 @@ CODE_OF_DTYPE = {v: k for k, v in DTYPE_CODES.items()}
 UINT16_VOCAB_LIMIT = 65500
 
 _REBUILD = ("rebuild it with Megatron's tools/preprocess_data.py or "
-            "tools/tokenize.py --format megatron")
+            "tools/tokenize_corpus.py --format megatron")
 
 
 def dtype_for_vocab(vocab_size: int) -> np.dtype:
@@ -199,7 +199,7 @@ def megatron_files(path: str | os.PathLike) -> list[MegatronFile]:
         if not prefixes:
             raise DataError(f"{p}: folder holds no Megatron *.idx/*.bin datasets. Point "
                             "data.paths at a dataset prefix (e.g. data/corpus_text_document) or "
-                            "a folder of them, or tokenize into it with tools/tokenize.py "
+                            "a folder of them, or tokenize into it with tools/tokenize_corpus.py "
                             "--format megatron.")
         return [open_megatron(f) for f in prefixes]
     if p.suffix == ".ds" or p.name.endswith((".ds.index", ".ds.metadata")):

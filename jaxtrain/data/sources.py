@@ -229,7 +229,7 @@ def validate_data_config(cfg: Any, check_data: bool = True) -> None:
     for spec in train + val:
         if not _exists(spec.path, d.kind):
             raise ConfigError(f"data path {spec.path!r} (data.paths / data.val_paths) does not "
-                              "exist; tokenize a corpus first (tools/tokenize.py) or fix the "
+                              "exist; tokenize a corpus first (tools/tokenize_corpus.py) or fix the "
                               "path.")
     if t.eval_every and not val and not has_split_part(split, "valid"):
         raise ConfigError(f"train.eval_every={t.eval_every} but there is no validation data: "

@@ -74,7 +74,7 @@ def check_tokenizer(shards: Sequence[Any], tokenizer: str) -> None:
                     f"data.tokenizer={tokenizer!r} ({len(theirs)} tokens) has another vocabulary "
                     f"({_difference(ours, theirs)}). Set data.tokenizer to the tokenizer the "
                     f"shards were written with, or tokenize the corpus again with "
-                    f"tools/tokenize.py --tokenizer {tokenizer}.")
+                    f"tools/tokenize_corpus.py --tokenizer {tokenizer}.")
             continue
         if short_name(name) != short_name(tokenizer):
             warnings.warn(

@@ -25,7 +25,7 @@ from jaxtrain.checkpoint import Checkpointer, CheckpointError, unfinished_saves
 from jaxtrain.checksums import leaf_name
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.spec import ModelSpec
-from jaxtrain.runs import find_checkpoints
+from jaxtrain.saved_run import find_checkpoints
 from jaxtrain.train import state as state_lib
 
 

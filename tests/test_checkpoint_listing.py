@@ -13,7 +13,7 @@ import jax
 import pytest
 from checkpoint_fixtures import small_config
 
-from jaxtrain import inspect_run
+from jaxtrain import checkpoint_listing
 from jaxtrain.cli import main
 from jaxtrain.trainer import Trainer
 
@@ -43,7 +43,7 @@ def test_listing_shows_steps_time_size_and_config(run_dir, capsys):
 
 def test_verify_reads_every_array_on_any_device_count(run_dir):
     # Saved on an fsdp=8 mesh, read back on one device.
-    result = inspect_run.verify(run_dir, 2, devices=jax.devices()[:1])
+    result = checkpoint_listing.verify(run_dir, 2, devices=jax.devices()[:1])
     assert result.ok, result.problems
     assert result.arrays == 39 and result.values == 3 * 139_584 + 3  # params, mu, nu, counts
     assert str(result).startswith("step 2: OK: 39 arrays (418,755 values) read")

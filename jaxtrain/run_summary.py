@@ -141,7 +141,7 @@ def step_rate(records: list[dict[str, Any]], window: int = RATE_WINDOW) -> float
 
 def _checkpoints(run_dir: Path) -> tuple[list[int], str]:
     from jaxtrain.checkpoint import CheckpointError
-    from jaxtrain.inspect_run import list_checkpoints
+    from jaxtrain.checkpoint_listing import list_checkpoints
 
     try:
         _, infos, unfinished = list_checkpoints(run_dir)

@@ -1,8 +1,8 @@
 """Tokenize text / JSONL / Parquet files into datatrove shards or Megatron datasets.
 
-    python tools/tokenize.py --input 'corpus/*.jsonl' --tokenizer path/to/tokenizer_folder \
+    python tools/tokenize_corpus.py --input 'corpus/*.jsonl' --tokenizer path/to/tokenizer_folder \
         --output data/train [--text-key text] [--eos-token '<|endoftext|>'] [--tasks 4]
-    python tools/tokenize.py --format megatron --tasks 8 --workers 4 --merge ...
+    python tools/tokenize_corpus.py --format megatron --tasks 8 --workers 4 --merge ...
 
 An EOS token is appended after every document. For `--format datatrove` (data.kind="datatrove")
 datatrove's DocumentTokenizer writes the shards when it is installed (pip install datatrove
@@ -15,10 +15,8 @@ memory work; --tasks splits the input files, --workers runs that many tasks at o
 import os
 import sys
 
-# This file shares its name with the standard library's `tokenize` (imported by linecache,
-# inspect, ...): keep its folder off the import path and put the repository on it instead.
+# Runs from a clone without installing: the repository (holding jaxtrain/) is importable.
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 import argparse  # noqa: E402
