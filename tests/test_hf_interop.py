@@ -14,7 +14,7 @@ from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 from jaxtrain.interop import hf_config
-from jaxtrain.interop.convert_cli import convert_main, parse_size
+from jaxtrain.cli import main, parse_size
 from jaxtrain.interop.hf import (
     INDEX_NAME,
     WEIGHTS_NAME,
@@ -305,13 +305,13 @@ def test_convert_cli_round_trip(tmp_path, capsys):
                              config_extra={"eos_token_id": 5})
     (src / "tokenizer.json").write_text("{}")
     out = tmp_path / "out"
-    assert convert_main(["--from-hf", str(src), "--to-hf", str(out), "--max-shard-size",
-                         "30KB"]) == 0
+    assert main(["convert", "--from-hf", str(src), "--to-hf", str(out), "--max-shard-size",
+                 "30KB"]) == 0
     printed = capsys.readouterr().out
     assert "Qwen3ForCausalLM" in printed and f"{spec.num_params():,} parameters" in printed
     assert "read back identically" in printed
     assert (out / INDEX_NAME).is_file() and (out / "tokenizer.json").is_file()
     assert json.loads((out / "config.json").read_text())["eos_token_id"] == 5
-    assert convert_main(["--from-hf", str(tmp_path / "nowhere")]) == 2
+    assert main(["convert", "--from-hf", str(tmp_path / "nowhere")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert parse_size("5GB") == 5 * 10**9 and parse_size("2MiB") == 2 * 2**20
