@@ -79,6 +79,13 @@ _LLAMA4 = dict(family="llama4", vocab_size=202048, hidden_size=5120, num_layers=
 # Tiny sizes for tests and smoke runs (two layers, dims <= 64).
 _DEBUG = dict(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
               head_dim=16, intermediate_size=128, max_seq_len=512)
+# What the two DeepSeek debug sizes share: latent attention, YaRN, 8 experts in 4 groups.
+_DEEPSEEK_DEBUG = dict(_DEBUG, norm_eps=1e-6, num_kv_heads=4, head_dim=8, kv_lora_rank=32,
+                       q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                       rope_interleave=True, rope_scaling="yarn", rope_factor=4.0,
+                       rope_original_max_len=128, num_experts=8, num_experts_per_tok=2,
+                       moe_intermediate_size=32, moe_n_group=4, moe_topk_group=2,
+                       moe_shared_experts=1, num_dense_layers=1)
 
 PRESETS: dict[str, dict] = {
     "llama-debug": dict(_DEBUG, family="llama"),
@@ -100,26 +107,15 @@ PRESETS: dict[str, dict] = {
                             moe_norm_topk=True, moe_aux_loss_coef=0.002),
     # One dense block then one expert block; grouped routing, shared expert, YaRN on a 128-token
     # original context so every band of the ramp occurs at 8 rotary dims.
-    "deepseek-v2-debug": dict(_DEBUG, family="deepseek_v2", norm_eps=1e-6, num_kv_heads=4,
-                              head_dim=8, kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=16,
-                              qk_rope_head_dim=8, v_head_dim=16, rope_interleave=True,
-                              rope_scaling="yarn", rope_factor=4.0, rope_original_max_len=128,
-                              rope_mscale=0.707, rope_mscale_all_dim=0.707, num_experts=8,
-                              num_experts_per_tok=2, moe_intermediate_size=32,
-                              moe_score="softmax_topk", moe_norm_topk=False,
-                              moe_topk_method="group_limited_greedy", moe_n_group=4,
-                              moe_topk_group=2, moe_routed_scaling=2.0, moe_shared_experts=1,
-                              num_dense_layers=1, moe_aux_loss_coef=0.003),
-    "deepseek-v3-debug": dict(_DEBUG, family="deepseek_v3", norm_eps=1e-6, num_kv_heads=4,
-                              head_dim=8, kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=16,
-                              qk_rope_head_dim=8, v_head_dim=16, rope_interleave=True,
-                              rope_scaling="yarn", rope_factor=4.0, rope_original_max_len=128,
-                              rope_mscale=1.0, rope_mscale_all_dim=1.0, num_experts=8,
-                              num_experts_per_tok=2, moe_intermediate_size=32,
-                              moe_score="sigmoid", moe_norm_topk=True, moe_topk_method="noaux_tc",
-                              moe_n_group=4, moe_topk_group=2, moe_routed_scaling=2.5,
-                              moe_shared_experts=1, num_dense_layers=1, moe_score_bias=True,
-                              moe_bias_update_rate=0.001, moe_aux_loss_coef=0.001),
+    "deepseek-v2-debug": dict(_DEEPSEEK_DEBUG, family="deepseek_v2", rope_mscale=0.707,
+                              rope_mscale_all_dim=0.707, moe_score="softmax_topk",
+                              moe_norm_topk=False, moe_topk_method="group_limited_greedy",
+                              moe_routed_scaling=2.0, moe_aux_loss_coef=0.003),
+    "deepseek-v3-debug": dict(_DEEPSEEK_DEBUG, family="deepseek_v3", rope_mscale=1.0,
+                              rope_mscale_all_dim=1.0, moe_score="sigmoid", moe_norm_topk=True,
+                              moe_topk_method="noaux_tc", moe_routed_scaling=2.5,
+                              moe_score_bias=True, moe_bias_update_rate=0.001,
+                              moe_aux_loss_coef=0.001),
     # A sliding block then a full one; YaRN on a 128-token original context, ramp unrounded.
     "gpt-oss-debug": dict(_DEBUG, family="gpt_oss", intermediate_size=32, norm_eps=1e-5,
                           rope_theta=150000.0, rope_scaling="yarn", rope_factor=4.0,
