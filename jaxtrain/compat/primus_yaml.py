@@ -138,10 +138,13 @@ def experiment_report(exp: Experiment, family: str,
         values[key], origins[key] = value, str(exp.path)
     report = KeyReport(str(exp.path), family, values, origins)
     p = exp.platform
-    nodes, gpus, how = known.world_size(
-        env, p.get("num_nodes_env_key") or "NNODES", p.get("gpus_per_node_env_key")
-        or "GPUS_PER_NODE", p["_launcher_nnodes"], p["_launcher_gpus_per_node"])
+    keys = (p.get("num_nodes_env_key") or "NNODES", p.get("gpus_per_node_env_key")
+            or "GPUS_PER_NODE")
+    nodes, gpus, how = known.world_size(env, *keys, p["_launcher_nnodes"],
+                                        p["_launcher_gpus_per_node"])
     report.world_size, report.num_hosts = nodes * gpus, nodes
+    named = known.named_in_env(os.environ if env is None else env, *keys)
+    report.launch = f"{named} in the environment" if named else ""
     report.note(f"assumed {nodes} node(s) x {gpus} GPUs = {nodes * gpus} devices ({how}; "
                 "Primus launcher defaults otherwise) for per-device batch sizes")
     return report

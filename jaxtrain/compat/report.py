@@ -70,6 +70,9 @@ class KeyReport:
         self.notes: list[str] = []
         self.world_size = 1  # devices the source assumed (for batch and mesh arithmetic)
         self.num_hosts = 1
+        # What named world_size when the file's launcher settings or the launcher's environment
+        # did ("" when it is a launcher default): `config` then plans for it, not this host.
+        self.launch = ""
         self.default_origins: tuple[str, ...] = ()  # origins that are framework defaults
 
     # ----------------------------------------------------------------------------- reading
