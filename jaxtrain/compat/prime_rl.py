@@ -7,6 +7,9 @@ defaults to 1e-3 with a 10-step linear warmup; `[eval]`, `[inference]` and `[wei
 are rejected. Schedules are those of prime-rl's trainer (torch LinearLR warmup from
 max(min_lr, 1e-8 x lr), so step 0 runs at that floor: warmup_offset=0; cosine over
 max_steps - warmup; linear decay over the last decay_steps, reaching min_lr on the last step).
+Checkpoint keys are those of prime-rl's trainer at PRIME_RL_COMMIT (and the older
+`ckpt.resume_step`): a rerun resumes (from the latest checkpoint, or the step the file names)
+unless the file starts over (`clean = true`), and no checkpoint prime-rl would keep is deleted.
 """
 
 from __future__ import annotations
@@ -287,7 +290,7 @@ def _resume(r: KeyReport, s: dict[str, Any], doc: dict[str, Any]) -> None:
         s["checkpoint.resume_step"] = step
         r.mapped(key, "checkpoint.resume_step", "-1: the latest checkpoint" if step == -1
                  else f"the checkpoint of step {step}; refused while later ones exist")
-    if "resume" in doc and not r.has("resume.step"):
+    if "resume" in doc and not (r.has("resume.step") or r.has("resume.dir")):
         r.mapped("resume", "checkpoint.resume", "the latest checkpoint", value=doc["resume"])
     if r.has("resume.dir"):
         r.unsupported("resume.dir", "another run's prime-rl checkpoint is not read; jaxtrain "

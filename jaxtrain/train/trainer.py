@@ -102,7 +102,7 @@ class Trainer:
         # A start that would overwrite a checkpoint is refused before the (long) compile too.
         resume_lib.start_step(config_lib.checkpoint_dir(cfg),
                               committed_steps(config_lib.checkpoint_dir(cfg)),
-                              cfg.checkpoint.resume, cfg.checkpoint.resume_step)
+                              cfg.checkpoint.resume, cfg.checkpoint.get("resume_step", -1))
         # Compiled before anything is allocated or written, so a step that cannot fit is refused
         # with the figures instead of failing to allocate (see jaxtrain/memory_plan.py).
         self._compile_functions()
@@ -137,7 +137,7 @@ class Trainer:
         # Orbax's own list of complete steps decides (checked against the disk in _build).
         latest = resume_lib.start_step(self.checkpointer.directory, self.checkpointer.all_steps(),
                                        self.cfg.checkpoint.resume,
-                                       self.cfg.checkpoint.resume_step)
+                                       self.cfg.checkpoint.get("resume_step", -1))
         for path in self.checkpointer.unfinished:
             self._log(f"warning: ignoring {path}: a save that never completed (the process "
                       "writing it stopped); "
