@@ -134,7 +134,7 @@ def config_main(argv: list[str]) -> int:
                              "{key, value, reason, ...}) and, for a foreign file, report")
     parser.add_argument("--devices", type=int, default=None,
                         help="plan for this many devices in all (default: this host's, or "
-                             "what a foreign file's launcher settings give)")
+                             "those a foreign file's launcher settings name)")
     parser.add_argument("--hosts", type=int, default=None,
                         help="hosts (processes) the devices are spread over (dcn_* axes)")
     path, overrides, rest = _split_config_args(argv)
@@ -144,17 +144,14 @@ def config_main(argv: list[str]) -> int:
     if compat.is_foreign(args.file):
         cfg, report = compat.load_foreign(args.file, overrides, native_overrides=native,
                                           **{**options, "allow_unsupported": True})
-        devices, hosts = report.world_size, report.num_hosts
     else:
-        import jax
-
         cfg = config_lib.load_config(args.file, overrides, native_overrides=native)
-        devices, hosts = jax.device_count(), jax.process_count()
-    if args.devices is not None:
-        devices, hosts = args.devices, args.hosts or (1 if args.devices != devices else hosts)
-    elif args.hosts is not None:
-        hosts = args.hosts
-    derived = {**compat.derived(cfg, devices, hosts), "hosts": hosts}
+    from jaxtrain.device_plan import plan_devices
+
+    # This host's devices, unless --devices/--hosts or the file's launch name others.
+    plan = plan_devices(args.devices, args.hosts, report)
+    devices, hosts = plan.devices, plan.hosts
+    derived = {**compat.derived(cfg, devices, hosts), **plan.figures(cfg)}
     if isinstance(derived["mesh"], dict):  # a mesh that fits: size its state per device
         from jaxtrain import memory_plan
 

@@ -26,7 +26,13 @@ from ml_collections import ConfigDict
 
 from jaxtrain import compile_plan, memory_plan, mesh_check, peer_watch, perf, sharding
 from jaxtrain import config as config_lib
-from jaxtrain.checkpoint import Checkpointer, describe_dtype_changes, from_jsonable, to_jsonable
+from jaxtrain.checkpoint import (
+    Checkpointer,
+    committed_steps,
+    describe_dtype_changes,
+    from_jsonable,
+    to_jsonable,
+)
 from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
@@ -34,6 +40,7 @@ from jaxtrain.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
 from jaxtrain.metrics import MetricsWriter, read_jsonl
 from jaxtrain.models.spec import ConfigError
 from jaxtrain.run_lock import RunLock
+from jaxtrain.train import resume as resume_lib
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
 from jaxtrain.train.step import eval_step, loss_options, train_step
@@ -92,6 +99,10 @@ class Trainer:
             cfg, self.spec.vocab_size, process_index=jax.process_index(),
             process_count=jax.process_count())
 
+        # A start that would overwrite a checkpoint is refused before the (long) compile too.
+        resume_lib.start_step(config_lib.checkpoint_dir(cfg),
+                              committed_steps(config_lib.checkpoint_dir(cfg)),
+                              cfg.checkpoint.resume, cfg.checkpoint.get("resume_step", -1))
         # Compiled before anything is allocated or written, so a step that cannot fit is refused
         # with the figures instead of failing to allocate (see jaxtrain/memory_plan.py).
         self._compile_functions()
@@ -123,7 +134,10 @@ class Trainer:
 
     def _restore_or_init(self) -> dict[str, Any]:
         self._restored_step: int | None = None
-        latest = self.checkpointer.latest_step() if self.cfg.checkpoint.resume else None
+        # Orbax's own list of complete steps decides (checked against the disk in _build).
+        latest = resume_lib.start_step(self.checkpointer.directory, self.checkpointer.all_steps(),
+                                       self.cfg.checkpoint.resume,
+                                       self.cfg.checkpoint.get("resume_step", -1))
         for path in self.checkpointer.unfinished:
             self._log(f"warning: ignoring {path}: a save that never completed (the process "
                       "writing it stopped); "
