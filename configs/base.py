@@ -85,7 +85,9 @@ def get_config() -> ConfigDict:
     c.checkpoint.every_minutes = 0.0  # also save when this many minutes passed since a save; 0 off
     c.checkpoint.init_from = ""  # weights only, when no own checkpoint: HF folder/run dir/ckpt dir
     c.checkpoint.init_step = -1  # step of init_from (a jaxtrain checkpoint) to read; -1 = latest
-    c.checkpoint.resume = True  # continue from the latest checkpoint in the folder if present
+    c.checkpoint.resume = True  # continue from the latest checkpoint in the folder if present;
+    #                             false starts over, refused where checkpoints exist already
+    c.checkpoint.resume_step = -1  # step to resume from, -1 = latest; refused if later ones exist
 
     c.mesh = ConfigDict()
     for axis in ("data", "fsdp", "context", "expert", "tensor"):

@@ -75,6 +75,14 @@ def unfinished_saves(directory: Path) -> list[Path]:
     return sorted(p for p in Path(directory).iterdir() if TMP_MARKER in p.name)
 
 
+def committed_steps(directory: Path) -> list[int]:
+    """The steps of a folder's committed step folders (named `<step>`; a save in progress has
+    another name until it commits), oldest first, read without opening a manager."""
+    if not Path(directory).is_dir():
+        return []
+    return sorted(int(p.name) for p in Path(directory).iterdir() if p.name.isdigit())
+
+
 def _check_writable(directory: Path) -> None:
     """CheckpointError now, rather than a failed save after hours of training."""
     try:
@@ -160,6 +168,11 @@ class Checkpointer:
             config=ocp.args.JsonSave(json.loads(json.dumps(config, default=str))),
             checksums=ocp.args.JsonSave(checksums_lib.record(state, data)),
         )
+        if step in self._manager.all_steps():  # Orbax would raise StepAlreadyExistsError
+            raise CheckpointError(
+                f"checkpoint step {step} already exists in {self.directory}, and a checkpoint is "
+                "never overwritten. Resume from the folder's latest checkpoint, or point "
+                "checkpoint.dir at another folder (or move this one away) to start over.")
         with self._disk_full_reported():
             self._manager.save(step, args=args, force=True)
 
@@ -170,9 +183,7 @@ class Checkpointer:
 
     def complete_steps_on_disk(self) -> list[int]:
         """Committed step folders, listed afresh (the manager's list may hold a failed save)."""
-        if not self.directory.is_dir():
-            return []
-        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+        return committed_steps(self.directory)
 
     @contextlib.contextmanager
     def _disk_full_reported(self):

@@ -225,6 +225,10 @@ def validate(cfg: ConfigDict) -> ModelSpec:
     if o.min_lr > o.lr:
         raise ConfigError(f"optim.lr={o.lr} / optim.min_lr={o.min_lr}: need 0 <= min_lr <= lr "
                           "and lr > 0.")
+    ckpt = cfg.checkpoint
+    if not ckpt.resume and ckpt.get("resume_step", -1) != -1:
+        raise ConfigError(f"checkpoint.resume_step={ckpt.resume_step} asks to resume from that "
+                          "step, but checkpoint.resume=false asks to start over; drop one.")
     if d.kind not in DATA_KINDS:
         raise ConfigError(f"data.kind={d.kind!r} is not one of {DATA_KINDS}.")
     return spec

@@ -89,6 +89,7 @@ RANGES: dict[str, Range] = {
     "checkpoint.keep_every": Range(0, hint="0: off"),
     "checkpoint.every_minutes": Range(0, hint="0: off"),
     "checkpoint.init_step": Range(0, also=-1, hint="-1: the latest step"),
+    "checkpoint.resume_step": Range(0, also=-1, hint="-1: the latest step"),
     "sample.max_new_tokens": NON_NEGATIVE,
     "sample.temperature": Range(0, hint="0: greedy"),
     "sample.top_k": Range(0, hint="0: all tokens"),

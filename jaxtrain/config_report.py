@@ -15,15 +15,10 @@ from typing import Any
 
 from ml_collections import ConfigDict
 
-from jaxtrain import compat, memory_plan, run, sharding
+from jaxtrain import compat, memory_plan, run
 from jaxtrain import config as config_lib
 from jaxtrain.compat.report import KeyReport
-
-
-def mesh_shape(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, int]:
-    """{axis: size} the mesh would have on `devices` devices over `hosts` hosts."""
-    ici, dcn = sharding.resolved_sizes(cfg.mesh, devices, hosts)
-    return {axis: ici[axis] * dcn[axis] for axis in sharding.MESH_AXES}
+from jaxtrain.device_plan import mesh_shape, plan_devices
 
 
 def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
@@ -91,24 +86,16 @@ class ConfigReport:
 def build(path: str, overrides: Sequence[str] = (), native: Sequence[str] = (), *,
           devices: int | None = None, hosts: int | None = None,
           primus_root: str | None = None, maxtext_root: str | None = None) -> ConfigReport:
-    """The report of one config file, planned for `devices` over `hosts` when given.
-
-    Without them: this host's devices for a jaxtrain config; for a foreign file, the devices
-    its launcher settings describe.
-    """
+    """The report of one config file, planned for `devices` over `hosts` when given, else for
+    the layout a foreign file's launch names, else for this host (see `device_plan`)."""
     keys = None
     if compat.is_foreign(path):
         cfg, keys = compat.load_foreign(path, list(overrides), native_overrides=list(native),
                                         allow_unsupported=True, primus_root=primus_root,
                                         maxtext_root=maxtext_root)
-        here, here_hosts = keys.world_size, keys.num_hosts
     else:
-        import jax
-
         cfg = compat.load_config_file(path, list(overrides), native_overrides=list(native))
-        here, here_hosts = jax.device_count(), jax.process_count()
-    if devices is not None:
-        here, here_hosts = devices, hosts or (1 if devices != here else here_hosts)
-    elif hosts is not None:
-        here_hosts = hosts
-    return ConfigReport(cfg, derived(cfg, here, here_hosts), keys)
+    # This host's devices, unless --devices/--hosts or the file's launch name others.
+    plan = plan_devices(devices, hosts, keys)
+    figures = derived(cfg, plan.devices, plan.hosts)
+    return ConfigReport(cfg, {**figures, **plan.figures(cfg)}, keys)

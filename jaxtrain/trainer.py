@@ -28,7 +28,13 @@ from jaxtrain import config as config_lib
 from jaxtrain import init_from as init_from_lib
 from jaxtrain import memory_plan, peer_watch, perf, sharding
 from jaxtrain import run as run_lib
-from jaxtrain.checkpoint import Checkpointer, describe_dtype_changes, from_jsonable, to_jsonable
+from jaxtrain.checkpoint import (
+    Checkpointer,
+    committed_steps,
+    describe_dtype_changes,
+    from_jsonable,
+    to_jsonable,
+)
 from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
@@ -37,6 +43,7 @@ from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.metrics import MetricsWriter, read_jsonl
 from jaxtrain.run_lock import RunLock
 from jaxtrain.sample import complete, load_tokenizer
+from jaxtrain.train import resume as resume_lib
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.step import eval_step, loss_options, train_step
 from jaxtrain.train.step_timer import StepTimer
@@ -85,6 +92,10 @@ class Trainer:
             cfg, self.spec.vocab_size, process_index=jax.process_index(),
             process_count=jax.process_count())
 
+        # A start that would overwrite a checkpoint is refused before the (long) compile too.
+        resume_lib.start_step(config_lib.checkpoint_dir(cfg),
+                              committed_steps(config_lib.checkpoint_dir(cfg)),
+                              cfg.checkpoint.resume, cfg.checkpoint.get("resume_step", -1))
         # Compiled before anything is allocated or written, so a step that cannot fit is refused
         # with the figures instead of failing to allocate (see jaxtrain/memory_plan.py).
         self._compile_functions()
@@ -111,7 +122,10 @@ class Trainer:
 
     def _restore_or_init(self) -> dict[str, Any]:
         self._restored_step: int | None = None
-        latest = self.checkpointer.latest_step() if self.cfg.checkpoint.resume else None
+        # Orbax's own list of complete steps decides (checked against the disk in _build).
+        latest = resume_lib.start_step(self.checkpointer.directory, self.checkpointer.all_steps(),
+                                       self.cfg.checkpoint.resume,
+                                       self.cfg.checkpoint.get("resume_step", -1))
         for path in self.checkpointer.unfinished:
             self._log(f"warning: ignoring {path}: a save that never completed (the process "
                       "writing it stopped); "

@@ -20,7 +20,7 @@ BAD = [
     ("optim.stable_steps", "-1"), ("optim.warmup_init", "-0.1"), ("optim.warmup_offset", "2"),
     ("checkpoint.every", "-1"), ("checkpoint.keep", "-2"), ("checkpoint.keep_every", "-1"),
     ("checkpoint.every_minutes", "inf"), ("checkpoint.every_minutes", "-1"),
-    ("checkpoint.init_step", "-2"),
+    ("checkpoint.init_step", "-2"), ("checkpoint.resume_step", "-2"),
     ("mesh.ici_tensor", "0"), ("mesh.ici_tensor", "-2"), ("mesh.dcn_data", "0"),
     ("mesh.ici_fsdp", "-3"),
     ("train.steps", "0"), ("train.seq_len", "-1"), ("train.global_batch_size", "0"),

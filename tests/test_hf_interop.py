@@ -13,8 +13,8 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from jaxtrain.interop import hf_config
 from jaxtrain.cli import main, parse_size
+from jaxtrain.interop import hf_config
 from jaxtrain.interop.hf import (
     INDEX_NAME,
     WEIGHTS_NAME,

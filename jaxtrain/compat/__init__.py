@@ -167,6 +167,9 @@ def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_roo
         deployment.get("num_train_gpus", 1))
     report.world_size, report.num_hosts = nodes * per_node, nodes
     report.world_source = "from [deployment]"
+    named = [f"{k} = {deployment[k]}" for k in ("num_train_gpus", "num_train_nodes",
+                                                 "gpus_per_node") if k in deployment]
+    report.launch = f"[deployment] {', '.join(named)}" if named else ""
     report.note(f"{nodes * per_node} training GPU(s) from [deployment]")
     return prime_rl.to_jaxtrain(report, doc), report
 
@@ -179,6 +182,8 @@ def _primus_framework(path: Path, env: Mapping[str, str]) -> Any:
 def _assume_devices(report: KeyReport, env: Mapping[str, str], known: Any) -> None:
     nodes, gpus, how = known.world_size(env)
     report.world_size, report.num_hosts, report.world_source = nodes * gpus, nodes, how
+    named = known.named_in_env(env, "NNODES", "GPUS_PER_NODE")
+    report.launch = f"{named} in the environment" if named else ""
     report.note(f"assumed {nodes} node(s) x {gpus} devices = {nodes * gpus} ({how}) for "
                 "per-device batch sizes")
 

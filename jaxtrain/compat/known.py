@@ -129,6 +129,12 @@ def local_tokenizer_folder(name: str | None) -> str:
     return str(folder) if folder.is_dir() and has_files else ""
 
 
+def named_in_env(env: Mapping[str, str], *keys: str) -> str:
+    """`KEY=value, ...` for those of `keys` (and WORLD_SIZE) the environment sets to a count."""
+    return ", ".join(f"{k}={env[k]}" for k in (*keys, "WORLD_SIZE")
+                     if k and str(env.get(k, "")).strip().isdigit())
+
+
 def world_size(env: Mapping[str, str] | None = None, nodes_key: str = "NNODES",
                gpus_key: str = "GPUS_PER_NODE", nodes_default: int = 1,
                gpus_default: int = 8) -> tuple[int, int, str]:

@@ -62,8 +62,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("opt_type", "adamw", "only AdamW exists"), ("adam_eps_root", 0.0, "eps inside the "
                                                                        "root is not implemented"),
     ("rope_min_timescale", 1, "a rotary minimum timescale other than 1 is not implemented"),
-    ("load_parameters_path", "", "starting from another run's weights is not implemented"),
-    ("load_full_state_path", "", "starting from another run's state is not implemented"),
     ("use_qk_clip", False, "QK-clip is not implemented"),
 )
 _WHY = {"profil": "profiling", "dump_": "debug dumps", "log_": "logging",
@@ -303,15 +301,28 @@ def _data_eval_checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
         r.ignored("eval_steps", "no validation" if interval <= 0 else "-1: jaxtrain's default")
     enabled = bool(r.get("enable_checkpointing"))
     s["checkpoint.every"] = int(r.get("checkpoint_period")) if enabled else 0
-    s["checkpoint.resume"] = enabled  # MaxText resumes the run's own checkpoints when enabled
-    r.mapped("enable_checkpointing", "checkpoint.every, checkpoint.resume", "" if enabled else
-             "false: jaxtrain still writes one checkpoint at the end")
+    # A rerun resumes the run's own checkpoints, as MaxText does when enabled; disabled,
+    # MaxText loads nothing, but jaxtrain's final checkpoint is then the run's own.
+    r.mapped("enable_checkpointing", "checkpoint.every, checkpoint.resume", "true: saves every "
+             "checkpoint_period; a rerun resumes the run's latest checkpoint, as jaxtrain does"
+             if enabled else "false: MaxText neither saves nor resumes; jaxtrain still writes "
+             "one checkpoint at the end, and a rerun resumes from it as for every config "
+             "(--config.checkpoint.resume=false starts over)")
     if enabled:
         r.mapped("checkpoint_period", "checkpoint.every")
     keep = r.get("max_num_checkpoints_to_keep")
-    if not is_off(keep):
-        s["checkpoint.keep"] = int(keep)
-        r.mapped("max_num_checkpoints_to_keep", "checkpoint.keep")
+    s["checkpoint.keep"] = 0 if is_off(keep) else int(keep)
+    if r.has("max_num_checkpoints_to_keep"):
+        r.mapped("max_num_checkpoints_to_keep", "checkpoint.keep",
+                 "None: keep all (checkpoint.keep=0)" if is_off(keep) else "")
+    for key, what in (("load_parameters_path", "parameters"), ("load_full_state_path",
+                                                                "full training state")):
+        if not is_off(r.get(key)):
+            r.unsupported(key, f"MaxText's {what} checkpoint (read when the run has none of its "
+                               "own) is not read; checkpoint.init_from starts from Hugging Face "
+                               "or jaxtrain weights instead", target="checkpoint.init_from")
+        elif r.has(key):
+            r.ignored(key, "unset: nothing loaded besides the run's own checkpoints")
     name, out = r.get("run_name"), r.get("base_output_directory")
     if name:
         s["run.name"] = str(name)

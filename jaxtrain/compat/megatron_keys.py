@@ -102,7 +102,6 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
     ("use_tokenizer_model_from_checkpoint_args", _CKPT_FORMAT),
     ("load_main_params_from_ckpt", _CKPT_FORMAT), ("no_save_rng", _CKPT_FORMAT),
     ("no_load_rng", "jaxtrain's random streams are derived from run.seed, not restored"),
-    ("save_retain_interval", _CKPT_FORMAT),
     ("override_opt_param_scheduler", "resume-time choice between config and checkpoint "
                                      "schedules; jaxtrain always uses the config's"),
     ("use_checkpoint_opt_param_scheduler", "resume-time choice between config and checkpoint "

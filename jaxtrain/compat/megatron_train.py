@@ -255,7 +255,6 @@ def _checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
                      "jaxtrain still writes one at the end (in <run dir>/checkpoints)")
         if r.has("save_interval"):
             r.ignored("save_interval", "save is null: no checkpoints")
-    resume = bool(r.get("auto_continue_train")) or bool(load)
     if load and finetune and has_key("checkpoint.init_from"):
         # Megatron's finetune loads weights only and restarts at iteration 0 with a fresh
         # optimizer; the run's own checkpoints (checkpoint.dir) still resume it later.
@@ -279,7 +278,9 @@ def _checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
                      "checkpoints in that folder")
     else:
         if r.has("load"):
-            r.mapped("load", "checkpoint.resume", "null: start from scratch")
+            r.mapped("load", "checkpoint.resume", "null: Megatron would start over (writing "
+                     "over its checkpoints in save); jaxtrain resumes the run's own, as for "
+                     "every config (--config.checkpoint.resume=false starts over)")
         if r.has("finetune"):
             r.ignored("finetune", "load is null: nothing is loaded")
     if r.get("no_load_optim") and load and not finetune:
@@ -288,8 +289,27 @@ def _checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
     elif r.has("no_load_optim"):
         r.ignored("no_load_optim", "unset" if is_off(r.get("no_load_optim")) else
                   "nothing is loaded with its optimizer state here")
-    s["checkpoint.resume"] = resume
+    step = r.get("ckpt_step")
+    if step is not None and load and not finetune:
+        s["checkpoint.resume_step"] = int(step)
+        r.mapped("ckpt_step", "checkpoint.resume_step", "the checkpoint of that step; refused "
+                 "while later ones exist")
+    elif step is not None:
+        r.ignored("ckpt_step", "nothing is resumed from load here")
     if r.has("auto_continue_train"):
-        r.mapped("auto_continue_train", "checkpoint.resume")
+        r.mapped("auto_continue_train", "checkpoint.resume", "true: resume from the latest "
+                 "checkpoint in save, as jaxtrain does" if r.get("auto_continue_train") else
+                 "false: Primus would not continue on relaunch; jaxtrain resumes the run's "
+                 "own checkpoints, as for every config (--config.checkpoint.resume=false "
+                 "starts over)")
+    # Megatron deletes no checkpoint, unless save_retain_interval keeps only its multiples
+    # (and the latest).
+    retain = r.get("save_retain_interval")
+    s["checkpoint.keep"], s["checkpoint.keep_every"] = (1, int(retain)) if retain else (0, 0)
+    if retain:
+        r.mapped("save_retain_interval", "checkpoint.keep, checkpoint.keep_every",
+                 "the latest checkpoint and those at multiples of it")
+    else:
+        r.note("Megatron deletes no checkpoint: checkpoint.keep=0 keeps every one")
     if r.has("disable_last_saving"):
         r.ignored("disable_last_saving", "jaxtrain always writes a checkpoint at the end")

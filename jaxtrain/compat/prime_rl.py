@@ -7,6 +7,9 @@ defaults to 1e-3 with a 10-step linear warmup; `[eval]`, `[inference]` and `[wei
 are rejected. Schedules are those of prime-rl's trainer (torch LinearLR warmup from
 max(min_lr, 1e-8 x lr), so step 0 runs at that floor: warmup_offset=0; cosine over
 max_steps - warmup; linear decay over the last decay_steps, reaching min_lr on the last step).
+Checkpoint keys are those of prime-rl's trainer at PRIME_RL_COMMIT (and the older
+`ckpt.resume_step`): a rerun resumes (from the latest checkpoint, or the step the file names)
+unless the file starts over (`clean = true`), and no checkpoint prime-rl would keep is deleted.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from jaxtrain.compat.report import KeyReport
 from jaxtrain.errors import ConfigError
 
 REJECTED = ("eval", "inference", "weight_broadcast")
+# The prime-rl commit the checkpoint keys were checked against (tests/fixtures/compat/SOURCES.md).
+PRIME_RL_COMMIT = "559b447"
 PRETRAIN_LR = 1e-3
 PRETRAIN_WARMUP = 10
 IGNORE_RULES: tuple[tuple[str, str], ...] = (
@@ -46,9 +51,8 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
     ("slurm.*", "launcher"), ("env_vars.*", "launcher environment"), ("gc.*", "Python GC"),
     ("heartbeat.*", "monitoring"), ("dist_timeout_seconds", "runtime"),
     ("matmul_precision", "torch float32 matmul precision; XLA's default applies"),
-    ("clean", "run-directory housekeeping"), ("dry_run", "launcher switch"),
-    ("tokenizer.*", "tokenizer loading detail"), ("ckpt.skip_*", "resume detail"),
-    ("ckpt.keep_interval", "checkpoint retention detail"),
+    ("dry_run", "launcher switch"),
+    ("tokenizer.*", "tokenizer loading detail"),
 )
 
 
@@ -93,6 +97,7 @@ def to_jaxtrain(r: KeyReport, doc: dict[str, Any]) -> dict[str, Any]:
     _optim(r, s, doc)
     _parallel(r, s)
     _checkpoint(r, s, doc)
+    _run_dir(r, s)
     r.finish(IGNORE_RULES)
     return s
 
@@ -204,23 +209,110 @@ def _parallel(r: KeyReport, s: dict[str, Any]) -> None:
                      "multiplied by")
 
 
+def _default(r: KeyReport, key: str, value: Any, target: str, reason: str) -> None:
+    """Reports a key the file leaves out whose prime-rl default decides a jaxtrain setting."""
+    r.origins[key] = "prime-rl default"
+    r.mapped(key, target, f"not set: {reason}", value=value)
+
+
 def _checkpoint(r: KeyReport, s: dict[str, Any], doc: dict[str, Any]) -> None:
     if "ckpt" in doc:
         s["checkpoint.every"] = int(r.get("ckpt.interval") or 0)
         if r.has("ckpt.interval"):
             r.mapped("ckpt.interval", "checkpoint.every")
-        if r.get("ckpt.keep_last"):
-            s["checkpoint.keep"] = int(r.get("ckpt.keep_last"))
-            r.mapped("ckpt.keep_last", "checkpoint.keep")
+        else:
+            _default(r, "ckpt.interval", None, "checkpoint.every",
+                     "prime-rl's default None saves only at the end of training")
         if r.get("ckpt.output_dir"):
             s["checkpoint.dir"] = str(r.get("ckpt.output_dir"))
             r.mapped("ckpt.output_dir", "checkpoint.dir")
     else:
         s["checkpoint.every"] = 0
         r.note("no [ckpt]: prime-rl saves nothing; jaxtrain still writes a final checkpoint")
-    s["checkpoint.resume"] = "resume" in doc
-    for key in r.under("resume"):
-        r.mapped(key, "checkpoint.resume", "jaxtrain resumes from the latest checkpoint")
+    _retention(r, s)
+    for key in r.under("ckpt.weights") + ["ckpt.weights", "ckpt.skip_gather_master_weights"]:
+        if r.has(key):
+            r.ignored(key, f"Hugging Face weights beside each checkpoint: prime-rl "
+                           f"{PRIME_RL_COMMIT} writes none (its trainer saves only "
+                           "checkpoints), and neither does jaxtrain; `python -m jaxtrain "
+                           "export --run RUN --to hf OUT` writes them from any checkpoint")
+    if r.has("ckpt.weights_only"):
+        r.ignored("ckpt.weights_only", "jaxtrain's checkpoints always hold the optimizer state "
+                                       "too, so they resume")
+    if r.has("ckpt.save_async"):
+        r.mapped("ckpt.save_async", "(asynchronous save)", "jaxtrain always saves "
+                 "asynchronously: training goes on while a checkpoint is written, and the run "
+                 "waits for it to be complete before it exits"
+                 + ("" if r.get("ckpt.save_async") else "; false would only pause training "
+                    "during the save, the checkpoint is the same"))
+    for key in r.under("ckpt"):
+        if key.startswith("ckpt.skip_") and key not in ("ckpt.skip_gather_master_weights",):
+            if r.get(key):
+                r.unsupported(key, "resuming without part of the saved state (progress, "
+                                   "scheduler, data position or optimizer) is not implemented")
+            else:
+                r.ignored(key, "false: the whole state is restored, as jaxtrain does")
+    _resume(r, s, doc)
+
+
+def _retention(r: KeyReport, s: dict[str, Any]) -> None:
+    """ckpt.keep_last (None keeps every checkpoint) and keep_interval (kept for good)."""
+    keep = r.get("ckpt.keep_last")
+    s["checkpoint.keep"] = int(keep) if keep else 0
+    if r.has("ckpt.keep_last"):
+        r.mapped("ckpt.keep_last", "checkpoint.keep", "" if keep else "None: keep every "
+                 "checkpoint (checkpoint.keep=0)")
+    else:
+        _default(r, "ckpt.keep_last", None, "checkpoint.keep",
+                 "prime-rl's default None keeps every checkpoint (checkpoint.keep=0)")
+    if r.get("ckpt.keep_interval"):
+        s["checkpoint.keep_every"] = int(r.get("ckpt.keep_interval"))
+        r.mapped("ckpt.keep_interval", "checkpoint.keep_every",
+                 "checkpoints at multiples of it are kept for good")
+
+
+def _resume(r: KeyReport, s: dict[str, Any], doc: dict[str, Any]) -> None:
+    """Which checkpoint a rerun starts from. jaxtrain resumes the run's latest checkpoint
+    unless asked otherwise; prime-rl's keys only choose the step, or start over (clean)."""
+    steps: dict[str, int] = {}
+    if r.get("ckpt.resume_step") is not None:  # older prime-rl: -1 latest, N that step
+        steps["ckpt.resume_step"] = int(r.get("ckpt.resume_step"))
+    if isinstance(doc.get("resume"), dict) and r.get("resume.step") is not None:
+        steps["resume.step"] = int(r.get("resume.step"))
+    if len(set(steps.values())) > 1:
+        raise ConfigError(f"{r.source}: ckpt.resume_step={steps['ckpt.resume_step']} and "
+                          f"[resume] step={steps['resume.step']} name different steps; keep "
+                          "one.")
+    for key, step in steps.items():
+        if step < -1:
+            raise ConfigError(f"{r.source}: {key}={step}: -1 (the latest checkpoint) or a "
+                              "step number.")
+        s["checkpoint.resume_step"] = step
+        r.mapped(key, "checkpoint.resume_step", "-1: the latest checkpoint" if step == -1
+                 else f"the checkpoint of step {step}; refused while later ones exist")
+    if "resume" in doc and not (r.has("resume.step") or r.has("resume.dir")):
+        r.mapped("resume", "checkpoint.resume", "the latest checkpoint", value=doc["resume"])
+    if r.has("resume.dir"):
+        r.unsupported("resume.dir", "another run's prime-rl checkpoint is not read; jaxtrain "
+                      "resumes its own checkpoints (checkpoint.init_from starts from another "
+                      "run's weights only)", target="checkpoint.init_from")
+    asked = bool(steps) or "resume" in doc
+    if r.get("clean") and not asked:
+        s["checkpoint.resume"] = False
+        r.mapped("clean", "checkpoint.resume", "true: start over; jaxtrain deletes nothing, so "
+                 "a checkpoint folder that already holds checkpoints is refused (move it away)")
+    elif r.has("clean"):
+        r.ignored("clean", "resuming: prime-rl cleans nothing then" if r.get("clean") else
+                  "false: nothing is deleted, as jaxtrain never does")
+    if not asked and not r.get("clean"):
+        _default(r, "resume", None, "checkpoint.resume",
+                 "no [resume], ckpt.resume_step or clean; prime-rl would start over (refusing "
+                 "a run directory that holds a previous run's checkpoints), jaxtrain resumes "
+                 "the run's latest complete checkpoint, as for every config "
+                 "(--config.checkpoint.resume=false starts over)")
+
+
+def _run_dir(r: KeyReport, s: dict[str, Any]) -> None:
     if r.get("output_dir") or r.get("run.name"):
         name = str(r.get("run.name") or "prime-rl")
         s["run.name"] = name

@@ -139,10 +139,12 @@ def experiment_report(exp: Experiment, family: str,
     report = KeyReport(str(exp.path), family, values, origins)
     p = exp.platform
     report.nodes_key = p.get("num_nodes_env_key") or "NNODES"
-    nodes, gpus, how = known.world_size(
-        env, report.nodes_key, p.get("gpus_per_node_env_key") or "GPUS_PER_NODE",
-        p["_launcher_nnodes"], p["_launcher_gpus_per_node"])
+    keys = (report.nodes_key, p.get("gpus_per_node_env_key") or "GPUS_PER_NODE")
+    nodes, gpus, how = known.world_size(env, *keys, p["_launcher_nnodes"],
+                                        p["_launcher_gpus_per_node"])
     report.world_size, report.num_hosts, report.world_source = nodes * gpus, nodes, how
+    named = known.named_in_env(os.environ if env is None else env, *keys)
+    report.launch = f"{named} in the environment" if named else ""
     report.note(f"assumed {nodes} node(s) x {gpus} GPUs = {nodes * gpus} devices ({how}; "
                 "Primus launcher defaults otherwise) for per-device batch sizes")
     return report

@@ -73,6 +73,9 @@ class KeyReport:
         self.num_hosts = 1
         self.world_source = "default"  # where they came from: "NNODES=2, GPUS_PER_NODE=8", ...
         self.nodes_key = "NNODES"  # the variable that gives the node count
+        # What named world_size when the file's launcher settings or the launcher's environment
+        # did ("" when it is a launcher default): `config` then plans for it, not this host.
+        self.launch = ""
         self.default_origins: tuple[str, ...] = ()  # origins that are framework defaults
 
     # ----------------------------------------------------------------------------- reading

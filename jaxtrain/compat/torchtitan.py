@@ -66,6 +66,7 @@ DEFAULTS: dict[str, Any] = {
     "parallelism.data_parallel_shard_degree": -1, "parallelism.tensor_parallel_degree": 1,
     "parallelism.context_parallel_degree": 1, "parallelism.pipeline_parallel_degree": 1,
     "checkpoint.enable": False, "checkpoint.folder": "checkpoint", "checkpoint.interval": 500,
+    "checkpoint.keep_latest_k": 10,
     "activation_checkpoint.mode": "selective", "validation.enable": False,
     "metrics.log_freq": 10, "job.dump_folder": "./outputs",
 }
@@ -330,9 +331,13 @@ def _checkpoint_and_run(r: KeyReport, s: dict[str, Any], primus: bool) -> None:
     enabled = bool(r.get("checkpoint.enable"))
     interval = int(_get(r, "checkpoint.interval"))
     s["checkpoint.every"] = interval if enabled else 0
-    s["checkpoint.resume"] = enabled  # TorchTitan loads the latest checkpoint when enabled
-    r.mapped("checkpoint.enable", "checkpoint.every, checkpoint.resume", "" if enabled else
-             "false: jaxtrain still writes one checkpoint at the end")
+    # A rerun resumes the run's own checkpoints, as TorchTitan does when enabled; disabled,
+    # TorchTitan loads nothing, but jaxtrain's final checkpoint is then the run's own.
+    r.mapped("checkpoint.enable", "checkpoint.every, checkpoint.resume", "true: saves every "
+             "interval; a rerun loads the latest checkpoint, as jaxtrain resumes" if enabled
+             else "false: TorchTitan neither saves nor loads; jaxtrain still writes one "
+             "checkpoint at the end, and a rerun resumes from it as for every config "
+             "(--config.checkpoint.resume=false starts over)")
     if enabled:
         r.mapped("checkpoint.interval", "checkpoint.every")
     else:
@@ -343,10 +348,9 @@ def _checkpoint_and_run(r: KeyReport, s: dict[str, Any], primus: bool) -> None:
     elif r.has("checkpoint.folder"):
         r.ignored("checkpoint.folder", "checkpointing is disabled" if not enabled else
                   "Primus places checkpoints under the experiment folder")
-    keep = r.get("checkpoint.keep_latest_k")
-    if keep:
-        s["checkpoint.keep"] = int(keep)
-        r.mapped("checkpoint.keep_latest_k", "checkpoint.keep")
+    keep = int(_get(r, "checkpoint.keep_latest_k") or 0)
+    s["checkpoint.keep"] = keep
+    r.mapped("checkpoint.keep_latest_k", "checkpoint.keep", "" if keep else "0: keep all")
     initial = r.get("checkpoint.initial_load_path")
     if initial and r.get("checkpoint.initial_load_in_hf") and has_key("checkpoint.init_from"):
         s["checkpoint.init_from"] = str(initial)
@@ -357,7 +361,11 @@ def _checkpoint_and_run(r: KeyReport, s: dict[str, Any], primus: bool) -> None:
                       "(initial_load_in_hf = true) can start a run; TorchTitan's DCP format is "
                       "not read", target="checkpoint.init_from")
     step = r.get("checkpoint.load_step")
-    if step is not None and int(step) != -1:
-        r.unsupported("checkpoint.load_step", "jaxtrain resumes from the latest checkpoint")
+    if r.has("checkpoint.load_step") and not enabled:
+        r.ignored("checkpoint.load_step", "checkpointing is disabled: TorchTitan loads nothing")
+    elif step is not None and int(step) != -1:
+        s["checkpoint.resume_step"] = int(step)
+        r.mapped("checkpoint.load_step", "checkpoint.resume_step", "the checkpoint of that "
+                 "step; refused while later ones exist, or where there is none")
     elif r.has("checkpoint.load_step"):
-        r.ignored("checkpoint.load_step", "-1: the latest checkpoint, as jaxtrain does")
+        r.mapped("checkpoint.load_step", "checkpoint.resume_step", "-1: the latest checkpoint")
