@@ -54,7 +54,7 @@ def test_resume_step_with_resume_false_is_a_contradiction(tmp_path):
     cfg = small_config(tmp_path, **{"checkpoint.resume": False, "checkpoint.resume_step": 4})
     with pytest.raises(ConfigError, match="checkpoint.resume_step=4 asks to resume from that "
                                           "step, but checkpoint.resume=false"):
-        validate(cfg, check_data=False)
+        validate(cfg)
 
 
 @pytest.fixture
