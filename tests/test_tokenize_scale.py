@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from data_fixtures import EOS, corpus_texts
 
-from jaxtrain.data import shard_writers, tokenize, tokenize_tasks
+from jaxtrain.data import shard_writers, text_inputs
 from jaxtrain.data.datatrove import find_shards
 from jaxtrain.data.megatron import megatron_files
 from jaxtrain.data.shard_writers import DatatroveWriter, ShuffledWriter
@@ -64,8 +64,7 @@ def test_parquet_and_jsonl_stream_in_batches(tmp_path: Path, tiny_tokenizer: Pat
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    monkeypatch.setattr(tokenize, "ENCODE_BATCH", 4)
-    monkeypatch.setattr(tokenize_tasks, "ENCODE_BATCH", 4)
+    monkeypatch.setattr(text_inputs, "ENCODE_BATCH", 4)  # Parquet batches and encode calls
     texts = corpus_texts(30, seed=3)
     pq.write_table(pa.table({"text": texts}), tmp_path / "a.parquet", row_group_size=7)
     batches = []

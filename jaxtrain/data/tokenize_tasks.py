@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxtrain.data import text_inputs
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.megatron import dtype_for_vocab
 from jaxtrain.data.shard_writers import (
@@ -30,7 +31,6 @@ from jaxtrain.data.shard_writers import (
 from jaxtrain.data.text_inputs import iter_texts, tokenizer_json
 
 FORMATS = ("datatrove", "megatron")
-ENCODE_BATCH = 1000  # documents per tokenizer call
 Progress = Callable[[int, int], None]
 
 
@@ -105,7 +105,7 @@ def run_task(task: Task, progress: Progress | None = None) -> Path | None:
         writer = ShuffledWriter(writer, spool, dtype, task.seed)
     texts = (t for f in task.files for t in iter_texts(Path(f), task.text_key))
     try:
-        while batch := list(itertools.islice(texts, ENCODE_BATCH)):
+        while batch := list(itertools.islice(texts, text_inputs.ENCODE_BATCH)):
             encoded = [ids + [eos_id] for ids in encode(batch)]
             writer.add_many(encoded)
             if progress is not None:
