@@ -232,9 +232,11 @@ def test_megatron_moe_examples_map_their_experts(compat_samples, name, experts, 
     if name.startswith("deepseek"):
         assert cfg.train.seq_len == 2048  # ${PRIMUS_SEQ_LENGTH:4096} from the environment
         assert report.entries["multi_latent_attention"].status == "ignored"  # off here
-        assert report.entries["tokenizer_model"].status == "unsupported"  # size unknown
+        # DeepSeek-V2's tokenizer (100015 entries, offline table) padded to 128: 100096.
+        assert report.entries["tokenizer_model"].status == "mapped"
+        assert cfg.model.vocab_size == 100096
         with pytest.raises(ConfigError, match="moe_router_load_balancing_type='seq_aux_loss'"):
-            load(compat_samples, "megatron", name, overrides={"model.vocab_size": 102400})
+            load(compat_samples, "megatron", name)
 
 
 def test_torchtitan_qwen3_06b(compat_samples):
