@@ -251,7 +251,7 @@ _OTHER_MODEL_TYPES = {
     "diffusion_model": "a diffusion transformer for images",
     "flux_schnell": "Flux, a diffusion transformer for images",
     "deepseek_v4": "DeepSeek-V4 (compressed attention, hyper-connections)",
-    "kimi_k3": "Kimi K3's model type",
+    "kimi_k3": "Kimi K3's text backbone (Kimi-Linear: linear attention blocks)",
 }
 _OTHER_LAYERS = (("lfm_layer_types", "LFM2's short-convolution blocks"),
                  ("experimental_attention_variant", "an experimental attention (e.g. gated "
