@@ -99,10 +99,11 @@ def architecture(r: KeyReport, seq_len: int) -> dict[str, Any]:
     if block in MOE_BLOCKS and int(r.get("num_experts", 1)) > 1:
         _experts(r, fields, block)
     else:
+        many = int(r.get("num_experts", 1) or 1) > 1
         for key in ("num_experts", "num_experts_per_tok", "base_moe_mlp_dim"):
             if r.has(key) and not r.handled(key):
-                r.ignored(key, f"no experts: the {block} block has a dense MLP"
-                          + ("" if block in MOE_BLOCKS else " whatever num_experts is"))
+                r.ignored(key, f"the {block} block has a dense MLP whatever num_experts is"
+                          if many else "num_experts 1: a dense MLP")
     _activations(r, fields, block)
     return fields
 

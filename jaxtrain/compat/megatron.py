@@ -199,9 +199,8 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     if r.get("num_experts"):
         map_moe(r, model)
     model["family"] = _family(model)
-    if model["family"] != "llama" or r.has("tokenizer_model"):
-        r.note(f"family {model['family']}: Megatron names no architecture, so the zoo family "
-               "is the one these settings define (whatever the preset or tokenizer is called)")
+    r.note(f"family {model['family']}: Megatron names no architecture, so the zoo family is "
+           "the one these settings define (whatever the preset or tokenizer is called)")
     model["vocab_size"] = _vocab(r, s, tp)
     s.update({f"model.{k}": v for k, v in model.items()})
     s["model.preset"] = ""
