@@ -24,14 +24,22 @@ def test_every_sample_resolves_or_fails_clearly(compat_samples):
     expected = {
         "llama3/train_configs/llama3_8b.toml": {"training.dataset"},
         "qwen3/train_configs/qwen3_0.6b.toml": {"training.dataset"},
-        "deepseek_v3/train_configs/deepseek_v3_16b.toml": {"model.name", "model.flavor",
-                                                           "training.dataset"},
+        "deepseek_v3/train_configs/deepseek_v3_16b.toml": {"training.dataset"},
+        "deepseek_v3/train_configs/deepseek_v3_671b.toml": {"training.dataset"},
+        "deepseek_v3/train_configs/debug_model.toml": {"training.dataset"},
+        "llama4/train_configs/llama4_17bx16e.toml": {"training.dataset"},
+        "gpt_oss/train_configs/debug_model.toml": {"training.dataset"},
+        "qwen3/train_configs/qwen3_moe_debug.toml": {"training.dataset"},
         "prime-hosted/pretrain.toml": set(),
     }
     for path in sorted(compat_samples.rglob("*.toml")):
         rel = str(path.relative_to(compat_samples))
         if rel.startswith("prime-rl/"):
             with pytest.raises(ConfigError, match="only prime-rl pretraining files"):
+                compat.load_foreign(path, env={})
+            continue
+        if rel.startswith("torchtitan/torchtitan/models/flux/"):  # see test_compat_families
+            with pytest.raises(ConfigError, match="model zoo cannot build"):
                 compat.load_foreign(path, env={})
             continue
         _, report = compat.load_foreign(path, env={}, allow_unsupported=True)

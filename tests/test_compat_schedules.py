@@ -13,6 +13,7 @@ import pytest
 from ml_collections import ConfigDict
 
 from jaxtrain import compat
+from jaxtrain.errors import ConfigError
 from jaxtrain.train.optimizer import learning_rate_schedule
 
 MEGATRON_EXP = "Primus/examples/megatron/configs/MI300X/llama2_7B-BF16-pretrain.yaml"
@@ -64,6 +65,7 @@ def torchtitan_lr(s, lr, steps, warmup, decay_ratio, decay_type, min_factor):
 
 
 def maxtext_lr(s, lr, steps, schedule_steps, warmup_fraction, final_fraction):
+    """MaxText before learning_rate_final_fraction: the cosine reaches its end at L."""
     length = steps if schedule_steps == -1 else schedule_steps
     warmup = int(length * warmup_fraction)
     if s < warmup:
@@ -73,6 +75,35 @@ def maxtext_lr(s, lr, steps, schedule_steps, warmup_fraction, final_fraction):
     pct = (s - warmup) / (length - warmup)
     a = 0.5 * (math.cos(math.pi * pct) + 1)
     return lr * a + lr * final_fraction * (1 - a)
+
+
+def maxtext_2026_lr(s, lr, steps, schedule_steps, warmup_fraction, final_fraction,
+                    kind="cosine", wsd_fraction=0.1, wsd_style="linear"):
+    """MaxText since learning_rate_final_fraction (create_learning_rate_schedule): the cosine
+    (and WSD's decay) reaches the final rate one step before L; 0 from L on."""
+    length = steps if schedule_steps == -1 else schedule_steps
+    warmup = int(length * warmup_fraction)
+    final = lr * final_fraction
+    if s < warmup:
+        return lr * s / warmup
+    if s >= length:
+        return 0.0
+
+    def cos(step, n):
+        pct = step / (n - 1) if n > 1 else 1.0
+        a = 0.5 * (math.cos(math.pi * pct) + 1)
+        return lr * a + final * (1 - a)
+
+    if kind == "cosine":
+        return cos(s - warmup, length - warmup)
+    decay = int(length * wsd_fraction)
+    stable = length - warmup - decay
+    if s < warmup + stable:
+        return lr
+    step = s - warmup - stable
+    if wsd_style == "linear":
+        return lr + (final - lr) * min(step / (decay - 1), 1.0)
+    return cos(step, decay)
 
 
 def prime_rl_lr(s, lr, steps, kind, warmup, decay, min_lr):
@@ -137,17 +168,57 @@ def test_torchtitan_schedules_match(tmp_path, decay_ratio, decay_type, factor, w
     np.testing.assert_allclose(jaxtrain_rates(cfg), expected, rtol=1e-5, atol=1e-12)
 
 
-def test_maxtext_schedule_matches_including_the_zero_tail(tmp_path):
+MAXTEXT_MODEL = ("dataset_type: synthetic\nmax_target_length: 64\nper_device_batch_size: 1\n"
+                 "base_emb_dim: 64\nbase_num_query_heads: 4\nbase_num_kv_heads: 4\n"
+                 "base_mlp_dim: 128\nbase_num_decoder_layers: 2\nhead_dim: 16\n"
+                 "vocab_size: 256\n")
+
+
+def test_maxtext_schedule_before_2026_matches_including_the_zero_tail(tmp_path):
+    # cosine_learning_rate_final_fraction: a config of MaxText before January 2026.
     yml = tmp_path / "run.yml"
     yml.write_text("run_name: sched\nsteps: 40\nlearning_rate: 2.0e-4\n"
                    "warmup_steps_fraction: 0.2\nlearning_rate_schedule_steps: 30\n"
-                   "learning_rate_final_fraction: 0.05\ndataset_type: synthetic\n"
-                   "max_target_length: 64\nper_device_batch_size: 1\nbase_emb_dim: 64\n"
-                   "base_num_query_heads: 4\nbase_num_kv_heads: 4\nbase_mlp_dim: 128\n"
-                   "base_num_decoder_layers: 2\nhead_dim: 16\nvocab_size: 256\n")
+                   f"cosine_learning_rate_final_fraction: 0.05\n{MAXTEXT_MODEL}")
     cfg, _ = compat.load_foreign(yml, env={})
     expected = [maxtext_lr(s, 2e-4, 40, 30, 0.2, 0.05) for s in range(40)]
     np.testing.assert_allclose(jaxtrain_rates(cfg), expected, rtol=1e-5, atol=1e-12)
+
+
+@pytest.mark.parametrize("extra", [
+    "", "lr_schedule_type: wsd\nwsd_decay_steps_fraction: 0.3\n",
+    "lr_schedule_type: wsd\nwsd_decay_steps_fraction: 0.25\nwsd_decay_style: cosine\n",
+])
+def test_maxtext_2026_schedule_reaches_the_final_rate_a_step_early(tmp_path, extra):
+    # learning_rate_final_fraction (MaxText since January 2026): the last step runs at the
+    # final rate (the earlier formula reached it only at step L, one step past the run).
+    yml = tmp_path / "run.yml"
+    yml.write_text("run_name: sched\nsteps: 40\nlearning_rate: 2.0e-4\n"
+                   "warmup_steps_fraction: 0.2\nlearning_rate_final_fraction: 0.05\n"
+                   f"{extra}{MAXTEXT_MODEL}")
+    cfg, report = compat.load_foreign(yml, env={})
+    values = dict(line.split(": ") for line in extra.splitlines())
+    expected = [maxtext_2026_lr(s, 2e-4, 40, -1, 0.2, 0.05, values.get(
+        "lr_schedule_type", "cosine"), float(values.get("wsd_decay_steps_fraction", 0.1)),
+        values.get("wsd_decay_style", "linear")) for s in range(40)]
+    assert expected[39] == pytest.approx(2e-4 * 0.05)
+    np.testing.assert_allclose(jaxtrain_rates(cfg), expected, rtol=1e-5, atol=1e-12)
+    assert report.by_status("unsupported") == []
+
+
+def test_maxtext_2026_schedule_with_a_zero_tail_is_unsupported(tmp_path):
+    # learning_rate_schedule_steps < steps: MaxText trains the last steps at rate 0 after
+    # reaching the final rate at L - 1; jaxtrain's schedule cannot express both.
+    yml = tmp_path / "run.yml"
+    yml.write_text("run_name: sched\nsteps: 40\nlearning_rate: 2.0e-4\n"
+                   "warmup_steps_fraction: 0.2\nlearning_rate_schedule_steps: 30\n"
+                   f"learning_rate_final_fraction: 0.05\n{MAXTEXT_MODEL}")
+    with pytest.raises(ConfigError, match="learning_rate_schedule_steps=30"):
+        compat.load_foreign(yml, env={})
+    cfg, _ = compat.load_foreign(yml, env={}, allow_unsupported=True)
+    expected = [maxtext_2026_lr(s, 2e-4, 40, 30, 0.2, 0.05) for s in range(40)]
+    np.testing.assert_allclose(jaxtrain_rates(cfg)[:30], expected[:30], rtol=1e-5,
+                               atol=1e-12)
 
 
 @pytest.mark.parametrize("scheduler,kind,warmup,decay,min_lr", [

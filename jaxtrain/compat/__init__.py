@@ -119,10 +119,10 @@ def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_roo
         if exp.framework == "maxtext":
             configs = maxtext_files.configs_dir(path.resolve().parent, maxtext_root, exp.root,
                                                 env)
-            values, origins, notes, table = maxtext_files.resolve(
-                exp.params, exp.origins, path, configs, native, env)
-            exp.params, exp.origins = values, origins
-            defaults += ((str(configs),) if configs else ()) + (maxtext_files.OFFLINE,)
+            resolved = maxtext_files.resolve(exp.params, exp.origins, path, configs, native,
+                                             env)
+            exp.params, exp.origins = resolved.values, resolved.origins
+            defaults += resolved.defaults
         report = primus_yaml.experiment_report(exp, exp.framework, env)
         report.default_origins = defaults
         settings = primus_yaml.map_meta(report)
@@ -131,9 +131,9 @@ def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_roo
         elif exp.framework == "torchtitan":
             settings.update(torchtitan.to_jaxtrain(report, primus=True))
         else:
-            for note in notes:
+            for note in resolved.notes:
                 report.note(note)
-            own = maxtext.to_jaxtrain(report, table)
+            own = maxtext.to_jaxtrain(report, resolved.from_table)
             for key, target in (("exp_name", "run.name"), ("workspace", "run.dir"),
                                 ("work_group", "run.dir"), ("user_name", "run.dir")):
                 if target in own and report.has(key):
@@ -143,15 +143,14 @@ def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_roo
     if family == "maxtext":
         values, origins = load_mapping(path, env)
         configs = maxtext_files.configs_dir(path.resolve().parent, maxtext_root, None, env)
-        values, origins, notes, table = maxtext_files.resolve(values, origins, path, configs,
-                                                              native, env)
-        report = KeyReport(str(path), "maxtext", flatten(values), flatten(origins))
-        report.default_origins = ((str(configs),) if configs else ()) + (
-            maxtext_files.OFFLINE,)
-        for note in notes:
+        resolved = maxtext_files.resolve(values, origins, path, configs, native, env)
+        report = KeyReport(str(path), "maxtext", flatten(resolved.values),
+                           flatten(resolved.origins))
+        report.default_origins = resolved.defaults
+        for note in resolved.notes:
             report.note(note)
         _assume_devices(report, env, known)
-        return maxtext.to_jaxtrain(report, table), report
+        return maxtext.to_jaxtrain(report, resolved.from_table), report
     if family == "hf_json":
         data = deep_merge(hf_json.read(path), overrides_tree(native))
         report = KeyReport(str(path), "hf_json", data, {k: str(path) for k in data})

@@ -33,16 +33,20 @@ ARCH_FIELDS = {
 }
 _RUNTIME = ("not an architecture field: token ids, dtypes, caching and metadata do not change "
             "the model (spec_from_hf_config rejects fields that would)")
-_ARCH_KEYS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-              "head_dim", "intermediate_size", "norm_eps", "rope_theta", "rope_scaling",
-              "rope_factor", "tie_embeddings", "qkv_bias", "qk_norm", "sliding_window")
+# ModelSpec fields that are run choices rather than architecture (training-loss weights
+# included): a preset matches whatever they are.
+_RUN_CHOICES = frozenset({"preset", "max_seq_len", "dtype", "param_dtype", "remat",
+                          "scan_layers", "attention_impl", "attention_block", "init_std",
+                          "moe_aux_loss_coef", "moe_z_loss_coef", "moe_bias_update_rate",
+                          "moe_capacity_factor"})
 
 
 def matching_preset(fields: dict[str, Any]) -> str:
-    """The preset with the same architecture (max_seq_len and dtypes aside), or ""."""
+    """The preset with the same architecture (every ModelSpec field but the run choices), or
+    ""."""
     for name in preset_names():
         preset = model_config(name)
-        if all(preset[k] == fields.get(k) for k in _ARCH_KEYS if k in fields):
+        if all(preset[k] == fields.get(k) for k in preset if k not in _RUN_CHOICES):
             return name
     return ""
 

@@ -31,17 +31,35 @@ HF_PRESETS: dict[str, str] = {
     "qwen3-0.6b": "qwen3-0.6b", "qwen3-1.7b": "qwen3-1.7b", "qwen3-4b": "qwen3-4b",
     "qwen3-8b": "qwen3-8b", "qwen3-14b": "qwen3-14b", "qwen3-32b": "qwen3-32b",
     "mistral-7b": "mistral-7b",
+    "meta-llama-3.2-1b": "llama3.2-1b", "meta-llama-3.2-3b": "llama3.2-3b",
+    "meta-llama-3.3-70b": "llama3.3-70b",
+    "mixtral-8x7b": "mixtral-8x7b", "mixtral-8x22b": "mixtral-8x22b",
+    "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
+    "deepseek-v2-lite": "deepseek-v2-lite", "deepseek-v2": "deepseek-v2",
+    "deepseek-v3": "deepseek-v3", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
+    "llama-4-scout-17b-16e": "llama4-scout-17b-16e",
+    "llama-4-maverick-17b-128e": "llama4-maverick-17b-128e",
 }
 
 # len(tokenizer) of published tokenizers (regular vocabulary plus added special tokens): the
 # size Megatron's HuggingFaceTokenizer reports before padding the embedding.
+# Every tokenizer a pretraining config of Primus, MaxText or TorchTitan names (at the commits
+# of tests/fixtures/compat/SOURCES.md) for an architecture the zoo builds.
 TOKENIZER_SIZES: dict[str, int] = {
     "llama-2-": 32000,
     "meta-llama-3-": 128256, "llama-3-": 128256, "llama-3.1-": 128256,
     "meta-llama-3.1-": 128256, "llama-3.2-": 128256, "llama-3.3-": 128256,
+    "meta-llama-3.2-": 128256, "meta-llama-3.3-": 128256,
+    "llama-4-": 202048,  # 200000 + 2048 special tokens, as Llama 3's 128000 + 256
     "qwen3-": 151669,  # 151643 + 26 special tokens
     "qwen2.5-": 151665,  # 151643 + 22 special tokens
+    "deepseek-r1-distill-qwen-": 151665,  # Qwen 2.5's tokenizer
     "mistral-7b": 32000, "mixtral-8x7b": 32000,
+    "mixtral-8x22b": 32768,  # Mistral's v3 tokenizer
+    "deepseek-v2": 100015,  # DeepSeek LLM's: 100000 + 15 special tokens (V2-Lite too)
+    "deepseek-v3": 128815,  # 128000 + 815 special tokens (ids up to 128814)
+    "kimi-k2-": 163840,  # 163584 + 256 reserved special tokens
+    "glm-4-9b": 151343,  # 151329 + 14 special tokens ([gMASK], <|user|>, ...)
 }
 
 

@@ -1,18 +1,28 @@
 """MaxText configs (native YAML, or a Primus `framework: maxtext` module) -> jaxtrain settings.
 
-MaxText's schedule at 0-based step s, with L = learning_rate_schedule_steps (-1: steps) and
-W = int(L x warmup_steps_fraction): optax.linear_schedule(0, lr, W) (lr * s / W), then cosine
-from lr to lr x final fraction over L - W steps, then 0 after L. That is jaxtrain's cosine with
-warmup_offset=0, decay_steps=L and after_decay="zero". The global batch is per_device_batch_size
-x devices x gradient_accumulation_steps.
+The architecture is `maxtext_model`'s. MaxText's schedule at 0-based step s, with L =
+learning_rate_schedule_steps (-1: steps) and W = int(L x warmup_steps_fraction):
+optax.linear_schedule(0, lr, W) (lr * s / W), then the decay to lr x final fraction, then 0
+from L on. The decay depends on the MaxText version the config comes from:
+
+- `learning_rate_final_fraction` (MaxText since January 2026): cosine with p = (s - W) /
+  (L - W - 1), reaching the final rate at step L - 1; or WSD: lr until L - W - D, then linear or
+  cosine over D = int(L x wsd_decay_steps_fraction) steps, reaching it at L - 1 too. jaxtrain's
+  schedule with decay_steps = L - 1 (and stable_steps for WSD) is the same rate at every step
+  before L; past L (when steps > L) MaxText's rate is 0, jaxtrain's stays at the final rate.
+- `cosine_learning_rate_final_fraction` (earlier MaxText): cosine with p = (s - W) / (L - W),
+  reaching the final rate at L: decay_steps = L and after_decay = "zero", exact everywhere.
+
+The global batch is per_device_batch_size x devices x gradient_accumulation_steps.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
-from jaxtrain.compat import known
+from jaxtrain.compat import known, maxtext_model
 from jaxtrain.compat.report import KeyReport, is_off
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.presets import model_config
@@ -24,9 +34,14 @@ MODELS = {
     "llama3.1-70b": "llama3.1-70b", "llama3.1-405b": "llama3.1-405b",
     "llama3.3-70b": "llama3.3-70b", "mistral-7b": "mistral-7b", "qwen3-0.6b": "qwen3-0.6b",
     "qwen3-4b": "qwen3-4b", "qwen3-8b": "qwen3-8b", "qwen3-14b": "qwen3-14b",
-    "qwen3-32b": "qwen3-32b",
+    "qwen3-32b": "qwen3-32b", "qwen3-1.7b": "qwen3-1.7b", "qwen2.5-7b": "qwen2.5-7b",
+    "qwen2.5-14b": "qwen2.5-14b", "mixtral-8x7b": "mixtral-8x7b",
+    "mixtral-8x22b": "mixtral-8x22b", "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "qwen3-235b-a22b": "qwen3-235b-a22b", "deepseek2-16b": "deepseek-v2-lite",
+    "deepseek2-236b": "deepseek-v2", "deepseek3-671b": "deepseek-v3",
+    "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
+    "llama4-17b-16e": "llama4-scout-17b-16e", "llama4-17b-128e": "llama4-maverick-17b-128e",
 }
-FAMILIES = {"llama2": "llama", "mistral": "mistral", "qwen3": "qwen3", "qwen2": "qwen2"}
 REMAT = {"full": "full", "minimal": "minimal", "minimal_flash": "minimal",
          "minimal_with_context": "minimal", "save_dot_except_mlpwi": "dots",
          "save_dot_except_mlp": "dots", "save_qkv_proj": "dots", "qkv_proj_offloaded": "dots",
@@ -37,23 +52,17 @@ AXES = {"data": ("data",), "fsdp": ("fsdp",), "context": ("sequence", "context")
 NO_AXIS = ("diloco", "fsdp_transpose", "context_usp_ulysses", "context_autoregressive",
            "tensor_sequence", "autoregressive", "pipeline")
 NEUTRAL: tuple[tuple[str, Any, str], ...] = (
-    ("num_experts", 1, "mixture of experts is not implemented yet"),
     ("global_parameter_scale", 1, "scaled model sizes are not implemented; set base_* dims"),
-    ("mlp_activations", ["silu", "linear"], "only the SwiGLU MLP exists"),
     ("mtp_num_layers", 0, "multi-token prediction is not implemented"),
     ("use_post_attn_norm", False, "post-attention norms are not implemented"),
     ("use_post_ffw_norm", False, "post-MLP norms are not implemented"),
     ("final_logits_soft_cap", 0.0, "logit soft-capping is not implemented"),
     ("attn_logits_soft_cap", 0.0, "logit soft-capping is not implemented"),
     ("quantization", "", "quantized matmuls are not implemented"),
-    ("use_multimodal", False, "multimodal models are not implemented"),
     ("training_objective", "causal_lm", "only next-token prediction exists"),
     ("partial_rotary_factor", 1.0, "partial rotary embeddings are not implemented"),
     ("num_kv_shared_layers", 0, "shared KV layers are not implemented"),
-    ("mhc_expansion_rate", 1, "hyper-connections are not implemented"),
-    ("engram_layers", [], "Engram layers are not implemented"),
     ("share_kv_projections", False, "shared K/V projections are not implemented"),
-    ("attention_sink", False, "attention sinks are not implemented"),
     ("use_dpo", False, "DPO is not pretraining"), ("use_sft", False, "SFT is not pretraining"),
     ("skip_step_on_spikes", False, "spike skipping is not implemented"),
     ("trainable_parameters_mask", [], "freezing parameters is not implemented"),
@@ -92,28 +101,52 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = tuple(
     ("override_model_config", "decides how the model file merges (already applied)"),
     ("base_config", "the MaxText base file (already merged)"),
     ("skip_first_n_steps_for_profiler", "profiling"), ("profiler_steps", "profiling"),
-)
+    ("sharding_tolerance", "sharding check"), ("override_logical_axis_rules", "sharding rules"),
+    ("shard_mode", "sharding mode"), ("moe_dispatch_no_expert_sharding", "expert sharding"),
+    ("use_batch_split_schedule", "overlap schedule (same numbers)"),
+) + tuple((pattern, "vision encoder setting, unused without use_multimodal")
+          for pattern in maxtext_model.VISION_KEYS)
+
+
+def _filled(r: KeyReport, side: str) -> dict[str, int]:
+    """The side's MaxText axis sizes, a -1 on an axis jaxtrain lacks filled as MaxText fills it
+    (devices per host for ici, hosts for dcn, over the product of the other sizes); a -1 on
+    a jaxtrain axis stays -1, which jaxtrain fills the same way."""
+    names = [n for group in AXES.values() for n in group] + list(NO_AXIS)
+    sizes = {n: int(r.get(f"{side}_{n}_parallelism")) for n in names
+             if r.has(f"{side}_{n}_parallelism")}
+    unknown = [n for n in NO_AXIS if sizes.get(n) == -1]
+    hosts = max(r.num_hosts, 1)
+    target = max(r.world_size // hosts, 1) if side == "ici" else hosts
+    others = math.prod(v for v in sizes.values() if v != -1)
+    if len(unknown) == 1 and list(sizes.values()).count(-1) == 1 and target % others == 0:
+        sizes[unknown[0]] = target // others
+        r.note(f"{side}_{unknown[0]}_parallelism=-1 filled as MaxText fills it: {target} "
+               f"{'devices per host' if side == 'ici' else 'hosts'} / {others} = "
+               f"{target // others}")
+    return sizes
 
 
 def _mesh(r: KeyReport, s: dict[str, Any]) -> None:
     for side in ("ici", "dcn"):
+        sizes = _filled(r, side)
         for axis, names in AXES.items():
             size, keys = 1, []
             for name in names:
-                key = f"{side}_{name}_parallelism"
-                if r.has(key):
-                    keys.append(key)
-                    value = int(r.get(key))
+                if name in sizes:
+                    keys.append(f"{side}_{name}_parallelism")
+                    value = sizes[name]
                     size = value if size == 1 else (size * value if value != -1 else -1)
             s[f"mesh.{side}_{axis}"] = size
             for key in keys:
                 r.mapped(key, f"mesh.{side}_{axis}")
         for name in NO_AXIS:
             key = f"{side}_{name}_parallelism"
-            if r.has(key) and int(r.get(key)) != 1:
+            if name in sizes and sizes[name] != 1:
                 r.unsupported(key, f"MaxText's {name!r} mesh axis has no jaxtrain counterpart")
-            elif r.has(key):
-                r.ignored(key, "1: axis unused")
+            elif name in sizes:
+                r.ignored(key, "-1, filled to 1: axis unused" if r.get(key) == -1 else
+                          "1: axis unused")
     if r.has("num_slices"):
         r.ignored("num_slices", "slices are processes; dcn_* sizes decide")
 
@@ -130,39 +163,10 @@ def _model(r: KeyReport, s: dict[str, Any], from_table: str) -> None:
         r.mapped("model_name", "model.*", f"jaxtrain preset {preset} (offline table)")
         r.note(f"architecture of {from_table} from jaxtrain's offline table ({preset})")
     else:
-        block = r.get("decoder_block")
-        if block not in FAMILIES:
-            r.unsupported("decoder_block", f"{block!r} has no jaxtrain architecture "
-                                           f"({', '.join(FAMILIES)} do)")
-        fields = {
-            "family": FAMILIES.get(block, "llama"), "hidden_size": int(r.get("base_emb_dim")),
-            "num_heads": int(r.get("base_num_query_heads")),
-            "num_kv_heads": int(r.get("base_num_kv_heads")),
-            "intermediate_size": int(r.get("base_mlp_dim")),
-            "num_layers": int(r.get("base_num_decoder_layers")),
-            "head_dim": int(r.get("head_dim")), "vocab_size": int(r.get("vocab_size")),
-            "norm_eps": float(r.get("normalization_layer_epsilon")),
-            "tie_embeddings": bool(r.get("logits_via_embedding")),
-            "rope_theta": float(r.get("rope_max_timescale")),
-            "qk_norm": bool(r.get("use_qk_norm")), "qkv_bias": bool(r.get("attention_bias")),
-            "max_seq_len": seq, "rope_scaling": "none", "rope_factor": 1.0,
-            "sliding_window": 0,
-        }
-        for key, target in (("decoder_block", "family"), ("base_emb_dim", "hidden_size"),
-                            ("base_num_query_heads", "num_heads"),
-                            ("base_num_kv_heads", "num_kv_heads"),
-                            ("base_mlp_dim", "intermediate_size"),
-                            ("base_num_decoder_layers", "num_layers"),
-                            ("head_dim", "head_dim"), ("vocab_size", "vocab_size"),
-                            ("normalization_layer_epsilon", "norm_eps"),
-                            ("logits_via_embedding", "tie_embeddings"),
-                            ("rope_max_timescale", "rope_theta"), ("use_qk_norm", "qk_norm"),
-                            ("attention_bias", "qkv_bias")):
-            if not r.handled(key):
-                r.mapped(key, f"model.{target}")
-        _rope_and_attention(r, fields)
+        fields = maxtext_model.architecture(r, seq)
         if r.has("model_name"):
-            r.mapped("model_name", "model.*", "its models/*.yml was merged")
+            r.mapped("model_name", "model.*", "its models/*.yml was merged"
+                     if r.get("model_name") != "default" else "default: the base_* keys")
     fields["max_seq_len"] = seq
     if r.get("logits_via_embedding") and r.get("normalize_embedding_logits"):
         r.unsupported("normalize_embedding_logits", "tied logits divided by sqrt(emb_dim) "
@@ -189,30 +193,6 @@ def _model(r: KeyReport, s: dict[str, Any], from_table: str) -> None:
             r.ignored(key, "no dropout: enable_dropout is false or dropout_rate is 0")
 
 
-def _rope_and_attention(r: KeyReport, fields: dict[str, Any]) -> None:
-    kind = r.get("rope_type", "default")
-    linear = float(r.get("rope_linear_scaling_factor", 1.0) or 1.0)
-    if kind == "llama3.1" and r.get("rope_use_scale", True):
-        fields.update(rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=1.0,
-                      rope_high_freq_factor=4.0, rope_original_max_len=8192)
-        r.mapped("rope_type", "model.rope_scaling", "llama3 scaling with MaxText's fixed "
-                 "factor 8 and original length 8192")
-    elif kind in ("default", "llama3.1"):
-        r.mapped("rope_type", "model.rope_scaling")
-        if linear != 1.0:
-            fields.update(rope_scaling="linear", rope_factor=linear)
-            r.mapped("rope_linear_scaling_factor", "model.rope_factor")
-    else:
-        r.unsupported("rope_type", f"{kind!r} rotary embeddings are not implemented")
-    attention = r.get("attention_type", "global")
-    if attention == "local_sliding":
-        fields["sliding_window"] = int(r.get("sliding_window_size"))
-        r.mapped("attention_type", "model.sliding_window")
-        r.mapped("sliding_window_size", "model.sliding_window")
-    elif attention not in ("global", "full"):
-        r.unsupported("attention_type", f"{attention!r} attention is not implemented")
-
-
 def _training(r: KeyReport, s: dict[str, Any]) -> None:
     steps = int(r.get("steps"))
     horizon = int(r.get("learning_rate_schedule_steps"))
@@ -226,25 +206,31 @@ def _training(r: KeyReport, s: dict[str, Any]) -> None:
             tuple(getattr(r, "default_origins", ())))):
         final_key = old
     final = float(r.get(final_key, 0.1))
-    if r.get("lr_schedule_type", "cosine") != "cosine":
-        r.unsupported("lr_schedule_type", f"{r.get('lr_schedule_type')!r}: only MaxText's "
-                      "cosine schedule is mapped (set optim.* directly for others)")
     s.update({"train.steps": steps, "optim.lr": lr, "optim.min_lr": lr * final,
-              "optim.warmup_steps": warmup, "optim.warmup_offset": 0, "optim.warmup_init": 0.0,
-              "optim.decay_steps": horizon, "optim.stable_steps": 0, "optim.schedule": "cosine",
-              "optim.after_decay": "zero"})
+              "optim.warmup_steps": warmup, "optim.warmup_offset": 0, "optim.warmup_init": 0.0})
     r.mapped("steps", "train.steps")
     r.mapped("learning_rate", "optim.lr")
     r.mapped("warmup_steps_fraction", "optim.warmup_steps", f"int({horizon} x fraction) = "
              f"{warmup}")
-    r.mapped("learning_rate_schedule_steps", "optim.decay_steps, optim.after_decay",
-             f"{horizon}; the rate is 0 after it")
+    # The key tells the MaxText version: learning_rate_final_fraction came with the decay that
+    # ends a step earlier (January 2026).
+    if final_key == "learning_rate_final_fraction":
+        _decay_to_last_step(r, s, steps, horizon, warmup)
+    else:
+        s.update({"optim.decay_steps": horizon, "optim.stable_steps": 0,
+                  "optim.schedule": "cosine", "optim.after_decay": "zero"})
+        r.mapped("learning_rate_schedule_steps", "optim.decay_steps, optim.after_decay",
+                 f"{horizon}: MaxText before learning_rate_final_fraction reaches the final "
+                 "rate at this step, 0 after it")
+        if r.get("lr_schedule_type", "cosine") != "cosine":
+            r.unsupported("lr_schedule_type", f"{r.get('lr_schedule_type')!r}: only the cosine "
+                          "schedule of MaxText before learning_rate_final_fraction is mapped")
     for key in ("learning_rate_final_fraction", old):
         if r.has(key) and key == final_key:
             r.mapped(key, "optim.min_lr", f"min_lr = lr x {final}")
         elif r.has(key):
             r.ignored(key, f"{final_key} is used (the other MaxText spelling)")
-    if not r.handled("lr_schedule_type"):
+    if r.has("lr_schedule_type") and not r.handled("lr_schedule_type"):
         r.mapped("lr_schedule_type", "optim.schedule")
     for key, target in (("adam_b1", "optim.b1"), ("adam_b2", "optim.b2"),
                         ("adam_eps", "optim.eps"), ("adam_weight_decay", "optim.weight_decay"),
@@ -278,6 +264,41 @@ def _training(r: KeyReport, s: dict[str, Any]) -> None:
         r.ignored("vocab_tiling_ag_once", "when the output kernel is gathered (XLA decides)")
 
 
+def _decay_to_last_step(r: KeyReport, s: dict[str, Any], steps: int, horizon: int,
+                        warmup: int) -> None:
+    """The decay of MaxText since learning_rate_final_fraction: the final rate at L - 1."""
+    kind = str(r.get("lr_schedule_type", "cosine"))
+    stable, style = 0, "cosine"
+    if kind == "wsd":
+        decay = int(horizon * float(r.get("wsd_decay_steps_fraction", 0.1)))
+        stable, style = horizon - warmup - decay, str(r.get("wsd_decay_style", "linear"))
+        if decay < 2 or stable < 0 or style not in ("linear", "cosine"):
+            r.unsupported("lr_schedule_type", f"WSD with {decay} decay steps, {stable} stable "
+                          f"steps and {style!r} decay has no jaxtrain counterpart")
+        r.mapped("lr_schedule_type", "optim.schedule, optim.stable_steps", f"WSD: {stable} "
+                 f"steps at lr, then {style} over {decay} steps")
+        for key in ("wsd_decay_steps_fraction", "wsd_decay_style"):
+            if r.has(key):
+                r.mapped(key, "optim.stable_steps, optim.schedule")
+    elif kind != "cosine":
+        r.unsupported("lr_schedule_type", f"{kind!r} is neither cosine nor wsd")
+    else:
+        for key in ("wsd_decay_steps_fraction", "wsd_decay_style"):
+            if r.has(key):
+                r.ignored(key, "used only with lr_schedule_type wsd")
+    s.update({"optim.decay_steps": max(horizon - 1, warmup + stable), "optim.stable_steps":
+              max(stable, 0), "optim.schedule": style, "optim.after_decay": "min_lr"})
+    why = (f"{horizon}: the final rate is reached at step {horizon - 1} "
+           "(optim.decay_steps = L - 1)")
+    if steps > horizon:
+        r.unsupported("learning_rate_schedule_steps", f"{why}; MaxText trains steps {horizon}-"
+                      f"{steps - 1} at rate 0, jaxtrain's schedule has no zero phase after its "
+                      "final rate: set train.steps to it, or optim.decay_steps/after_decay",
+                      target="optim.decay_steps")
+    else:
+        r.mapped("learning_rate_schedule_steps", "optim.decay_steps", why)
+
+
 def _data_eval_checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
     kind = r.get("dataset_type")
     if kind == "synthetic":
@@ -293,7 +314,10 @@ def _data_eval_checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
             r.ignored(key, f"dataset_type={kind}: this source is not read")
     interval, steps = int(r.get("eval_interval", -1)), int(r.get("eval_steps", -1))
     s["train.eval_every"] = interval if interval > 0 else 0
-    r.mapped("eval_interval", "train.eval_every", "" if interval > 0 else "-1: no validation")
+    if interval <= 0:  # MaxText evaluates nothing, so no final validation either
+        s["train.eval_batches"] = 0
+    r.mapped("eval_interval", "train.eval_every, train.eval_batches", "" if interval > 0 else
+             f"{interval}: no validation at all")
     if interval > 0 and steps > 0:
         s["train.eval_batches"] = steps
         r.mapped("eval_steps", "train.eval_batches")

@@ -10,6 +10,7 @@ MaxText's base.yml) and the model table stand in, and the report says so.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -71,12 +72,25 @@ def configs_dir(start: Path, maxtext_root: str | Path | None = None,
     return next((c for c in candidates if (c / "base.yml").is_file()), None)
 
 
+@dataclasses.dataclass
+class Resolved:
+    """A MaxText config after its base config, its model file and the command line."""
+
+    values: dict[str, Any]
+    origins: dict[str, Any]
+    notes: list[str]
+    from_table: str  # model name to take from jaxtrain's table ("" when its file was read)
+    defaults: tuple[str, ...]  # origins that are MaxText's defaults: the base files, offline
+
+
 def _base_chain(values: dict[str, Any], origins: dict[str, Any], where: Path,
-                configs: Path | None, env: Mapping[str, str]) -> tuple[dict, dict, str]:
-    """Values under their `base_config` (recursively), or the offline defaults."""
+                configs: Path | None, env: Mapping[str, str]
+                ) -> tuple[dict, dict, str, tuple[str, ...]]:
+    """Values under their `base_config` (recursively), or the offline defaults; the last item
+    names the base files read."""
     base = values.get("base_config")
     if not base:
-        return values, origins, ""
+        return values, origins, "", ()
     path = Path(str(base))
     if not path.is_absolute():
         beside = where.parent / path
@@ -85,25 +99,33 @@ def _base_chain(values: dict[str, Any], origins: dict[str, Any], where: Path,
         merged = deep_merge(DEFAULTS, values)
         return merged, deep_merge(tag(DEFAULTS, OFFLINE), origins), (
             f"MaxText's {base} was not found (pass --maxtext-root); its defaults come from "
-            "jaxtrain's offline copy of the keys it reads")
+            "jaxtrain's offline copy of the keys it reads"), ()
     base_values, base_origins = load_mapping(path, env)
-    base_values, base_origins, note = _base_chain(base_values, base_origins, path, configs, env)
-    return deep_merge(base_values, values), deep_merge(base_origins, origins), note
+    base_values, base_origins, note, chain = _base_chain(base_values, base_origins, path,
+                                                         configs, env)
+    return (deep_merge(base_values, values), deep_merge(base_origins, origins), note,
+            (str(path), *chain))
 
 
 def resolve(values: dict[str, Any], origins: dict[str, Any], where: Path,
-            configs: Path | None, cli: Sequence[str], env: Mapping[str, str]
-            ) -> tuple[dict[str, Any], dict[str, Any], list[str], str]:
-    """(values, origins, notes, model name to take from the table) of a MaxText config after
-    its base config, its model file and the command line. The last item is "" when
-    models/<model_name>.yml was read (or model_name is "default")."""
-    values, origins, note = _base_chain(values, origins, where, configs, env)
+            configs: Path | None, cli: Sequence[str], env: Mapping[str, str]) -> Resolved:
+    """A MaxText config after its base config, its model file and the command line.
+
+    As in MaxText, only what differs from base.yml counts as set: the base files' keys (and,
+    for `base.yml model_name=X`, the loaded base.yml's own) are defaults; the model file's and
+    the command line's are the config's.
+    """
+    values, origins, note, chain = _base_chain(values, origins, where, configs, env)
     notes = [note] if note else []
-    from_table = ""
+    defaults = (*chain, OFFLINE)
     if "base_config" not in values:
-        values = deep_merge(DEFAULTS, values)
-        origins = deep_merge(tag(DEFAULTS, OFFLINE), origins)
-        notes.append("no base_config: MaxText's defaults come from jaxtrain's offline copy")
+        if configs is not None and where.resolve() == (configs / "base.yml").resolve():
+            defaults += (str(where),)  # MaxText's own base.yml, invoked with model_name=...
+        else:
+            values = deep_merge(DEFAULTS, values)
+            origins = deep_merge(tag(DEFAULTS, OFFLINE), origins)
+            notes.append("no base_config: MaxText's defaults come from jaxtrain's offline copy")
+    from_table = ""
     cli_tree = overrides_tree(cli)
     merged = deep_merge(values, cli_tree)
     name = str(merged.get("model_name", "default")).replace("-Instruct", "")
@@ -127,5 +149,6 @@ def resolve(values: dict[str, Any], origins: dict[str, Any], where: Path,
             notes.append(f"MaxText's models/{name}.yml was not found; the architecture comes "
                          "from jaxtrain's offline table of MaxText model names")
             from_table = name
-    return (deep_merge(values, cli_tree), deep_merge(origins, tag(cli_tree, "command line")),
-            notes, from_table)
+    return Resolved(deep_merge(values, cli_tree),
+                    deep_merge(origins, tag(cli_tree, "command line")), notes, from_table,
+                    defaults)

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from jaxtrain.compat import known, megatron_train
+from jaxtrain.compat.architectures import moe_family, unbuildable
 from jaxtrain.compat.megatron_keys import IGNORE_RULES
 from jaxtrain.compat.megatron_mla import MLA_KEYS, map_mla
 from jaxtrain.compat.megatron_moe import MOE_KEYS, map_moe
@@ -37,7 +38,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("squared_relu", False, "only the SwiGLU MLP exists"),
     ("fp32_residual_connection", False, "the residual stream follows model.dtype"),
     ("init_method_xavier_uniform", False, "only normal initialisation exists"),
-    ("model_type", "gpt", "only decoder-only GPT models exist"),
     ("fp16", False, "fp16 with loss scaling is not implemented; use bf16"),
     ("pipeline_model_parallel_size", 1, "pipeline parallelism is not implemented; use "
                                         "mesh.ici_fsdp / mesh.ici_tensor"),
@@ -199,17 +199,17 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     if r.get("num_experts"):
         map_moe(r, model)
     model["family"] = _family(model)
+    r.note(f"family {model['family']}: Megatron names no architecture, so the zoo family is "
+           "the one these settings define (whatever the preset or tokenizer is called)")
     model["vocab_size"] = _vocab(r, s, tp)
     s.update({f"model.{k}": v for k, v in model.items()})
     s["model.preset"] = ""
 
 
 def _family(model: dict[str, Any]) -> str:
-    """The informational family name of the zoo model the mapped settings resemble."""
-    if model.get("kv_lora_rank"):
-        return "deepseek_v3" if model.get("moe_score") == "sigmoid" else "deepseek_v2"
-    if model.get("num_experts"):
-        return "qwen3_moe" if model["qk_norm"] else "mixtral"
+    """The zoo family the mapped settings are: Megatron names none, so its traits decide."""
+    if model.get("num_experts") or model.get("kv_lora_rank"):
+        return moe_family(model)
     return model["family"]
 
 
@@ -244,8 +244,39 @@ def _vocab(r: KeyReport, s: dict[str, Any], tp: int) -> int:
     return padded
 
 
+# Megatron model types and layer switches that build what the zoo cannot: (key, what).
+_OTHER_MODEL_TYPES = {
+    "mamba": "a Mamba state-space (or Mamba-attention hybrid) model",
+    "diffusion_model": "a diffusion transformer for images",
+    "flux_schnell": "Flux, a diffusion transformer for images",
+    "deepseek_v4": "DeepSeek-V4 (compressed attention, hyper-connections)",
+    "kimi_k3": "Kimi K3's text backbone (Kimi-Linear: linear attention blocks)",
+}
+_OTHER_LAYERS = (("lfm_layer_types", "LFM2's short-convolution blocks"),
+                 ("experimental_attention_variant", "an experimental attention (e.g. gated "
+                                                    "DeltaNet linear attention)"),
+                 ("hybrid_override_pattern", "a Mamba-attention hybrid layer pattern"),
+                 ("is_hybrid_model", "a Mamba-attention hybrid model"))
+
+
+def refuse_unbuildable(r: KeyReport) -> None:
+    """Refuses, by the key that names it, a Megatron model the zoo cannot build: a model_type
+    other than gpt, or GPT layers the zoo lacks."""
+    kind = r.get("model_type", "gpt")
+    if kind not in (None, "gpt"):
+        what = _OTHER_MODEL_TYPES.get(str(kind), "a Megatron model type with no jaxtrain "
+                                                 "family (jaxtrain's are GPT decoders)")
+        raise unbuildable(r.source, "model_type", kind, what)
+    if r.has("model_type"):
+        r.ignored("model_type", "gpt: a decoder-only transformer")
+    for key, what in _OTHER_LAYERS:
+        if not is_off(r.get(key)):
+            raise unbuildable(r.source, key, r.get(key), what)
+
+
 def to_jaxtrain(r: KeyReport, default_origins: tuple[str, ...] = ()) -> dict[str, Any]:
     """Settings ({jaxtrain key: value}) for a resolved Megatron module; fills the report."""
+    refuse_unbuildable(r)
     s: dict[str, Any] = {}
     tp = _int(r, "tensor_model_parallel_size", 1)
     _model(r, s, tp)

@@ -53,8 +53,10 @@ def _spans(layers: list[int]) -> str:
 
 
 def expert_layout(freq: Any, num_layers: int) -> tuple[int, int, str]:
-    """(num_dense_layers, moe_layer_step, "") for an expressible moe_layer_freq, else
-    (0, 1, why it is not expressible, naming the expert blocks)."""
+    """(num_dense_layers, moe_layer_step, "") for an expressible moe_layer_freq. Otherwise the
+    layout with as many expert blocks (so the same parameter count), every step-th block when
+    they divide the depth evenly, else after leading dense blocks, and why it differs, naming
+    the expert blocks."""
     pattern = moe_layers(freq, num_layers)
     if len(pattern) != num_layers:
         raise ConfigError(f"moe_layer_freq={freq!r} gives {len(pattern)} layers but num_layers="
@@ -69,6 +71,12 @@ def expert_layout(freq: Any, num_layers: int) -> tuple[int, int, str]:
         if num_layers % step == 0 and pattern == [int((i + 1) % step == 0)
                                                   for i in range(num_layers)]:
             return 0, step, ""
-    return 0, 1, (f"experts in blocks {_spans(experts)} of 0-{num_layers - 1}: jaxtrain puts "
-                  "them after leading dense blocks or in the last block of every group of "
-                  "model.moe_layer_step (blocks step-1, 2*step-1, ...)")
+    count = len(experts)
+    step = num_layers // count if num_layers % count == 0 else 1
+    dense = 0 if step > 1 else num_layers - count
+    where = (f"blocks {step - 1}, {2 * step - 1}, ..." if step > 1 else
+             f"blocks {dense}-{num_layers - 1}")
+    return dense, step, (f"experts in blocks {_spans(experts)} of 0-{num_layers - 1}: jaxtrain "
+                         "puts them after leading dense blocks or in the last block of every "
+                         "group of model.moe_layer_step; with --allow-unsupported the same "
+                         f"{count} expert blocks sit in {where}")

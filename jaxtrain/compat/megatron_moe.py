@@ -80,10 +80,10 @@ def map_moe(r: KeyReport, model: dict[str, Any]) -> None:
 
 def _layout(r: KeyReport, model: dict[str, Any], layers: int) -> None:
     dense, step, why = expert_layout(r.get("moe_layer_freq", 1), layers)
+    model.update(num_dense_layers=dense, moe_layer_step=step)
     if why:
         r.unsupported("moe_layer_freq", why, target="model.num_dense_layers")
         return
-    model.update(num_dense_layers=dense, moe_layer_step=step)
     if r.has("moe_layer_freq"):
         target = "model.moe_layer_step" if step > 1 else "model.num_dense_layers"
         r.mapped("moe_layer_freq", target, f"{dense} leading dense block(s)" if dense else

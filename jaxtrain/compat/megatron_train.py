@@ -227,11 +227,13 @@ def _data(r: KeyReport, s: dict[str, Any]) -> None:
 def _evaluation(r: KeyReport, s: dict[str, Any]) -> None:
     iters = r.get("eval_iters") or 0
     interval = r.get("eval_interval") or 0
-    s["train.eval_batches"] = int(iters) if iters else s.get("train.eval_batches", 8)
+    # eval_iters 0: Megatron validates neither periodically nor after training.
+    s["train.eval_batches"] = int(iters) if iters or r.has("eval_iters") else s.get(
+        "train.eval_batches", 8)
     s["train.eval_every"] = int(interval) if iters else 0
     if r.has("eval_iters"):
         r.mapped("eval_iters", "train.eval_batches, train.eval_every",
-                 "0: no validation" if not iters else "validation batches of "
+                 "0: no validation at all" if not iters else "validation batches of "
                  "global_batch_size sequences")
     if r.has("eval_interval") and iters:
         r.mapped("eval_interval", "train.eval_every")

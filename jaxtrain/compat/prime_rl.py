@@ -140,8 +140,8 @@ def _data(r: KeyReport, s: dict[str, Any]) -> None:
         elif r.has("val.data.seq_len"):
             r.mapped("val.data.seq_len", "train.seq_len")
     else:
-        s["train.eval_every"] = 0
-        r.note("no [val]: no periodic validation (train.eval_every=0)")
+        s["train.eval_every"], s["train.eval_batches"] = 0, 0
+        r.note("no [val]: no validation at all (train.eval_every=0, train.eval_batches=0)")
 
 
 def _optim(r: KeyReport, s: dict[str, Any], doc: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ D = round(T x decay_ratio) decay steps (T - W without a ratio) and m = min_lr_fa
   s < W:  (s + 1) / W
   else:   m + (1 - m) * f(clip((s - (T - D)) / D, 0, 1)),  f = linear 1-p | sqrt 1-sqrt(p) | cosine
 which is jaxtrain's schedule with warmup_offset=1, stable_steps = T - D - W, decay_steps = T and
-min_lr = m x lr. Model flavours are the dims of torchtitan/models/*/__init__.py at that release.
+min_lr = m x lr. Model flavours are torchtitan_models'.
 """
 
 from __future__ import annotations
@@ -13,46 +13,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from jaxtrain.compat import known
+from jaxtrain.compat import known, torchtitan_models
 from jaxtrain.compat.report import KeyReport
 from jaxtrain.compat.target import has_key
-from jaxtrain.errors import ConfigError
-from jaxtrain.models.presets import model_config
 
-# (name, flavor) -> (jaxtrain preset, field overrides). Llama 3 flavours always apply the
-# llama3 RoPE scaling (factor 8, original length 8192), i.e. the Llama 3.1 architecture.
-_LLAMA3_SCALING = dict(rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=1.0,
-                       rope_high_freq_factor=4.0, rope_original_max_len=8192)
-FLAVORS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
-    ("llama3", "debugmodel"): ("llama-debug", dict(
-        _LLAMA3_SCALING, family="llama", vocab_size=2048, hidden_size=256, num_layers=6,
-        num_heads=16, num_kv_heads=16, head_dim=16, intermediate_size=768,
-        rope_theta=500000.0, norm_eps=1e-5)),
-    ("llama3", "8B"): ("llama3.1-8b", {}),
-    ("llama3", "70B"): ("llama3.1-70b", {}),
-    ("llama3", "405B"): ("llama3.1-405b", {}),
-    ("qwen3", "debugmodel"): ("qwen3-debug", dict(
-        vocab_size=2048, hidden_size=256, num_layers=8, num_heads=16, num_kv_heads=8,
-        head_dim=128, intermediate_size=3072, rope_theta=1000000.0, norm_eps=1e-6,
-        tie_embeddings=True)),
-    ("qwen3", "0.6B"): ("qwen3-0.6b", {}), ("qwen3", "1.7B"): ("qwen3-1.7b", {}),
-    ("qwen3", "4B"): ("qwen3-4b", {}), ("qwen3", "8B"): ("qwen3-8b", {}),
-    ("qwen3", "14B"): ("qwen3-14b", {}), ("qwen3", "32B"): ("qwen3-32b", {}),
-}
-UNSUPPORTED_FLAVORS = {
-    ("qwen3", f): "mixture of experts is not implemented yet" for f in
-    ("debugmodel_moe", "30B-A3B", "235B-A22B")} | {
-    ("llama3", f): "block-causal (document) attention masks are not implemented" for f in
-    ("debugmodel_flex_attn", "debugmodel_varlen_attn", "8B_flex", "8B_varlen")}
-UNSUPPORTED_MODELS = {
-    "deepseek_v3": "TorchTitan's DeepSeek-V3 flavours are not mapped; start from "
-                   "configs/deepseek_v3.py or deepseek_v3_debug.py",
-    "llama4": "TorchTitan's Llama 4 flavours are not mapped; start from "
-              "configs/llama4_scout_17b_16e.py, llama4_maverick_17b_128e.py or llama4_debug.py",
-    "qwen3_moe": "mixture of experts is not implemented yet",
-    "gpt_oss": "TorchTitan's gpt-oss flavours are not mapped; start from configs/gpt_oss_20b.py, "
-               "gpt_oss_120b.py or gpt_oss_debug.py",
-}
 # JobConfig defaults of the keys read here, used when a file leaves them out.
 DEFAULTS: dict[str, Any] = {
     "optimizer.name": "AdamW", "optimizer.lr": 8e-4, "optimizer.eps": 1e-8,
@@ -106,34 +70,6 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
 )
 
 
-def model_settings(r: KeyReport, seq_len: int) -> dict[str, Any]:
-    """model.* settings for model.name / model.flavor (ConfigError for unknown ones)."""
-    name, flavor = str(r.get("model.name", "llama3")), str(r.get("model.flavor", "debugmodel"))
-    if name in UNSUPPORTED_MODELS or (name, flavor) in UNSUPPORTED_FLAVORS:
-        why = UNSUPPORTED_MODELS.get(name) or UNSUPPORTED_FLAVORS[(name, flavor)]
-        r.unsupported("model.name", f"{name} {flavor}: {why}; model.* stays at jaxtrain's "
-                                    "default")
-        r.unsupported("model.flavor", "see model.name")
-        return {"model.max_seq_len": seq_len}
-    if (name, flavor) not in FLAVORS:
-        names = sorted({n for n, _ in FLAVORS} | set(UNSUPPORTED_MODELS))
-        if name not in {n for n, _ in FLAVORS}:
-            raise ConfigError(f"{r.source}: model.name={name!r} is not a TorchTitan model "
-                              f"jaxtrain knows; known: {', '.join(names)}.")
-        flavors = sorted(f for n, f in FLAVORS if n == name)
-        raise ConfigError(f"{r.source}: model.flavor={flavor!r} is not a {name} flavour "
-                          f"jaxtrain knows; known: {', '.join(flavors)}.")
-    preset, fields = FLAVORS[(name, flavor)]
-    # TorchTitan sets the model's max_seq_len to training.seq_len (update_from_config).
-    model = model_config(preset, **{**fields, "max_seq_len": seq_len})
-    r.mapped("model.name", "model.*", f"{name} {flavor} = jaxtrain {preset}"
-             + (" with TorchTitan's debug dims" if fields else ""))
-    r.mapped("model.flavor", "model.*")
-    settings = {f"model.{k}": v for k, v in model.items()}
-    settings["model.preset"] = "" if fields else preset
-    return settings
-
-
 def _get(r: KeyReport, key: str) -> Any:
     return r.get(key, DEFAULTS.get(key))
 
@@ -145,7 +81,7 @@ def to_jaxtrain(r: KeyReport, primus: bool = False) -> dict[str, Any]:
             r.values[key], r.origins[key] = value, "torchtitan default"
     s: dict[str, Any] = {}
     seq_len = int(_get(r, "training.seq_len"))
-    s.update(model_settings(r, seq_len))
+    s.update(torchtitan_models.model_settings(r, seq_len))
     _model_extras(r, s)
     _training(r, s)
     _schedule(r, s)
@@ -232,8 +168,9 @@ def _training(r: KeyReport, s: dict[str, Any]) -> None:
 
 def _validation(r: KeyReport, s: dict[str, Any]) -> None:
     if not r.get("validation.enable"):
-        s["train.eval_every"] = 0
-        r.mapped("validation.enable", "train.eval_every", "false: no validation")
+        s["train.eval_every"], s["train.eval_batches"] = 0, 0  # not even a final one
+        r.mapped("validation.enable", "train.eval_every, train.eval_batches",
+                 "false: no validation at all")
         for key in r.under("validation"):
             if not r.handled(key):
                 r.ignored(key, "validation is disabled")
