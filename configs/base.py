@@ -95,6 +95,13 @@ def get_config() -> ConfigDict:
         c.mesh[f"dcn_{axis}"] = -1 if axis == "data" else 1  # hosts (slices) on this axis
     c.mesh.rules = "fsdp_tensor"  # logical-axis rule preset: fsdp_tensor | fsdp | data
 
+    c.backend = ConfigDict()
+    c.backend.target = ""  # hardware the step is compiled for: "" = this machine, or a name of
+    #   jaxtrain/backend.py TARGETS (nvidia-h100, amd-mi300x, cpu-avx2, ...) to plan another's
+    c.backend.bf16_products = "auto"  # bfloat16 products: auto (from the hardware) | native
+    #   (bfloat16 operands) | widened (operands widened to float32, exact; for CPUs without
+    #   bfloat16 dot instructions)
+
     c.sample = ConfigDict()
     c.sample.prompt = ""  # text to continue after training; "" skips the sample
     c.sample.max_new_tokens = 64  # tokens to generate

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -24,6 +24,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from ml_collections import ConfigDict
 
+from jaxtrain import backend as backend_lib
 from jaxtrain import config as config_lib
 from jaxtrain import mesh_check, sharding
 from jaxtrain.data import pipeline
@@ -61,6 +62,7 @@ class RunSetup:
     schedule: Callable[[Any], Any]
     num_micro: int  # micro batches (gradient accumulation) per step
     layout: state_lib.StateLayout
+    backend: backend_lib.Backend  # the hardware choices the step is traced with
 
     @property
     def axis_sizes(self) -> dict[str, int]:
@@ -73,9 +75,11 @@ class RunSetup:
         return NamedSharding(self.mesh, sharding.logical_spec(
             ("activation_batch", "activation_length"), dict(self.rules)))
 
-    def mesh_context(self) -> contextlib.AbstractContextManager:
-        """The mesh and rules model code traces under (for `sharding.constrain`)."""
-        return sharding.use_mesh(self.mesh, self.rules)
+    @contextlib.contextmanager
+    def mesh_context(self) -> Iterator[None]:
+        """The mesh, rules and backend model code traces under."""
+        with sharding.use_mesh(self.mesh, self.rules), backend_lib.use(self.backend):
+            yield
 
     def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         """The global batch as ShapeDtypeStructs with the batch sharding."""
@@ -120,9 +124,10 @@ def for_reading(cfg: ConfigDict, devices: Sequence[Any] | None = None) -> RunSet
 def _laid_out(cfg: ConfigDict, spec: ModelSpec, mesh: Mesh,
               rules: tuple[tuple[str, Any], ...]) -> RunSetup:
     tx = make_optimizer(cfg.optim, cfg.train.steps)
-    with sharding.use_mesh(mesh, rules):
+    chosen = backend_lib.from_config(cfg.get("backend"))
+    with sharding.use_mesh(mesh, rules), backend_lib.use(chosen):
         layout = state_lib.state_layout(spec, tx, mesh, rules)
     return RunSetup(cfg=cfg, spec=spec, mesh=mesh, rules=rules, tx=tx,
                     schedule=learning_rate_schedule(cfg.optim, cfg.train.steps),
                     num_micro=cfg.train.global_batch_size // config_lib.micro_batch_size(cfg),
-                    layout=layout)
+                    layout=layout, backend=chosen)

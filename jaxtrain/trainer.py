@@ -198,6 +198,7 @@ class Trainer:
         self.memory = memory_plan.plan_state(self.layout.abstract, batch, axis_sizes)
         if check:  # the state alone may already be too large: say so without compiling
             memory_plan.check_fits(self.memory, capacity, source, cfg, axis_sizes)
+        self._status(self.setup.backend.describe())
         self._status("compiling train step...")
         start = time.perf_counter()
         with self._mesh_context():
@@ -279,6 +280,7 @@ class Trainer:
             # The directory actually used, so the file says where the run lives.
             saved = ConfigDict(self.cfg.to_dict())
             saved.run.dir = str(self.run_dir)
+            saved.backend.used = self.setup.backend.to_dict()  # what the step was compiled for
             try:
                 (self.run_dir / "config.json").write_text(saved.to_json_best_effort(indent=2))
             except OSError as e:

@@ -1,26 +1,34 @@
 """bfloat16 products with float32 results: widened operands on CPUs without bfloat16 dots."""
 
+import dataclasses
 import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxtrain import backend
 from jaxtrain.models import products
 from jaxtrain.models.layers import project
+
+
+def bf16_products(monkeypatch, native: bool) -> None:
+    """Traces as on a machine whose bfloat16 products are native (or widened to float32)."""
+    chosen = dataclasses.replace(backend.detect(), bf16_products=native)
+    monkeypatch.setattr(backend, "current", lambda: chosen)
 
 
 def test_operands_widen_only_without_bf16_dot_instructions(monkeypatch):
     x = jnp.ones((4, 8), jnp.bfloat16)
     y = jnp.ones((8, 2), jnp.float32)
-    monkeypatch.setattr(products, "_cpu_has_bf16_dot", lambda: False)
+    bf16_products(monkeypatch, False)
     assert [a.dtype for a in products.float32_operands(x, y)] == [jnp.float32, jnp.float32]
-    monkeypatch.setattr(products, "_cpu_has_bf16_dot", lambda: True)
+    bf16_products(monkeypatch, True)
     assert [a.dtype for a in products.float32_operands(x, y)] == [jnp.bfloat16, jnp.float32]
 
 
 def test_bf16_projection_to_float32_is_exact_and_runs_as_float32(monkeypatch):
-    monkeypatch.setattr(products, "_cpu_has_bf16_dot", lambda: False)
+    bf16_products(monkeypatch, False)
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(16, 64)), jnp.bfloat16)
     w = jnp.asarray(rng.normal(size=(64, 32)), jnp.bfloat16)
@@ -32,7 +40,7 @@ def test_bf16_projection_to_float32_is_exact_and_runs_as_float32(monkeypatch):
     np.testing.assert_allclose(np.asarray(out), exact, rtol=1e-5, atol=1e-5)
     assert _dot_operand_types(fn, x, w) == {"f32"}
     # Where the CPU has bfloat16 dots, XNNPACK's bfloat16 kernel reads them as they are.
-    monkeypatch.setattr(products, "_cpu_has_bf16_dot", lambda: True)
+    bf16_products(monkeypatch, True)
     fn = jax.jit(lambda a, b: project(a, b, 1, jnp.float32))
     assert _dot_operand_types(fn, x, w) == {"bf16"}
 
@@ -70,12 +78,12 @@ def test_gradients_of_a_float32_projection_keep_the_float32_cotangent(monkeypatc
 
     exact_dx = np.asarray(g, np.float64) @ np.asarray(w, np.float64).T
     exact_dw = np.asarray(x, np.float64).T @ np.asarray(g, np.float64)
-    monkeypatch.setattr(products, "_cpu_has_bf16_dot", lambda: False)
+    bf16_products(monkeypatch, False)
     dx, dw = grads()
     # float32 accumulation can only flip a rounding that was a near tie.
     assert np.mean(dx == rounded_once(exact_dx)) > 0.99
     assert np.mean(dw == rounded_once(exact_dw)) > 0.99
-    monkeypatch.setattr(products, "_cpu_has_bf16_dot", lambda: True)
+    bf16_products(monkeypatch, True)
     dx_native, dw_native = grads()
     # The cotangent rounded first: most results land one bfloat16 step away.
     assert np.mean(dw_native == rounded_once(exact_dw)) < 0.9

@@ -2,7 +2,9 @@
 
 The same Llama shape (configs/bench_tiny_llama.py: 4 layers, d=256, GQA 8/4 heads, SwiGLU 688,
 vocab 8192), the same batch (8 x 256 tokens), the same optimizer (AdamW, betas 0.9/0.95,
-weight decay 0.1, gradient clipping at 1.0), float32. Each round times a few steps of every
+weight decay 0.1, gradient clipping at 1.0), float32; with `--bf16` also jaxtrain with
+bfloat16 compute against torch eager under `torch.autocast(dtype=bfloat16)` (float32 master
+weights on both sides: the fair bfloat16 comparison). Each round times a few steps of every
 contender in turn, starting with a different one each round, so a machine that gets busier or
 quieter affects all of them alike; the report gives the median tokens/s of the rounds, the
 ratio of the medians, and the median and range of the per-round ratios.
@@ -14,16 +16,17 @@ overlap, which cost both of them 5-8% per step. Between turns the tool pauses br
 next contender's timing. Once all are built, every contender runs `--warmup` untimed steps: the
 first steps after compiling still grow the heap and fault its pages in.
 
-    python tools/bench_vs_torch.py [--rounds 5] [--steps 3] [--warmup 6] [--settle 0.3]
-      [--no-compile] [--config.model.dtype=bfloat16 ...]
-  Config overrides set the shape, batch and optimizer of every contender; the torch side always
-  computes in float32, so a dtype override changes jaxtrain only.
+    python tools/bench_vs_torch.py [--rounds 7] [--steps 3] [--warmup 6] [--settle 0.3]
+      [--no-compile] [--bf16] [--config.train.global_batch_size=16 ...]
+  Config overrides set the shape, batch and optimizer of every contender. Every report line
+  names the CPU (model and instruction sets) it was measured on.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -35,9 +38,13 @@ sys.path.insert(0, str(REPO))  # runs from a clone without installing
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from jaxtrain import backend, perf  # noqa: E402
 from jaxtrain import config as config_lib  # noqa: E402
-from jaxtrain import perf  # noqa: E402
 from jaxtrain.bench import _synthetic_batch  # noqa: E402
+
+JAX_BF16, TORCH_BF16 = "jaxtrain bf16", "torch autocast bf16"
+# Instruction sets that decide a CPU's matmul speed, shown with every figure.
+ISA = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
 
 
 class JaxContender:
@@ -69,7 +76,7 @@ class JaxContender:
 class TorchContender:
     """transformers' LlamaForCausalLM with torch.optim.AdamW, eager or torch.compile'd."""
 
-    def __init__(self, cfg, compiled: bool):
+    def __init__(self, cfg, compiled: bool, autocast: bool = False):
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -90,6 +97,7 @@ class TorchContender:
         self.inputs = torch.from_numpy(batch["inputs"].astype(np.int64))
         self.targets = torch.from_numpy(batch["targets"].astype(np.int64))
         self.vocab = m.vocab_size
+        self.autocast = autocast
         self.forward = torch.compile(self._loss) if compiled else self._loss
         start = time.perf_counter()
         self._step()  # the first call compiles under torch.compile
@@ -101,7 +109,11 @@ class TorchContender:
                                                       targets.view(-1))
 
     def _step(self):
-        loss = self.forward(self.inputs, self.targets)
+        if self.autocast:  # bfloat16 compute, float32 weights and optimizer
+            with self.torch.autocast(device_type="cpu", dtype=self.torch.bfloat16):
+                loss = self.forward(self.inputs, self.targets)
+        else:
+            loss = self.forward(self.inputs, self.targets)
         loss.backward()
         self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
@@ -121,13 +133,16 @@ def _contender_process(kind: str, overrides: list[str], connection) -> None:
     receives with the seconds they took (wall clock, and CPU time of all the process's
     threads), until it receives None."""
     cfg = config_lib.load_config(str(REPO / "configs" / "bench_tiny_llama.py"), overrides)
-    if kind == "jaxtrain":
+    if kind.startswith("jaxtrain"):
+        if kind == JAX_BF16:
+            cfg.model.dtype = "bfloat16"
         contender = JaxContender(cfg)
     else:
         import torch
 
         torch.set_num_threads(max(1, torch.get_num_threads()))
-        contender = TorchContender(cfg, compiled=kind == "torch.compile")
+        contender = TorchContender(cfg, compiled=kind == "torch.compile",
+                                   autocast=kind == TORCH_BF16)
     connection.send(contender.compile_s)
     while (steps := connection.recv()) is not None:
         cpu_start = time.process_time()
@@ -153,6 +168,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--settle", type=float, default=0.3,
                         help="seconds of pause between two contenders' turns")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--bf16", action="store_true",
+                        help="also jaxtrain bfloat16 compute against torch.autocast bfloat16")
     args = parser.parse_args(rest)
     cfg = config_lib.load_config(str(REPO / "configs" / "bench_tiny_llama.py"), overrides)
     if importlib.util.find_spec("torch") is None:
@@ -160,6 +177,7 @@ def main(argv: list[str]) -> int:
         return 1
 
     kinds = ["jaxtrain", "torch eager"] + ([] if args.no_compile else ["torch.compile"])
+    kinds += [JAX_BF16, TORCH_BF16] if args.bf16 else []
     context = multiprocessing.get_context("spawn")
     connections, processes = {}, []
     try:
@@ -201,21 +219,24 @@ def main(argv: list[str]) -> int:
     spec = config_lib.validate(cfg)
     flops = spec.flops_per_token(cfg.train.seq_len)
     peak = perf.measured_matmul_flops()
-    print(f"\nshape: {cfg.model.num_layers} layers, d={cfg.model.hidden_size}, "
+    isa = ", ".join(sorted(backend.cpu_flags() & ISA)) or "no AVX2"
+    print(f"\nCPU: {backend.cpu_model()} ({isa}), {os.cpu_count()} cores; "
+          f"{backend.detect().describe()}")
+    print(f"shape: {cfg.model.num_layers} layers, d={cfg.model.hidden_size}, "
           f"{cfg.model.num_heads}/{cfg.model.num_kv_heads} heads, vocab {cfg.model.vocab_size}, "
-          f"batch {cfg.train.global_batch_size} x {cfg.train.seq_len}, jaxtrain dtype "
-          f"{cfg.model.dtype}; {flops / 1e6:.1f} MFLOP/token; measured matmul peak "
-          f"{peak / 1e9:.1f} GFLOP/s")
-    base = statistics.median(rates["jaxtrain"])
+          f"batch {cfg.train.global_batch_size} x {cfg.train.seq_len}; "
+          f"{flops / 1e6:.1f} MFLOP/token; measured float32 matmul peak {peak / 1e9:.1f} GFLOP/s")
     for name, values in rates.items():
-        median = statistics.median(values)
+        # Each contender against jaxtrain at the same precision.
+        ours = JAX_BF16 if name in (JAX_BF16, TORCH_BF16) else "jaxtrain"
+        median, base = statistics.median(values), statistics.median(rates[ours])
         # The ratio within each round, where the contenders ran seconds apart, is steadier
         # than the ratio of medians when the machine's load drifts during the run.
-        per_round = sorted(ours / theirs for ours, theirs in zip(rates["jaxtrain"], values))
+        per_round = sorted(a / b for a, b in zip(rates[ours], values))
         # The spread says how far one run's figure can be trusted on a machine shared with
         # others: a target inside it is met by some runs and missed by others.
-        print(f"{name:>14}: {median:8,.0f} tokens/s  MFU {flops * median / peak:6.1%}  "
-              f"jaxtrain/{name} = {base / median:.2f}x (per round: median "
+        print(f"{name:>20}: {median:8,.0f} tokens/s  MFU {flops * median / peak:6.1%}  "
+              f"{ours}/{name} = {base / median:.2f}x (per round: median "
               f"{statistics.median(per_round):.2f}x, {per_round[0]:.2f}-{per_round[-1]:.2f}x)")
     # Tokens per CPU-second of all a contender's threads: time the machine takes a core away
     # lengthens the wall clock but not this, so it shows how much of a run's spread was the

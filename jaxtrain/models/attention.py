@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxtrain import sharding
+from jaxtrain import backend, sharding
 from jaxtrain.models.blockwise_attention import blockwise_causal_attention
 from jaxtrain.models.layer_pattern import AttentionKind, attention_kinds
 from jaxtrain.models.layers import Dense, RMSNorm, make_param
@@ -66,10 +66,9 @@ def _use_cudnn(spec: ModelSpec, q_BLNH: jnp.ndarray, v_BLKV: jnp.ndarray,
     # Where the kernel applies: NVIDIA GPUs, half-precision inputs, equal query and value head
     # dims it supports, and no per-token document masks (which jax's cuDNN entry point cannot
     # express).
-    device = jax.devices()[0]
     head_dim = q_BLNH.shape[-1]
     return (segment_BL is None and spec.dtype in ("bfloat16", "float16")
-            and device.platform == "gpu" and device.device_kind.startswith("NVIDIA")
+            and backend.current().cudnn_attention
             and head_dim == v_BLKV.shape[-1] and head_dim <= 128 and head_dim % 8 == 0)
 
 
@@ -111,19 +110,11 @@ def self_attention(spec: ModelSpec, q_BLNH: jnp.ndarray, k_BLKH: jnp.ndarray,
 
 
 def attention_block_size(spec: ModelSpec, length: int) -> int:
-    """Queries per block of the blockwise kernel: `model.attention_block`, or when it is 0,
-    64 on CPUs for sequences up to 1024 tokens and 128 otherwise.
-
-    Smaller blocks skip more of the masked triangle and keep each block's scores in cache, but
-    every block is its own set of ops, so compile time grows with their number. On a 2-core
-    CPU, one layer's attention forward and backward took 22 vs 28 ms at 256 tokens (64 vs 128
-    queries per block) and 65 vs 72 ms at 1024; at 2048 the two were equal and 64 compiled in
-    twice the time.
-    """
+    """Queries per block of the blockwise kernel: `model.attention_block`, or when it is 0, the
+    backend's choice for this length (see `jaxtrain.backend`)."""
     if spec.attention_block:
         return spec.attention_block
-    on_cpu = jax.devices()[0].platform == "cpu"
-    return 64 if on_cpu and length <= 1024 else 128
+    return backend.current().block_for(length)
 
 
 def masked_softmax_attention(q_BLNH: jnp.ndarray, k_BSKH: jnp.ndarray, v_BSKH: jnp.ndarray,

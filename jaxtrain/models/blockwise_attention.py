@@ -30,6 +30,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jaxtrain import backend
 from jaxtrain.models.products import float32_operands
 
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -146,13 +147,11 @@ def keeps_probabilities(shape_BLNH: tuple[int, ...], block: int, window: int,
                         chunk: int) -> bool:
     """Whether the forward pass keeps each block's softmax numerator for the backward pass.
 
-    On CPUs, when they fit in `KEPT_PROBABILITIES_BYTES`: the backward pass then skips one of
-    the seven block products and the exponential, and the numerator, written once in the
-    forward pass anyway, is read back instead. On a 2-core CPU one layer's attention at
-    8 x 256 tokens took 28 instead of 31 ms of CPU. Accelerators recompute (flash attention's
-    trade of matmuls, which they have plenty of, for memory).
+    Where the backend keeps them (CPUs; see `jaxtrain.backend`) and they fit in
+    `KEPT_PROBABILITIES_BYTES`: the backward pass then skips one of the seven block products and
+    the exponential, and the numerator, written once in the forward pass anyway, is read back.
     """
-    if jax.devices()[0].platform != "cpu":
+    if not backend.current().keep_attention_probabilities:
         return False
     b, l, n, _ = shape_BLNH
     entries = sum((end - start) * (end - first)

@@ -7,36 +7,22 @@ with a float32 result (`preferred_element_type=float32`: attention scores, logit
 to XNNPACK's bfloat16 kernel, which on x86 CPUs without bfloat16 dot instructions (AVX2 only, no
 AVX512-BF16 or AMX) took 1.85x the time of the float32 kernel for a [2048, 256] x [256, 688]
 product. There, `float32_operands` widens them first; GPUs, TPUs and CPUs with bfloat16 dot
-instructions keep bfloat16 operands.
+instructions keep bfloat16 operands. `jaxtrain.backend` makes the choice.
 """
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
+
+from jaxtrain import backend
 
 _NARROW = (jnp.bfloat16, jnp.float16)
 
 
-@functools.cache
-def _cpu_has_bf16_dot() -> bool:
-    """Whether this x86 CPU advertises bfloat16 dot instructions (Linux's /proc/cpuinfo)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False
-
-
 def widens_products() -> bool:
-    """True on CPU backends whose processor has no bfloat16 dot instructions."""
-    return jax.devices()[0].platform == "cpu" and not _cpu_has_bf16_dot()
+    """Whether the backend widens bfloat16 products to float32 (CPUs without bfloat16 dots)."""
+    return not backend.current().bf16_products
 
 
 def float32_operands(*operands: jax.Array) -> tuple[jax.Array, ...]:
