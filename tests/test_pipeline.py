@@ -153,6 +153,24 @@ def test_exact_resume_from_state(base_cfg: ConfigDict, counting_shards: Path) ->
             np.testing.assert_array_equal(a[key], b[key])
 
 
+def test_a_state_resumes_on_another_process_count(base_cfg: ConfigDict,
+                                                  counting_shards: Path) -> None:
+    """The state is a global batch number: a checkpoint written by two processes resumes on one
+    (or four) with the same global batches, which is why it is saved once for all processes."""
+    cfg = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=8)
+    whole = _take(make_train_iterator(cfg, 161), 9)
+    two = make_train_iterator(cfg, 161, process_index=1, process_count=2)
+    _take(two, 6)
+    state = two.get_state()
+    one = make_train_iterator(cfg, 161)
+    one.set_state(state)
+    assert [_windows(b) for b in _take(one, 3)] == [_windows(b) for b in whole[6:]]
+    quarters = [make_train_iterator(cfg, 161, process_index=p, process_count=4) for p in range(4)]
+    for it in quarters:
+        it.set_state(state)
+    assert sum((_windows(next(it)) for it in quarters), []) == _windows(whole[6])
+
+
 def test_iterator_without_prefetch(base_cfg: ConfigDict, counting_shards: Path) -> None:
     threaded = _take(make_train_iterator(_cfg(base_cfg, data__paths=str(counting_shards)), 161), 5)
     plain = _take(make_train_iterator(
