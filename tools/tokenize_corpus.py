@@ -5,10 +5,9 @@
     python tools/tokenize_corpus.py --format megatron --tasks 8 --workers 4 --merge ...
 
 An EOS token is appended after every document. For `--format datatrove` (data.kind="datatrove")
-datatrove's DocumentTokenizer writes the shards when it is installed (pip install datatrove
-orjson); otherwise a built-in writer with the same file layout does. `--format megatron`
-(data.kind="megatron") writes <output>/<task>_<text-key>_document.bin/.idx per task, or one
-<output>/<text-key>_document with --merge. Documents stream through, so corpora larger than
+datatrove's own DocumentTokenizer writes the shards (the tokenizer needs a tokenizer.json).
+`--format megatron` (data.kind="megatron") writes <output>/<task>_<text-key>_document.bin/.idx per
+task, or one <output>/<text-key>_document with --merge. Documents stream through, so corpora larger than
 memory work; --tasks splits the input files, --workers runs that many tasks at once.
 """
 
@@ -80,7 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="keep documents in input order inside each shard")
     p.add_argument("--seed", type=int, default=0, help="seed of the in-shard document shuffle")
     p.add_argument("--backend", choices=("auto", "datatrove", "builtin"), default="auto",
-                   help="who writes the shards (auto: datatrove when installed)")
+                   help="ignored, kept for older commands: datatrove writes .ds shards, the "
+                        "built-in writer Megatron datasets")
     p.add_argument("--overwrite", action="store_true",
                    help="delete shards already in the output folder first")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
