@@ -21,6 +21,8 @@ sys.path.insert(0, os.path.dirname(_HERE))
 import argparse  # noqa: E402
 import time  # noqa: E402
 
+from tqdm import tqdm  # noqa: E402
+
 from jaxtrain.data.datatrove import find_shards  # noqa: E402
 from jaxtrain.data.errors import DataError  # noqa: E402
 from jaxtrain.data.megatron import megatron_files  # noqa: E402
@@ -28,32 +30,36 @@ from jaxtrain.data.tokenize import tokenize_files  # noqa: E402
 
 
 class Progress:
-    """Documents and tokens so far, on stderr: one updating line on a terminal, otherwise a
-    line every `interval` seconds (a log file should not get one line per batch)."""
+    """Documents and tokens so far, on stderr: tqdm's counter on a terminal, otherwise a line
+    every `interval` seconds (a log file should not get one line per batch)."""
 
     def __init__(self, interval: float = 10.0, stream=None):
         self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.interval = 0.5 if self.tty else interval
+        self.bar = tqdm(unit=" documents", file=self.stream) if self.stream.isatty() else None
+        self.interval = interval
         self.docs = self.tokens = 0
         self.start = self.last = time.perf_counter()
 
     def __call__(self, docs: int, tokens: int) -> None:
         self.docs += docs
         self.tokens += tokens
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{self.tokens:,} tokens", refresh=False)
+            self.bar.update(docs)
+            return
         now = time.perf_counter()
         if now - self.last < self.interval:
             return
         self.last = now
         rate = self.tokens / max(now - self.start, 1e-9)
-        line = f"tokenized {self.docs:,} documents, {self.tokens:,} tokens ({rate:,.0f} tokens/s)"
-        self.stream.write(f"\r{line}\033[K" if self.tty else line + "\n")
+        self.stream.write(f"tokenized {self.docs:,} documents, {self.tokens:,} tokens "
+                          f"({rate:,.0f} tokens/s)\n")
         self.stream.flush()
 
     def close(self) -> None:
-        """Ends the updating line on a terminal."""
-        if self.tty and self.last > self.start:
-            self.stream.write("\n")
+        """Ends the counter on a terminal."""
+        if self.bar is not None:
+            self.bar.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
