@@ -28,7 +28,8 @@ def get_config() -> ConfigDict:
                                intermediate_size=384, max_seq_len=1024)
         c.model.preset = "demo"
         # Two layers compile in seconds unrolled, and the unrolled step skips the scan's
-        # stacking of each layer's activations for the backward pass (7-10% of a CPU step).
+        # stacking of each layer's activations for the backward pass (7-10% of a CPU step at
+        # four layers, docs/performance.md).
         c.model.scan_layers = False
     c.run.name = "demo"
     c.train.steps = 1400
