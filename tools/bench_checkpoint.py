@@ -1,21 +1,30 @@
 """Checkpoint throughput: save and restore a train state of a few GB with jaxtrain's Checkpointer,
-next to a plain sequential numpy write and read of the same bytes on the same disk.
+next to a plain sequential numpy write and read of the same bytes on the same disk, in rounds
+that alternate the two, and how long a save blocks the training loop against a train step.
 
     python tools/bench_checkpoint.py                     # hidden 2048, 6 layers, vocab 32K: 5.3 GB
-    python tools/bench_checkpoint.py --layers 12         # 9.0 GB (needs ~28 GB of memory)
+    python tools/bench_checkpoint.py --layers 2          # 2.8 GB (needs ~10 GB of memory)
     python tools/bench_checkpoint.py --dir /scratch/b    # another disk
+    python tools/bench_checkpoint.py --step-time 0.8     # blocked time against a known step time
 
 The state is a Llama-shaped model's float32 parameters plus both Adam moments, filled with
-random values (nearly incompressible, like trained weights), on every local device. Figures:
-  save: how long the training loop is blocked (device-to-host copy and checksums), then the
-        time until the step is durable (Orbax commit and an fsync of every file written);
+random values (nearly incompressible, like trained weights), on every local device. Each round
+(`--rounds`, default 3; the order of the two alternates) measures:
+  save: how long the training loop is blocked (`Checkpointer.save` returning), then the time
+        until the step is durable (Orbax commit and an fsync of every file written);
   restore: from files evicted from the page cache (posix_fadvise DONTNEED after fsync),
         checksums verified, as a resumed run does;
   plain: numpy `tofile` of every array into one file + fsync, then `fromfile` after eviction.
+The ratios (Orbax rate / plain rate) are taken per round, so that load from other processes
+moves both sides alike; the summary gives their median and range over the rounds. The blocked
+time is also given as a fraction of one train step of the benchmarked model (the real jitted
+step, `--batch` x `--seq` tokens, measured first), or of `--step-time` seconds when given.
+
 GB are 10^9 bytes. Needs about 3x the state size in memory (the state, Orbax's host copy while
 it writes, read buffers) and 2x on disk. The files go into a fresh subfolder of --dir (created
 when missing), removed afterwards with --dir itself when the tool created it; nothing else in
---dir is touched.
+--dir is touched. Run as a script it uses the malloc settings `python -m jaxtrain` trains with
+on CPUs (jaxtrain/host_malloc.py).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -36,18 +46,17 @@ sys.path.insert(0, str(_TOOLS.parent))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jaxtrain.configs import base  # noqa: E402
 
-from jaxtrain import sharding  # noqa: E402
+from jaxtrain import config as config_lib  # noqa: E402
+from jaxtrain import run as run_lib  # noqa: E402
 from jaxtrain.checkpoint import Checkpointer  # noqa: E402
 from jaxtrain.checksums import checksums  # noqa: E402
-from jaxtrain.models.spec import ModelSpec  # noqa: E402
+from jaxtrain.host_info import cpu_line, disk_line  # noqa: E402
 from jaxtrain.train import state as state_lib  # noqa: E402
-from jaxtrain.train.optimizer import make_optimizer  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options (model size and target folder)."""
+    """Command-line options (model size, target folder, rounds, step)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dir", type=Path, default=Path("runs/bench_checkpoint"),
                    help="folder on the disk to measure; the files go into a fresh subfolder, "
@@ -57,9 +66,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--intermediate", type=int, default=5632)
     p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--rounds", type=int, default=3, help="rounds of save/restore and plain")
+    p.add_argument("--step-time", type=float, default=0.0,
+                   help="seconds of one train step to compare the blocked time with; 0 = "
+                        "measure a step of the benchmarked model")
+    p.add_argument("--batch", type=int, default=2, help="sequences of the measured step")
+    p.add_argument("--seq", type=int, default=1024, help="tokens per sequence of that step")
     p.add_argument("--keep-files", action="store_true",
                    help="leave the files (in their subfolder of --dir)")
     return p.parse_args(argv)
+
+
+def bench_config(args: argparse.Namespace) -> Any:
+    """The run whose state is saved: the Llama shape of the options, FSDP over local devices."""
+    overrides = {
+        "model.family": "llama", "model.vocab_size": args.vocab,
+        "model.hidden_size": args.hidden, "model.num_layers": args.layers,
+        "model.num_heads": args.heads, "model.num_kv_heads": args.heads,
+        "model.head_dim": args.hidden // args.heads,
+        "model.intermediate_size": args.intermediate,
+        "model.max_seq_len": max(2048, args.seq), "train.seq_len": args.seq,
+        "train.global_batch_size": args.batch, "mesh.rules": "fsdp", "data.kind": "synthetic",
+    }
+    return config_lib.load_config(str(_TOOLS.parent / "configs" / "base.py"), overrides)
+
+
+def measure_step(cfg: Any) -> float:
+    """Seconds of one train step of `cfg` (the Trainer's compiled step, after a warm-up)."""
+    from jaxtrain.bench import benchmark
+
+    return benchmark(cfg, steps=2, warmup=1, devices=jax.local_devices())["step_time_s"]
 
 
 def _random_state(layout: state_lib.StateLayout) -> dict[str, Any]:
@@ -97,8 +133,8 @@ def _rate(num_bytes: int, seconds: float) -> str:
     return f"{seconds:7.2f} s  {num_bytes / 1e9 / max(seconds, 1e-9):6.2f} GB/s"
 
 
-def _plain(state: Any, folder: Path) -> tuple[float, float, bool]:
-    """(write seconds, read seconds, evicted) for one sequential file of every array."""
+def _plain(state: Any, folder: Path) -> dict[str, float]:
+    """Seconds to write (and fsync) every array into one file, and to read it back evicted."""
     folder.mkdir(parents=True)
     path = folder / "state.bin"
     arrays = jax.tree.leaves(state)
@@ -109,57 +145,89 @@ def _plain(state: Any, folder: Path) -> tuple[float, float, bool]:
         f.flush()
         os.fsync(f.fileno())
     write = time.perf_counter() - start
-    evicted = _sync_and_evict(folder)
+    _sync_and_evict(folder)
     start = time.perf_counter()
     with open(path, "rb") as f:
         for x in arrays:
             np.fromfile(f, dtype=x.dtype, count=x.size)
-    return write, time.perf_counter() - start, evicted
+    read = time.perf_counter() - start
+    shutil.rmtree(folder)
+    return {"write": write, "read": read}
+
+
+def _orbax(checkpointer: Checkpointer, step: int, state: Any,
+           abstract: Any) -> tuple[dict[str, float], Any]:
+    """Seconds blocked by a save, until it is durable, and to restore it evicted; and the
+    restored state (the one passed in is deleted to make room for it)."""
+    start = time.perf_counter()
+    checkpointer.save(step, state, {}, {})
+    blocked = time.perf_counter() - start
+    checkpointer.wait()
+    _sync_and_evict(checkpointer.step_dir(step))
+    durable = time.perf_counter() - start
+    jax.tree.map(lambda x: x.delete(), state)  # room for the restored copy
+    del state
+    start = time.perf_counter()
+    restored, _, _ = checkpointer.restore(step, abstract)
+    jax.block_until_ready(restored)
+    return {"blocked": blocked, "save": durable, "restore": time.perf_counter() - start}, restored
+
+
+def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    """'0.85 (0.80-0.91)': the median and range of a figure over the rounds."""
+    median = fmt.format(statistics.median(values))
+    return median if len(values) < 2 else \
+        f"{median} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and prints the figures."""
     args = parse_args(argv)
-    spec = ModelSpec(family="llama", vocab_size=args.vocab, hidden_size=args.hidden,
-                     num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.heads,
-                     head_dim=args.hidden // args.heads, intermediate_size=args.intermediate,
-                     max_seq_len=2048)
-    spec.validate()
-    mesh = sharding.make_mesh({"ici_fsdp": -1}, jax.local_devices())
-    rules = sharding.RULE_PRESETS["fsdp"]
-    tx = make_optimizer(base.get_config().optim, 1000)
-    with sharding.use_mesh(mesh, rules):
-        layout = state_lib.state_layout(spec, tx, mesh, rules)
+    cfg = bench_config(args)
     created = not args.dir.exists()
     args.dir.mkdir(parents=True, exist_ok=True)
+    print(f"cpu: {cpu_line()}; disk: {disk_line(args.dir)}", flush=True)
+    if args.step_time > 0:
+        step_s, step_what = args.step_time, "passed in"
+    else:
+        step_s = measure_step(cfg)
+        step_what = f"measured, {args.batch} x {args.seq} tokens"
+    setup = run_lib.setup(cfg, jax.local_devices())
+    layout = setup.layout
     # A fresh subfolder: everything under it is this run's, so removing it removes nothing else.
     work = Path(tempfile.mkdtemp(prefix="bench_checkpoint-", dir=args.dir))
     state = jax.block_until_ready(_random_state(layout))
     num_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
     print(f"model: hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}: "
-          f"{spec.num_params():,} params; train state (params + Adam mu, nu, float32) "
-          f"{num_bytes / 1e9:.2f} GB on {mesh.devices.size} {jax.devices()[0].platform} "
-          f"device(s); disk: {work.absolute()}")
+          f"{setup.spec.num_params():,} params; train state (params + Adam mu, nu, float32) "
+          f"{num_bytes / 1e9:.2f} GB on {setup.mesh.devices.size} {jax.devices()[0].platform} "
+          f"device(s); files in {work.absolute()}; train step {step_s:.3f} s ({step_what})",
+          flush=True)
 
+    rounds: list[dict[str, float]] = []
     try:
-        plain_write, plain_read, evicted = _plain(state, work / "plain")
         checkpointer = Checkpointer(work / "orbax", keep=1)
         checksums(state)  # compiled once per run, not per save: keep it out of the timing
         start = time.perf_counter()
         checksums(state)
         checksum_time = time.perf_counter() - start
-        start = time.perf_counter()
-        checkpointer.save(1, state, {}, {})
-        blocked = time.perf_counter() - start
-        checkpointer.wait()
-        _sync_and_evict(work / "orbax")
-        durable = time.perf_counter() - start
-        jax.tree.map(lambda x: x.delete(), state)  # room for the restored copy
-        del state
-        start = time.perf_counter()
-        restored, _, _ = checkpointer.restore(1, layout.abstract)
-        jax.block_until_ready(restored)
-        restore = time.perf_counter() - start
+        for r in range(args.rounds):
+            figures: dict[str, float] = {}
+            # Alternate which goes first, so that a trend in the machine's load hits both.
+            for part in (("plain", "orbax") if r % 2 == 0 else ("orbax", "plain")):
+                if part == "plain":
+                    figures.update({f"plain_{k}": v for k, v in
+                                    _plain(state, work / "plain").items()})
+                else:
+                    orbax, state = _orbax(checkpointer, r + 1, state, layout.abstract)
+                    figures.update(orbax)
+            rounds.append(figures)
+            print(f"round {r + 1}: save {figures['save']:.2f} s vs plain write "
+                  f"{figures['plain_write']:.2f} s (ratio "
+                  f"{figures['plain_write'] / figures['save']:.2f}); restore "
+                  f"{figures['restore']:.2f} s vs plain read {figures['plain_read']:.2f} s "
+                  f"(ratio {figures['plain_read'] / figures['restore']:.2f}); blocked "
+                  f"{figures['blocked']:.3f} s", flush=True)
         checkpointer.close()
         on_disk = sum(p.stat().st_size for p in _files(work / "orbax"))
     finally:
@@ -167,15 +235,30 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
             if created and not any(args.dir.iterdir()):
                 args.dir.rmdir()
+
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in rounds)
+
+    evicted = hasattr(os, "posix_fadvise")
     cache = ("page cache evicted first (posix_fadvise DONTNEED)" if evicted else
              "page cache NOT evicted (no posix_fadvise here): reads may come from memory")
-    print(f"orbax save     {_rate(num_bytes, durable)}  (training blocked {blocked:.2f} s, of "
-          f"which checksums {checksum_time:.2f} s; {on_disk / 1e9:.2f} GB on disk)")
-    print(f"orbax restore  {_rate(num_bytes, restore)}  ({cache}; checksums verified)")
-    print(f"plain write    {_rate(num_bytes, plain_write)}  (numpy tofile, one file, fsync)")
-    print(f"plain read     {_rate(num_bytes, plain_read)}  (numpy fromfile; {cache})")
+    print(f"\nmedians of {len(rounds)} round(s):")
+    print(f"orbax save     {_rate(num_bytes, median('save'))}  (training blocked "
+          f"{median('blocked'):.3f} s; checksum pass {checksum_time:.2f} s; "
+          f"{on_disk / 1e9:.2f} GB on disk)")
+    print(f"orbax restore  {_rate(num_bytes, median('restore'))}  ({cache}; checksums verified)")
+    print(f"plain write    {_rate(num_bytes, median('plain_write'))}  (numpy tofile, one file, "
+          "fsync)")
+    print(f"plain read     {_rate(num_bytes, median('plain_read'))}  (numpy fromfile; {cache})")
+    print(f"ratios, median (range) of {len(rounds)} round(s): save / plain write "
+          f"{_spread([r['plain_write'] / r['save'] for r in rounds])}; restore / plain read "
+          f"{_spread([r['plain_read'] / r['restore'] for r in rounds])}; blocked / train step "
+          f"{_spread([r['blocked'] / step_s for r in rounds], '{:.2%}')} of {step_s:.3f} s")
     return 0
 
 
 if __name__ == "__main__":
+    from jaxtrain.host_malloc import reexec_with_tuned_malloc
+
+    reexec_with_tuned_malloc()  # the malloc settings a CPU training process runs with
     sys.exit(main())
