@@ -97,14 +97,35 @@ _checksums_jit = {
 }
 
 
-def checksums(tree: Any, fmt: int = FORMAT) -> dict[str, int]:
-    """{dotted leaf name: checksum} of every array leaf (waits for the arrays to be computed)."""
+class Pending:
+    """Checksums dispatched to the devices and not read back yet.
+
+    Dispatching returns at once; the devices compute the checksums from the arrays as they are
+    then, before any later computation that is handed (donated) those arrays. `result()` waits
+    for the values, so a save can read them back on its writer thread while training goes on.
+    """
+
+    def __init__(self, names: list[str], values: list[jax.Array], extra: dict[str, Any]):
+        self._names, self._values, self._extra = names, values, extra
+
+    def result(self) -> dict[str, Any]:
+        """{**extra, dotted leaf name: checksum}, waiting for the devices."""
+        values = jax.device_get(self._values)
+        return {**self._extra, **{name: int(np.asarray(v))
+                                  for name, v in zip(self._names, values, strict=True)}}
+
+
+def dispatch(tree: Any, fmt: int = FORMAT, extra: dict[str, Any] | None = None) -> Pending:
+    """Starts the checksums of every array leaf of `tree` on the devices (see `Pending`)."""
     named = [(leaf_name(path), leaf) for path, leaf
              in jax.tree_util.tree_flatten_with_path(tree)[0] if hasattr(leaf, "dtype")]
-    if not named:
-        return {}
-    values = jax.device_get(_checksums_jit[fmt]([leaf for _, leaf in named]))
-    return {name: int(np.asarray(v)) for (name, _), v in zip(named, values, strict=True)}
+    values = _checksums_jit[fmt]([leaf for _, leaf in named]) if named else []
+    return Pending([name for name, _ in named], values, dict(extra or {}))
+
+
+def checksums(tree: Any, fmt: int = FORMAT) -> dict[str, int]:
+    """{dotted leaf name: checksum} of every array leaf (waits for the arrays to be computed)."""
+    return dispatch(tree, fmt).result()
 
 
 def data_digest(data_state: Any) -> str:
@@ -113,9 +134,15 @@ def data_digest(data_state: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def record_later(tree: Any, data_state: Any) -> Pending:
+    """What a checkpoint saves in its `checksums` item for `tree` and `data_state`, dispatched:
+    `result()` gives it."""
+    return dispatch(tree, extra={FORMAT_KEY: FORMAT, DATA_KEY: data_digest(data_state)})
+
+
 def record(tree: Any, data_state: Any) -> dict[str, Any]:
     """What a checkpoint saves in its `checksums` item for `tree` and `data_state`."""
-    return {FORMAT_KEY: FORMAT, DATA_KEY: data_digest(data_state), **checksums(tree)}
+    return record_later(tree, data_state).result()
 
 
 def mismatches(saved: dict[str, Any], tree: Any) -> list[str]:

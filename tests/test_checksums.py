@@ -73,3 +73,14 @@ def test_checksums_of_the_first_format_are_still_checked_with_their_formula():
     assert checksums.mismatches(old, {"x": jnp.asarray(x)}) == []
     assert checksums.mismatches(old, {"x": jnp.asarray(x + 1)}) == ["x"]
     assert not checksums.data_mismatch(old, {"anything": 1})  # none was recorded
+
+
+def test_dispatched_checksums_are_of_the_values_at_dispatch_even_if_donated_after():
+    state = {"w": jnp.asarray(_values()), "step": jnp.asarray(7, jnp.int32)}
+    expected = checksums.record(state, {"next_index": 3})
+    pending = checksums.record_later(state, {"next_index": 3})
+    # What a train step does next: hand the buffers over and write new values into them.
+    step = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s), donate_argnums=0)
+    after = jax.block_until_ready(step(state))
+    assert pending.result() == expected
+    assert checksums.mismatches(expected, after) == ["step", "w"]
