@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxtrain import checkpoint_items as items
 from jaxtrain import checksums as checksums_lib
 from jaxtrain import disk_full
 from jaxtrain.errors import JaxtrainError
@@ -127,7 +128,9 @@ class Checkpointer:
             self._manager = ocp.CheckpointManager(
                 self.directory, options=options,
                 item_handlers={"state": ocp.StandardCheckpointHandler(),
-                               **{name: ocp.JsonCheckpointHandler() for name in ITEMS[1:]}})
+                               "data": ocp.JsonCheckpointHandler(),
+                               "config": ocp.JsonCheckpointHandler(),
+                               "checksums": items.ChecksumsHandler()})
         except OSError as e:
             raise CheckpointError(f"cannot use checkpoint folder {self.directory}: {e}. "
                                   "Point checkpoint.dir at a writable folder.") from e
@@ -158,8 +161,9 @@ class Checkpointer:
     def save(self, step: int, state: Any, data_state: Any, config: dict[str, Any]) -> None:
         """Starts writing a step (returns before the bytes are on disk when async).
 
-        Blocks only until the state has been computed and copied off the devices (so the
-        caller may donate its buffers right after); the files are written in the background.
+        Blocks only until the state's host copy has been started (so the caller may donate
+        its buffers right after) and its checksums dispatched to the devices; the checksums are
+        read back and the files written in the background.
         """
         data = data_state if data_state is not None else {}
         # The data state is grain's own `DatasetIterator.get_state()`, plain JSON by design (grain's
@@ -171,17 +175,19 @@ class Checkpointer:
         # sets the state into the iterator itself, before the checksum below is checked and
         # whether or not `data.reset` discards it. So it stays one JSON item, covered by the
         # checksums like the arrays.
-        args = ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
-            data=ocp.args.JsonSave(data),
-            config=ocp.args.JsonSave(json.loads(json.dumps(config, default=str))),
-            checksums=ocp.args.JsonSave(checksums_lib.record(state, data)),
-        )
         if step in self._manager.all_steps():  # Orbax would raise StepAlreadyExistsError
             raise CheckpointError(
                 f"checkpoint step {step} already exists in {self.directory}, and a checkpoint is "
                 "never overwritten. Resume from the folder's latest checkpoint, or point "
                 "checkpoint.dir at another folder (or move this one away) to start over.")
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            data=ocp.args.JsonSave(data),
+            config=ocp.args.JsonSave(json.loads(json.dumps(config, default=str))),
+            # Dispatched before the state is handed to the next step: the devices compute the
+            # checksums from these values whatever that step then does with the buffers.
+            checksums=items.ChecksumsSave(checksums_lib.record_later(state, data)),
+        )
         with self._disk_full_reported():
             self._manager.save(step, args=args, force=True)
 
@@ -335,7 +341,7 @@ class Checkpointer:
         self.check_items(step)
         try:
             saved = self._manager.restore(step, args=ocp.args.Composite(
-                checksums=ocp.args.JsonRestore()))["checksums"]
+                checksums=items.ChecksumsRestore()))["checksums"]
         except Exception as e:
             raise CheckpointError(
                 self._damaged(step, f"checksums unreadable: {_first_line(e)}")) from e
