@@ -83,6 +83,9 @@ def get_config() -> ConfigDict:
     c.checkpoint.keep = 3  # number of most recent checkpoints to keep; 0 = keep all
     c.checkpoint.keep_every = 0  # also keep for good each checkpoint at a multiple of this; 0 = off
     c.checkpoint.every_minutes = 0.0  # also save when this many minutes passed since a save; 0 off
+    c.checkpoint.compression = "none"  # codec of the saved arrays: "none" (fastest) or "zstd"
+    #   (smaller files of compressible weights, more CPU per save and restore); any checkpoint
+    #   restores whatever codec it was written with
     c.checkpoint.init_from = ""  # weights only, when no own checkpoint: HF folder/run dir/ckpt dir
     c.checkpoint.init_step = -1  # step of init_from (a jaxtrain checkpoint) to read; -1 = latest
     c.checkpoint.resume = True  # continue from the latest checkpoint in the folder if present;

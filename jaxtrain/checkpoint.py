@@ -108,10 +108,12 @@ class Checkpointer:
 
     `read_only` opens a folder for reading (export, inspection, init_from): nothing is created,
     checked for writability or cleaned up, so it is safe while a run is writing there.
+    `compression` (`checkpoint.compression`) is the codec of the arrays written; any checkpoint
+    restores whatever codec it was written with.
     """
 
     def __init__(self, directory: Path, *, keep: int = 3, keep_every: int = 0,
-                 async_save: bool = True, read_only: bool = False):
+                 async_save: bool = True, read_only: bool = False, compression: str = "none"):
         self.directory = Path(directory).absolute()
         # Listed before the manager starts: a writer removes these leftovers when it opens.
         self.unfinished = [] if read_only else unfinished_saves(self.directory)
@@ -127,7 +129,7 @@ class Checkpointer:
         try:
             self._manager = ocp.CheckpointManager(
                 self.directory, options=options,
-                item_handlers={"state": ocp.StandardCheckpointHandler(),
+                item_handlers={"state": items.state_handler(compression),
                                "data": ocp.JsonCheckpointHandler(),
                                "config": ocp.JsonCheckpointHandler(),
                                "checksums": items.ChecksumsHandler()})
@@ -181,7 +183,7 @@ class Checkpointer:
                 "never overwritten. Resume from the folder's latest checkpoint, or point "
                 "checkpoint.dir at another folder (or move this one away) to start over.")
         args = ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
+            state=ocp.args.PyTreeSave(state),
             data=ocp.args.JsonSave(data),
             config=ocp.args.JsonSave(json.loads(json.dumps(config, default=str))),
             # Dispatched before the state is handed to the next step: the devices compute the
@@ -302,8 +304,11 @@ class Checkpointer:
         self.check_compatible(step, abstract_state)
         self.check_items(step)
         try:
+            target = self._as_saved(step, abstract_state)
             restored = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(self._as_saved(step, abstract_state)),
+                state=ocp.args.PyTreeRestore(
+                    item=target,
+                    restore_args=ocp.checkpoint_utils.construct_restore_args(target)),
                 data=ocp.args.JsonRestore(),
                 config=ocp.args.JsonRestore(),
             ))

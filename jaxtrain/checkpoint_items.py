@@ -1,4 +1,9 @@
-"""The Orbax handler of a step folder's `checksums` item.
+"""The Orbax handlers of a step folder's `state` and `checksums` items.
+
+`state` is Orbax's PyTree handler with the compression `checkpoint.compression` chooses:
+TensorStore's zstd costs CPU on every save and restore, and a train state of random-looking
+floats shrinks by only a few percent, so it is off by default. Each array's zarr metadata names
+its codec, so a checkpoint restores whatever it was written with.
 
 `checksums` is a JSON file like the other small items, but a save hands it the checksums still
 being computed on the devices (`checksums.Pending`): they are read back and written on Orbax's
@@ -16,6 +21,14 @@ import jax
 import orbax.checkpoint as ocp
 
 from jaxtrain import checksums as checksums_lib
+from jaxtrain.config import check_checkpoint_compression
+
+
+def state_handler(compression: str = "none") -> ocp.PyTreeCheckpointHandler:
+    """The handler of the `state` item (Orbax's OCDBT + zarr layout) with `compression`
+    (`config.CHECKPOINT_COMPRESSIONS`)."""
+    zstd = check_checkpoint_compression(compression) == "zstd"
+    return ocp.PyTreeCheckpointHandler(use_compression=zstd)
 
 
 class ChecksumsHandler(ocp.JsonCheckpointHandler):

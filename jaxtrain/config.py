@@ -24,6 +24,8 @@ from jaxtrain.models.spec import ModelSpec
 
 SCHEDULES = ("cosine", "linear", "sqrt", "constant")
 DATA_KINDS = ("datatrove", "megatron", "synthetic")
+# checkpoint.compression: the codec of the saved arrays' chunks (Orbax offers zstd or none).
+CHECKPOINT_COMPRESSIONS = ("none", "zstd")
 
 
 def packaged_configs() -> Path:
@@ -189,6 +191,16 @@ def micro_batch_size(cfg: ConfigDict) -> int:
     return cfg.train.micro_batch_size or cfg.train.global_batch_size
 
 
+def check_checkpoint_compression(value: str) -> str:
+    """`value` when it names a codec of CHECKPOINT_COMPRESSIONS; ConfigError otherwise."""
+    if value not in CHECKPOINT_COMPRESSIONS:
+        raise ConfigError(f"checkpoint.compression={value!r} is not one of "
+                          f"{CHECKPOINT_COMPRESSIONS}: 'none' writes the arrays as they are (the "
+                          "default, fastest), 'zstd' compresses each chunk (smaller files, more "
+                          "CPU time per save and restore).")
+    return value
+
+
 def validate(cfg: ConfigDict) -> ModelSpec:
     """Checks every setting that could fail later and returns the model spec.
 
@@ -226,6 +238,7 @@ def validate(cfg: ConfigDict) -> ModelSpec:
         raise ConfigError(f"optim.lr={o.lr} / optim.min_lr={o.min_lr}: need 0 <= min_lr <= lr "
                           "and lr > 0.")
     ckpt = cfg.checkpoint
+    check_checkpoint_compression(ckpt.get("compression", "none"))
     if not ckpt.resume and ckpt.get("resume_step", -1) != -1:
         raise ConfigError(f"checkpoint.resume_step={ckpt.resume_step} asks to resume from that "
                           "step, but checkpoint.resume=false asks to start over; drop one.")

@@ -95,7 +95,8 @@ class Trainer:
         self._compile_functions()
         self.checkpointer = Checkpointer(config_lib.checkpoint_dir(cfg),
                                          keep=cfg.checkpoint.keep,
-                                         keep_every=cfg.checkpoint.keep_every)
+                                         keep_every=cfg.checkpoint.keep_every,
+                                         compression=cfg.checkpoint.get("compression", "none"))
         self._compile_s: float | None = self.compile_s  # reported with the first step's metrics
         self.state = self._restore_or_init()
         # Tracked on the host so that asking for it never waits for the device.
