@@ -26,6 +26,7 @@ def test_bench_checkpoint_prints_save_restore_and_plain_disk_figures(tmp_path, c
         line = next(line for line in out.splitlines() if line.startswith(label))
         assert "GB/s" in line
     assert "model: hidden 64, 2 layers, vocab 512: 147,776 params" in out
+    assert "compression none:" in out and "blocked / train step" in out
     assert not (tmp_path / "bench").exists()
 
 
@@ -34,7 +35,7 @@ def test_bench_checkpoint_leaves_what_it_did_not_write(tmp_path):
     (folder / "results").mkdir(parents=True)
     (folder / "notes.txt").write_text("mine")
     (folder / "results" / "old.json").write_text("{}")
-    assert _bench().main([*TINY, "--dir", str(folder)]) == 0
+    assert _bench().main([*TINY, "--dir", str(folder), "--compression", "zstd"]) == 0
     assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == [
         "notes.txt", "results", "results/old.json"]
     assert (folder / "notes.txt").read_text() == "mine"

@@ -6,19 +6,26 @@ that alternate the two, and how long a save blocks the training loop against a t
     python tools/bench_checkpoint.py --layers 2          # 2.8 GB (needs ~10 GB of memory)
     python tools/bench_checkpoint.py --dir /scratch/b    # another disk
     python tools/bench_checkpoint.py --step-time 0.8     # blocked time against a known step time
+    python tools/bench_checkpoint.py --compression zstd  # the chunks zstd-compressed
 
 The state is a Llama-shaped model's float32 parameters plus both Adam moments, filled with
 random values (nearly incompressible, like trained weights), on every local device. Each round
 (`--rounds`, default 3; the order of the two alternates) measures:
-  save: how long the training loop is blocked (`Checkpointer.save` returning), then the time
-        until the step is durable (Orbax commit and an fsync of every file written);
+  save: how long the training loop is blocked (`Checkpointer.save` returning: the checksums
+        are dispatched, not waited for), then the time until the step is durable (checksums
+        read back, Orbax commit and an fsync of every file written);
   restore: from files evicted from the page cache (posix_fadvise DONTNEED after fsync),
-        checksums verified, as a resumed run does;
+        checksums verified, as a resumed run does; the checksum pass over the restored state
+        is then timed alone, to say how much of the restore it is;
   plain: numpy `tofile` of every array into one file + fsync, then `fromfile` after eviction.
+Each figure also has its CPU time (all threads of the process): on a machine shared with other
+jobs it shows which side is CPU-bound, and it is not lengthened by their load.
 The ratios (Orbax rate / plain rate) are taken per round, so that load from other processes
 moves both sides alike; the summary gives their median and range over the rounds. The blocked
 time is also given as a fraction of one train step of the benchmarked model (the real jitted
-step, `--batch` x `--seq` tokens, measured first), or of `--step-time` seconds when given.
+step, `--batch` x `--seq` tokens, measured first; the batch is rounded up to a multiple of the
+local device count), or of `--step-time` seconds when given. `--compression` is
+`checkpoint.compression` ("none", the default, or "zstd").
 
 GB are 10^9 bytes. Needs about 3x the state size in memory (the state, Orbax's host copy while
 it writes, read buffers) and 2x on disk. The files go into a fresh subfolder of --dir (created
@@ -51,6 +58,7 @@ from jaxtrain import config as config_lib  # noqa: E402
 from jaxtrain import run as run_lib  # noqa: E402
 from jaxtrain.checkpoint import Checkpointer  # noqa: E402
 from jaxtrain.checksums import checksums  # noqa: E402
+from jaxtrain.config import CHECKPOINT_COMPRESSIONS  # noqa: E402
 from jaxtrain.host_info import cpu_line, disk_line  # noqa: E402
 from jaxtrain.train import state as state_lib  # noqa: E402
 
@@ -67,10 +75,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--intermediate", type=int, default=5632)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--rounds", type=int, default=3, help="rounds of save/restore and plain")
+    p.add_argument("--compression", choices=CHECKPOINT_COMPRESSIONS, default="none",
+                   help="checkpoint.compression of the Orbax side")
     p.add_argument("--step-time", type=float, default=0.0,
                    help="seconds of one train step to compare the blocked time with; 0 = "
                         "measure a step of the benchmarked model")
-    p.add_argument("--batch", type=int, default=2, help="sequences of the measured step")
+    p.add_argument("--batch", type=int, default=2,
+                   help="sequences of the measured step (rounded up to a multiple of the "
+                        "local devices)")
     p.add_argument("--seq", type=int, default=1024, help="tokens per sequence of that step")
     p.add_argument("--keep-files", action="store_true",
                    help="leave the files (in their subfolder of --dir)")
@@ -86,7 +98,9 @@ def bench_config(args: argparse.Namespace) -> Any:
         "model.head_dim": args.hidden // args.heads,
         "model.intermediate_size": args.intermediate,
         "model.max_seq_len": max(2048, args.seq), "train.seq_len": args.seq,
-        "train.global_batch_size": args.batch, "mesh.rules": "fsdp", "data.kind": "synthetic",
+        "train.global_batch_size": -(-args.batch // jax.local_device_count())
+        * jax.local_device_count(), "mesh.rules": "fsdp", "data.kind": "synthetic",
+        "checkpoint.compression": args.compression,
     }
     return config_lib.load_config(str(_TOOLS.parent / "configs" / "base.py"), overrides)
 
@@ -133,44 +147,63 @@ def _rate(num_bytes: int, seconds: float) -> str:
     return f"{seconds:7.2f} s  {num_bytes / 1e9 / max(seconds, 1e-9):6.2f} GB/s"
 
 
+class _Clock:
+    """Wall seconds and CPU seconds (all threads of this process) since it was started."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def read(self) -> tuple[float, float]:
+        """(wall, CPU) seconds so far."""
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
 def _plain(state: Any, folder: Path) -> dict[str, float]:
-    """Seconds to write (and fsync) every array into one file, and to read it back evicted."""
+    """Seconds (wall and CPU) to write (and fsync) every array into one file, and to read it
+    back evicted."""
     folder.mkdir(parents=True)
     path = folder / "state.bin"
     arrays = jax.tree.leaves(state)
-    start = time.perf_counter()
+    clock = _Clock()
     with open(path, "wb") as f:
         for x in arrays:
             np.asarray(x).tofile(f)
         f.flush()
         os.fsync(f.fileno())
-    write = time.perf_counter() - start
+    write, write_cpu = clock.read()
     _sync_and_evict(folder)
-    start = time.perf_counter()
+    clock = _Clock()
     with open(path, "rb") as f:
         for x in arrays:
             np.fromfile(f, dtype=x.dtype, count=x.size)
-    read = time.perf_counter() - start
+    read, read_cpu = clock.read()
     shutil.rmtree(folder)
-    return {"write": write, "read": read}
+    return {"plain_write": write, "plain_write_cpu": write_cpu, "plain_read": read,
+            "plain_read_cpu": read_cpu}
 
 
 def _orbax(checkpointer: Checkpointer, step: int, state: Any,
            abstract: Any) -> tuple[dict[str, float], Any]:
-    """Seconds blocked by a save, until it is durable, and to restore it evicted; and the
-    restored state (the one passed in is deleted to make room for it)."""
-    start = time.perf_counter()
+    """Seconds blocked by a save, until it is durable, to restore it evicted and to checksum
+    the restored state alone; and the restored state (the one passed in is deleted to make
+    room for it)."""
+    clock = _Clock()
     checkpointer.save(step, state, {}, {})
-    blocked = time.perf_counter() - start
+    blocked, _ = clock.read()
     checkpointer.wait()
     _sync_and_evict(checkpointer.step_dir(step))
-    durable = time.perf_counter() - start
+    save, save_cpu = clock.read()
     jax.tree.map(lambda x: x.delete(), state)  # room for the restored copy
     del state
-    start = time.perf_counter()
+    clock = _Clock()
     restored, _, _ = checkpointer.restore(step, abstract)
     jax.block_until_ready(restored)
-    return {"blocked": blocked, "save": durable, "restore": time.perf_counter() - start}, restored
+    restore, restore_cpu = clock.read()
+    clock = _Clock()
+    checksums(restored)
+    verify, _ = clock.read()
+    return {"blocked": blocked, "save": save, "save_cpu": save_cpu, "restore": restore,
+            "restore_cpu": restore_cpu, "verify": verify}, restored
 
 
 def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -206,18 +239,17 @@ def main(argv: list[str] | None = None) -> int:
 
     rounds: list[dict[str, float]] = []
     try:
-        checkpointer = Checkpointer(work / "orbax", keep=1)
+        checkpointer = Checkpointer(work / "orbax", keep=1, compression=args.compression)
         checksums(state)  # compiled once per run, not per save: keep it out of the timing
-        start = time.perf_counter()
+        clock = _Clock()
         checksums(state)
-        checksum_time = time.perf_counter() - start
+        checksum_time, _ = clock.read()
         for r in range(args.rounds):
             figures: dict[str, float] = {}
             # Alternate which goes first, so that a trend in the machine's load hits both.
             for part in (("plain", "orbax") if r % 2 == 0 else ("orbax", "plain")):
                 if part == "plain":
-                    figures.update({f"plain_{k}": v for k, v in
-                                    _plain(state, work / "plain").items()})
+                    figures.update(_plain(state, work / "plain"))
                 else:
                     orbax, state = _orbax(checkpointer, r + 1, state, layout.abstract)
                     figures.update(orbax)
@@ -226,8 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{figures['plain_write']:.2f} s (ratio "
                   f"{figures['plain_write'] / figures['save']:.2f}); restore "
                   f"{figures['restore']:.2f} s vs plain read {figures['plain_read']:.2f} s "
-                  f"(ratio {figures['plain_read'] / figures['restore']:.2f}); blocked "
-                  f"{figures['blocked']:.3f} s", flush=True)
+                  f"(ratio {figures['plain_read'] / figures['restore']:.2f}; checksum pass "
+                  f"alone {figures['verify']:.2f} s); blocked {figures['blocked']:.3f} s",
+                  flush=True)
         checkpointer.close()
         on_disk = sum(p.stat().st_size for p in _files(work / "orbax"))
     finally:
@@ -239,20 +272,27 @@ def main(argv: list[str] | None = None) -> int:
     def median(key: str) -> float:
         return statistics.median(r[key] for r in rounds)
 
+    def cpu(key: str) -> str:
+        return f"{median(key + '_cpu'):.2f} CPU s"
+
     evicted = hasattr(os, "posix_fadvise")
     cache = ("page cache evicted first (posix_fadvise DONTNEED)" if evicted else
              "page cache NOT evicted (no posix_fadvise here): reads may come from memory")
-    print(f"\nmedians of {len(rounds)} round(s):")
-    print(f"orbax save     {_rate(num_bytes, median('save'))}  (training blocked "
-          f"{median('blocked'):.3f} s; checksum pass {checksum_time:.2f} s; "
-          f"{on_disk / 1e9:.2f} GB on disk)")
-    print(f"orbax restore  {_rate(num_bytes, median('restore'))}  ({cache}; checksums verified)")
-    print(f"plain write    {_rate(num_bytes, median('plain_write'))}  (numpy tofile, one file, "
-          "fsync)")
-    print(f"plain read     {_rate(num_bytes, median('plain_read'))}  (numpy fromfile; {cache})")
+    print(f"\nmedians of {len(rounds)} round(s), compression {args.compression}:")
+    print(f"orbax save     {_rate(num_bytes, median('save'))}  ({cpu('save')}; training "
+          f"blocked {median('blocked'):.3f} s; checksum pass {checksum_time:.2f} s, read back "
+          f"on the writer thread; {on_disk / 1e9:.2f} GB on disk)")
+    print(f"orbax restore  {_rate(num_bytes, median('restore'))}  ({cpu('restore')}; {cache}; "
+          f"checksums verified, the pass alone {median('verify'):.2f} s)")
+    print(f"plain write    {_rate(num_bytes, median('plain_write'))}  ({cpu('plain_write')}; "
+          "numpy tofile, one file, fsync)")
+    print(f"plain read     {_rate(num_bytes, median('plain_read'))}  ({cpu('plain_read')}; numpy "
+          f"fromfile; {cache})")
     print(f"ratios, median (range) of {len(rounds)} round(s): save / plain write "
           f"{_spread([r['plain_write'] / r['save'] for r in rounds])}; restore / plain read "
-          f"{_spread([r['plain_read'] / r['restore'] for r in rounds])}; blocked / train step "
+          f"{_spread([r['plain_read'] / r['restore'] for r in rounds])} (without the checksum "
+          f"pass {_spread([r['plain_read'] / max(r['restore'] - r['verify'], 1e-9) for r in rounds])}"
+          f"); blocked / train step "
           f"{_spread([r['blocked'] / step_s for r in rounds], '{:.2%}')} of {step_s:.3f} s")
     return 0
 
