@@ -13,9 +13,12 @@
    batches, with worker_count 0 and `--workers`, data.prefetch 4 (the default) and 1, and with
    document fields (segment_ids and positions).
 4. Training rate: tokens/s of the jaxtrain Trainer on synthetic data with a ~5M-parameter Llama
-   (llama-debug widened), timed after compilation.
+   (llama-debug widened), timed after compilation: what the step needs from the loader.
 
-Prints one markdown table; docs/data.md holds the figures of a run.
+Prints the CPU model and the disk, then one markdown table in which every rate is also given
+as a ratio of the raw sequential memmap copy of the same bytes and of the train step's need
+(loader tokens/s over step tokens/s: above 1 the loader keeps up). docs/performance.md and
+docs/data.md hold the figures of runs.
 """
 
 import os
@@ -33,6 +36,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+from jaxtrain.host_info import cpu_line, disk_line  # noqa: E402
 
 SHARD_TOKENS = 1 << 27  # 128M tokens per shard (256 MB of uint16)
 CHUNK_TOKENS = 1 << 24  # tokens generated and written per numpy call
@@ -208,6 +213,20 @@ def training_rate(steps: int, batch: int, seq_len: int) -> tuple[float, int]:
             trainer.close()
 
 
+def table(rates: list[tuple[str, str, float]], raw_tokens_per_s: float, step_tokens_per_s: float,
+          raw_gb_per_s: float) -> str:
+    """The markdown table: each (what, batch, tokens/s) with its ratios to the raw sequential
+    copy and to the train step's need."""
+    lines = ["", "| what | batch | tokens/s | / raw memmap copy | / train step's need |",
+             "|---|---|---|---|---|"]
+    for what, batch, rate in rates:
+        extra = f" ({raw_gb_per_s:.2f} GB/s)" if what.startswith("raw np.memmap sequential") \
+            else ""
+        lines.append(f"| {what} | {batch} | {_rate(rate)}{extra} | "
+                     f"{rate / raw_tokens_per_s:.3f} | {rate / step_tokens_per_s:,.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and prints the table."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -224,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the shard set afterwards")
     args = p.parse_args(argv)
     folder = Path(args.dir)
+    print(f"cpu: {cpu_line()}; disk: {disk_line(folder)}", flush=True)
     start = time.perf_counter()
     try:
         tokens = write_shards(folder, args.gb, args.token_bytes)
@@ -233,10 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"shard set: {folder}, {tokens / 1e6:.0f}M tokens, {tokens * args.token_bytes / 1e9:.2f}"
           f" GB, ready in {time.perf_counter() - start:.1f}s", flush=True)
     raw = raw_rates(folder)
-    rows = [("raw np.memmap sequential copy", "-", _rate(raw["tokens_per_s"]),
-             f"{raw['gb_per_s']:.2f} GB/s"),
-            ("raw np.memmap random 2049-token windows", "-",
-             _rate(raw["random_window_tokens_per_s"]), "")]
+    rates = [("raw np.memmap sequential copy", "-", raw["tokens_per_s"]),
+             ("raw np.memmap random 2049-token windows", "-", raw["random_window_tokens_per_s"])]
     # (batch, seq_len, worker_count, document fields, data.prefetch); prefetch 4 is the default.
     settings = [(16, 2048, 0, False, 4), (8, 4096, 0, False, 4), (16, 2048, 0, False, 1),
                 (8, 4096, 0, False, 1), (16, 2048, args.workers, False, 4),
@@ -245,15 +263,17 @@ def main(argv: list[str] | None = None) -> int:
     for batch, seq_len, workers, documents, prefetch in settings:
         rate = loader_rate(folder, batch, seq_len, workers, args.batches, documents, prefetch)
         what = "loader, shuffled" + (" + segment_ids/positions" if documents else "")
-        rows.append((what, f"{batch} x {seq_len}, workers={workers}, prefetch={prefetch}",
-                     _rate(rate), ""))
-        print(f"  {rows[-1]}", flush=True)
-    rate, params = training_rate(args.train_steps, args.train_batch, args.train_seq)
-    rows.append((f"train step, {params / 1e6:.1f}M-param Llama (synthetic data)",
-                 f"{args.train_batch} x {args.train_seq}", _rate(rate), ""))
-    print("\n| what | batch | tokens/s | bytes/s |\n|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+        rates.append((what, f"{batch} x {seq_len}, workers={workers}, prefetch={prefetch}", rate))
+        print(f"  {what}, {rates[-1][1]}: {_rate(rate)} tokens/s", flush=True)
+    step_rate, params = training_rate(args.train_steps, args.train_batch, args.train_seq)
+    rates.append((f"train step, {params / 1e6:.1f}M-param Llama (synthetic data)",
+                  f"{args.train_batch} x {args.train_seq}", step_rate))
+    print(table(rates, raw["tokens_per_s"], step_rate, raw["gb_per_s"]))
+    default = rates[2][2]  # 16 x 2048, workers 0, prefetch 4: the default settings
+    print(f"\nloader at the default settings (16 x 2048, workers=0, prefetch=4): "
+          f"{_rate(default)} tokens/s = {default / raw['tokens_per_s']:.3f}x the raw memmap "
+          f"copy of the same bytes, {default / step_rate:,.0f}x the train step's need "
+          f"({_rate(step_rate)} tokens/s)")
     if not args.keep:
         remove_shards(folder)
     return 0
