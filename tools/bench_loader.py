@@ -223,8 +223,13 @@ def table(rates: list[tuple[str, str, float]], raw_tokens_per_s: float, step_tok
         extra = f" ({raw_gb_per_s:.2f} GB/s)" if what.startswith("raw np.memmap sequential") \
             else ""
         lines.append(f"| {what} | {batch} | {_rate(rate)}{extra} | "
-                     f"{rate / raw_tokens_per_s:.3f} | {rate / step_tokens_per_s:,.1f} |")
+                     f"{_ratio(rate / raw_tokens_per_s)} | {_ratio(rate / step_tokens_per_s)} |")
     return "\n".join(lines)
+
+
+def _ratio(value: float) -> str:
+    """'0.016', '1.0', '42,187': three decimals below 1, whole numbers from 100."""
+    return f"{value:.3f}" if value < 1 else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:
