@@ -113,6 +113,8 @@ RANGES: dict[str, Range] = {
     "model.attention_block": Range(0, hint="0: chosen by device and sequence length"),
     "model.num_experts": Range(0, hint="0: a dense MLP"),
     "model.attn_scale": Range(),
+    "model.fp8_amax_history": Range(1, hint="steps of amax history of delayed scaling"),
+    "model.fp8_margin": Range(0, 8, hint="powers of two of headroom below the fp8 maximum"),
 }
 
 

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models import fp8
 from jaxtrain.models.attention import Attention
 from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices
 from jaxtrain.models.layers import Dense, Embed, RMSNorm
@@ -94,8 +95,10 @@ class Decoder(nnx.Module):
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         self.spec = spec
+        output_fp8 = fp8.recipe(spec, output_layer=True)
         self.embed = Embed(spec.vocab_size, spec.hidden_size, rngs=rngs, std=spec.init_std,
-                           dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
+                           dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype,
+                           fp8=output_fp8 if spec.tie_embeddings else None)
         stacks = stack_layer_indices(spec)
         if "dense_layers" in stacks:
             self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs)
@@ -105,7 +108,7 @@ class Decoder(nnx.Module):
         self.lm_head = None if spec.tie_embeddings else Dense(
             (spec.hidden_size,), (spec.vocab_size,), ("embed",), ("vocab",), rngs=rngs,
             std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype,
-            out_dtype=jnp.float32)
+            out_dtype=jnp.float32, fp8=output_fp8)
 
     def hidden_states(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
                       segment_ids_BL: jax.Array | None = None, cache: Cache | None = None,
