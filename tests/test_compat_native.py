@@ -156,7 +156,8 @@ def test_config_command_prints_report_json(compat_samples, capsys, monkeypatch):
     for var in ("NNODES", "GPUS_PER_NODE", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
     path = compat_samples / "Primus/examples/megatron/configs/MI300X/llama2_7B-FP8-pretrain.yaml"
-    argv = ["config", str(path), "--json", "num_layers=2", "--config.train.steps=7"]
+    argv = ["config", str(path), "--json", "num_layers=2", "fp8_recipe=blockwise",
+            "--config.train.steps=7"]
     assert main(argv + ["--allow-unsupported"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["config"]["train"]["steps"] == 7
@@ -164,13 +165,14 @@ def test_config_command_prints_report_json(compat_samples, capsys, monkeypatch):
     assert payload["derived"]["tokens_per_step"] == 256 * 4096
     assert payload["derived"]["mesh"]["fsdp"] == 8
     keys = {k["key"]: k for k in payload["report"]["keys"]}
-    assert keys["fp8"]["status"] == "unsupported"
+    assert keys["fp8"]["status"] == "mapped"
+    assert keys["fp8_recipe"]["status"] == "unsupported"
     assert keys["num_layers"]["origin"] == "command line"
     # Without --allow-unsupported the same report, and the unsupported key listed apart.
     assert main(argv) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert [e["key"] for e in payload["unsupported"]] == ["fp8"]
-    assert payload["unsupported"][0]["value"] == "hybrid"
+    assert [e["key"] for e in payload["unsupported"]] == ["fp8_recipe"]
+    assert payload["unsupported"][0]["value"] == "blockwise"
 
 
 def test_config_command_reports_unsupported_keys_and_exits_0(tmp_path, capsys):
@@ -209,7 +211,7 @@ def test_config_command_counts_active_parameters(capsys, config, total, active):
 
 def test_train_command_refuses_unsupported_keys(compat_samples, capsys):
     path = compat_samples / "Primus/examples/megatron/configs/MI300X/llama2_7B-FP8-pretrain.yaml"
-    assert main(["--config", str(path), "train_iters=1"]) == 2
+    assert main(["--config", str(path), "train_iters=1", "fp8_recipe=mxfp8"]) == 2
     assert "pass --allow-unsupported" in capsys.readouterr().err
 
 

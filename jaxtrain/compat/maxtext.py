@@ -22,7 +22,7 @@ import math
 import os
 from typing import Any
 
-from jaxtrain.compat import known, maxtext_model
+from jaxtrain.compat import fp8, known, maxtext_model
 from jaxtrain.compat.report import KeyReport, is_off
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.presets import model_config
@@ -58,7 +58,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("use_post_ffw_norm", False, "post-MLP norms are not implemented"),
     ("final_logits_soft_cap", 0.0, "logit soft-capping is not implemented"),
     ("attn_logits_soft_cap", 0.0, "logit soft-capping is not implemented"),
-    ("quantization", "", "quantized matmuls are not implemented"),
     ("training_objective", "causal_lm", "only next-token prediction exists"),
     ("partial_rotary_factor", 1.0, "partial rotary embeddings are not implemented"),
     ("num_kv_shared_layers", 0, "shared KV layers are not implemented"),
@@ -366,6 +365,7 @@ def to_jaxtrain(r: KeyReport, from_table: str = "") -> dict[str, Any]:
     """Settings for a resolved MaxText config; fills the report."""
     s: dict[str, Any] = {}
     _model(r, s, from_table)
+    fp8.map_maxtext(r, s)
     _training(r, s)
     _mesh(r, s)
     _data_eval_checkpoint(r, s)

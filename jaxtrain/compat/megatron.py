@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jaxtrain.compat import known, megatron_train
+from jaxtrain.compat import fp8, known, megatron_train
 from jaxtrain.compat.architectures import moe_family, unbuildable
 from jaxtrain.compat.megatron_keys import IGNORE_RULES
 from jaxtrain.compat.megatron_mla import MLA_KEYS, map_mla
@@ -66,8 +66,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("exp_avg_sq_dtype", "fp32", "Adam moments are float32"),
     ("loss_scale", None, "fp16 loss scaling is not implemented"),
     ("fp4", None, "FP4 training is not implemented"),
-    ("fp8", None, "FP8 matmuls are not implemented; with --allow-unsupported the run "
-                  "computes in model.dtype (bf16) instead"),
     ("no_save_optim", None, "checkpoints always hold the optimizer state"),
     ("train_samples", None, "sample-based run lengths are not implemented; set train_iters"),
     ("lr_warmup_samples", 0, "sample-based schedules are not implemented; use lr_warmup_iters"),
@@ -280,6 +278,7 @@ def to_jaxtrain(r: KeyReport, default_origins: tuple[str, ...] = ()) -> dict[str
     s: dict[str, Any] = {}
     tp = _int(r, "tensor_model_parallel_size", 1)
     _model(r, s, tp)
+    fp8.map_megatron(r, s)
     megatron_train.map_training(r, s, tp)
     _neutral(r, bool(r.get("multi_latent_attention")))
     r.finish(IGNORE_RULES, default_origins)

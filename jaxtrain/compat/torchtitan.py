@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from jaxtrain.compat import known, torchtitan_models
+from jaxtrain.compat import fp8, known, torchtitan_models
 from jaxtrain.compat.report import KeyReport
 from jaxtrain.compat.target import has_key
 
@@ -43,9 +43,8 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
                                                 "and TensorBoard when tensorboardX is present"),
     ("comm.*", _COMM), ("memory_estimation.*", "tooling"), ("fault_tolerance.*", "tooling"),
     ("experimental.*", "TorchTitan extension hooks"), ("compile.*", "XLA compiles every step"),
-    ("primus_turbo.*", "Primus GPU kernel switches"), ("quantize.*", "used only when "
-                                                      "model.converters names float8/mx"),
-    ("float8.*", "used only with the float8 converter"), ("mx.*", "used only with mx"),
+    ("primus_turbo.*", "Primus GPU kernel switches (its float8 linear and grouped GEMMs "
+                       "are kernels for the same fp8 numbers)"), ("mx.*", "used only with mx"),
     ("optimizer.implementation", "kernel choice"), ("optimizer.early_step_in_backward",
                                                     "memory choice"),
     ("training.gc_*", "Python garbage collection"), ("training.dataloader.*", "data loader"),
@@ -102,13 +101,10 @@ def _model_extras(r: KeyReport, s: dict[str, Any]) -> None:
                 r.ignored(key, "not a local tokenizer folder; the architecture comes from "
                                "model.name/flavor")
     converters = list(r.get("model.converters") or [])
-    exotic = [c for c in converters if c in ("float8", "mx", "quantize.linear.float8",
-                                             "quantize.linear.mx")]
-    if exotic:
-        r.unsupported("model.converters", f"{exotic}: low-precision matmuls are not "
-                                          "implemented")
-    elif r.has("model.converters"):
-        r.ignored("model.converters", "kernel swaps only (e.g. primus_turbo)")
+    experts = bool(s.get("model.num_experts"))
+    rest = fp8.map_torchtitan(r, s, converters, experts)
+    if r.has("model.converters") and not r.handled("model.converters"):
+        r.ignored("model.converters", f"{rest}: kernel swaps only (e.g. primus_turbo)")
     mode = _get(r, "activation_checkpoint.mode")
     s["model.remat"] = {"none": "none", "full": "full"}.get(mode, "dots")
     r.mapped("activation_checkpoint.mode", "model.remat", "memory/speed only")

@@ -36,7 +36,7 @@ def fp8_histories(graphdef: nnx.GraphDef, tree: Any) -> dict:
 def weights(graphdef: nnx.GraphDef, params: Any) -> dict:
     """Everything but the amax histories: what a Hugging Face export or `init_from` carries."""
     state = nnx.state(nnx.merge(graphdef, params))
-    return nnx.to_pure_dict(state.filter(nnx.Param, RouterBias))
+    return nnx.to_pure_dict(state.filter(nnx.Any(nnx.Param, RouterBias)))
 
 
 def accumulate(graphdef: nnx.GraphDef, total: Any, grads: Any) -> Any:
@@ -54,6 +54,18 @@ def replace(tree: Any, part: Any) -> Any:
         return part
     return {key: replace(value, part[key]) if key in part else value
             for key, value in tree.items()}
+
+
+def drop(tree: Any, part: Any) -> Any:
+    """`tree` without the leaves at the paths `part` holds (the inverse of `merge`)."""
+    out = {}
+    for key, value in tree.items():
+        if key not in part:
+            out[key] = value
+        elif isinstance(part[key], dict) and isinstance(value, dict):
+            if rest := drop(value, part[key]):
+                out[key] = rest
+    return out
 
 
 def trainable(state: nnx.State) -> nnx.State:
