@@ -9,8 +9,9 @@ What each stack's fp8 computes, and what jaxtrain's (`jaxtrain.models.fp8`) repr
   delayed, 1024 steps, max, margin 0. Block-scaled recipes (blockwise, mxfp8) are refused.
 - TorchTitan (`model.converters` naming float8, torchao Float8Linear): dynamic ("tensorwise",
   current) scaling, e4m3 forward and e5m2 gradients, every nn.Linear but those in
-  `filter_fqns` (Primus' files filter "output"); experts only through the grouped-GEMM
-  converter or Primus Turbo's `use_moe_fp8`. Row-wise recipes and MX are refused.
+  `filter_fqns` (Primus' files filter "output"); the routed experts only through the
+  grouped-GEMM converter or Primus Turbo's `use_moe_fp8` (else `model.fp8_experts=False`).
+  Row-wise recipes and MX are refused.
 - MaxText (`quantization: fp8`, or `nanoo_fp8` for MI300X/MI325X): Flax's fp8 dot-general ops,
   delayed scaling over 1024 steps with max, every dense and MoE projection, never the logits;
   `nanoo_fp8` uses the FNUZ types, which jaxtrain picks from the device (`backend.fp8_formats`).
@@ -183,21 +184,20 @@ def map_torchtitan(r: KeyReport, s: dict[str, Any], converters: list[str],
 
 
 def _titan_experts(r: KeyReport, s: dict[str, Any], has_experts: bool) -> None:
-    """TorchTitan runs experts in fp8 only through the grouped-GEMM converter (or Primus
-    Turbo's `use_moe_fp8`); jaxtrain's fp8 covers them always."""
+    """TorchTitan runs the routed experts in fp8 only through the grouped-GEMM converter (or
+    Primus Turbo's `use_moe_fp8`); otherwise they stay in bf16: `model.fp8_experts=False`."""
     key = "quantize.grouped_mm.float8.fqns"
     listed = bool(r.get(key)) or bool(r.get("primus_turbo.use_moe_fp8"))
     if not has_experts:
         if r.has(key):
             r.ignored(key, "a dense model: no experts")
         return
-    if listed:
-        for name in (key, "primus_turbo.use_moe_fp8"):
-            if r.get(name):
-                r.mapped(name, "model.quantization", "experts' grouped GEMMs in fp8 too")
-    else:
-        r.unsupported(key, "empty: TorchTitan keeps the experts in bf16, jaxtrain computes "
-                           "them in fp8 with everything else", target="model.quantization")
+    s["model.fp8_experts"] = listed
+    for name in (key, "primus_turbo.use_moe_fp8"):
+        if r.has(name):
+            r.mapped(name, "model.fp8_experts", "the experts' grouped GEMMs in fp8" if listed
+                     else "the routed experts stay in model.dtype (only the linear layers, "
+                          "shared experts included, are fp8)")
 
 
 def map_maxtext(r: KeyReport, s: dict[str, Any]) -> None:

@@ -161,4 +161,10 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
                                                                           _RUNTIME),
     ("bert_binary_head", _OTHER_MODELS), ("heterogeneous_layers_config_*", _OTHER_MODELS),
     ("no_fp8_weight_transpose_cache", _KERNELS),
+    ("disable_delayed_scaling_patches", "Primus runtime patch of how delayed fp8 scales are "
+                                        "updated (the same recipe); jaxtrain updates them in "
+                                        "the train step"),
+    ("moe_router_padding_for_quantization", "pads each expert's tokens to the fp8 kernels' "
+                                            "alignment; the padding rows are zeros, the numbers "
+                                            "the same"),
 )

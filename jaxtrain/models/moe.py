@@ -147,7 +147,7 @@ class MoE(nnx.Module):
         self.up_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
         self.down_proj = make_param(rngs, (e, f, d), ("exp", "mlp", "embed"), spec.init_std, pdt)
         # fp8 experts: one per-tensor scale over all experts of each weight, one amax history.
-        self.fp8 = fp8_lib.recipe(spec)
+        self.fp8 = fp8_lib.recipe(spec) if spec.fp8_experts else None
         if self.fp8 is not None and self.fp8.keeps_history:
             for name in ("gate_proj", "up_proj", "down_proj"):
                 setattr(self, f"{name}_fp8_amax", fp8_lib.empty_history(self.fp8))

@@ -108,6 +108,7 @@ class ModelSpec:
     fp8_margin: int = 0  # scales leave 2^margin of headroom below the format's largest value
     fp8_output_layer: bool = False  # the output projection in fp8 too (off: as in Transformer
     #                                 Engine, the logits stay in model.dtype x float32)
+    fp8_experts: bool = True  # the routed experts' grouped products in fp8 too
     fp8_stats: bool = False  # per-layer amax and scale of every fp8 tensor as train metrics
     # Multi-head latent attention (DeepSeek V2/V3) when kv_lora_rank > 0: num_kv_heads and
     # head_dim are then unused (presets set num_heads and qk_rope_head_dim, as transformers does).
@@ -248,7 +249,7 @@ class ModelSpec:
             return
         defaults = {f.name: f.default for f in dataclasses.fields(ModelSpec)}
         for key in ("fp8_recipe", "fp8_format", "fp8_amax_history", "fp8_amax_algo",
-                    "fp8_margin", "fp8_output_layer", "fp8_stats"):
+                    "fp8_margin", "fp8_output_layer", "fp8_experts", "fp8_stats"):
             if getattr(self, key) != defaults[key]:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to fp8 "
                                   "matmuls; set model.quantization='fp8' or leave it at its "
