@@ -101,6 +101,9 @@ def get_config() -> ConfigDict:
     c.backend.bf16_products = "auto"  # bfloat16 products: auto (from the hardware) | native
     #   (bfloat16 operands) | widened (operands widened to float32, exact; for CPUs without
     #   bfloat16 dot instructions)
+    c.backend.fp8_formats = "auto"  # float8 types of model.quantization=fp8: auto (from the
+    #   device) | ocp (e4m3fn/e5m2: NVIDIA, AMD MI350X/MI355X) | fnuz (e4m3fnuz/e5m2fnuz: AMD
+    #   MI300X/MI325X, MaxText's nanoo_fp8)
 
     c.sample = ConfigDict()
     c.sample.prompt = ""  # text to continue after training; "" skips the sample

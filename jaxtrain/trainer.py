@@ -398,7 +398,8 @@ class Trainer:
             steps, seconds = window
             tps = tokens_per_step * steps / max(seconds, 1e-9)
             mfu = perf.mfu(self.spec.flops_per_token(cfg.train.seq_len), tps,
-                           cfg.train.peak_flops, self.mesh.devices.size)
+                           cfg.train.peak_flops, self.mesh.devices.size,
+                           fp8=self.spec.quantization == "fp8")
             record.update(tokens_per_s=tps, step_time=seconds / steps, mfu=mfu)
         if cfg.train.eval_every and step_no % cfg.train.eval_every == 0:
             record.update(self.evaluate())

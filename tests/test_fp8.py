@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 from training_helpers import mesh, train
 
-from jaxtrain import backend
+from jaxtrain import backend, perf
 from jaxtrain.errors import ConfigError
 from jaxtrain.models import fp8
 from jaxtrain.models.spec import ModelSpec
@@ -194,3 +194,15 @@ def test_the_program_multiplies_float8_operands_of_the_targets_types(target, typ
     assert len(dots) == 3  # forward, input gradient, kernel gradient
     assert all(f"x{types[0]}>" in line for line in dots)
     assert sum(f"x{types[1]}>" in line for line in dots) == 2  # the two gradient products
+
+
+def test_mfu_of_an_fp8_run_is_against_the_fp8_peak():
+    class Device:
+        def __init__(self, kind):
+            self.device_kind = kind
+
+    assert perf.device_peak_flops(Device("NVIDIA H100 80GB HBM3"), fp8=True) == 1979e12
+    assert perf.device_peak_flops(Device("NVIDIA H100 80GB HBM3")) == 989e12
+    assert perf.device_peak_flops(Device("AMD Instinct MI300X"), fp8=True) == 2615e12
+    # No float8 units: the bf16 peak stays the reference.
+    assert perf.device_peak_flops(Device("NVIDIA A100-SXM4-80GB"), fp8=True) == 312e12

@@ -100,14 +100,13 @@ class ModelSpec:
     scan_layers: bool = True  # scan over the stacked blocks; False unrolls (same params)
     # FP8 matmuls (jaxtrain/models/fp8.py, docs/fp8.md): the attention, MLP and expert
     # projections multiply float8 operands with float32 accumulation, per-tensor scaled.
-    quantization: str = ""  # "": matmuls in model.dtype | fp8
+    quantization: str = ""  # "" (matmuls in model.dtype) | fp8 (docs/fp8.md)
     fp8_recipe: str = "delayed"  # fp8 scales from: delayed (amax history) | current (this step)
     fp8_format: str = "hybrid"  # hybrid: e4m3 forward, e5m2 gradients | e4m3: e4m3 for both
     fp8_amax_history: int = 1024  # delayed: steps of amax history each scale looks back over
     fp8_amax_algo: str = "max"  # delayed: amax of a scale: the history's max | most_recent
     fp8_margin: int = 0  # scales leave 2^margin of headroom below the format's largest value
-    fp8_output_layer: bool = False  # the output projection in fp8 too (off: as in Transformer
-    #                                 Engine, the logits stay in model.dtype x float32)
+    fp8_output_layer: bool = False  # the output projection in fp8 too (Transformer Engine: no)
     fp8_experts: bool = True  # the routed experts' grouped products in fp8 too
     fp8_stats: bool = False  # per-layer amax and scale of every fp8 tensor as train metrics
     # Multi-head latent attention (DeepSeek V2/V3) when kv_lora_rank > 0: num_kv_heads and
