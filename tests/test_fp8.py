@@ -99,9 +99,13 @@ def test_delayed_scaling_reads_the_history_and_returns_the_new_amaxes():
     # The history's amax of the kernel (0.25) is below this one (0.5): w saturates at 0.25, so
     # the product is x @ 0.25 = 16 x 2 x 0.25, not 16 x 2 x 0.5: the cost of a stale scale.
     np.testing.assert_allclose(y, 8.0, rtol=1e-5)
-    # most_recent reads only the newest entry (here zero: scaled by the current amax).
+    # most_recent reads only the newest entry, here zero (an empty history): scale 1, under
+    # which 0.5 is exact.
     y_recent = fp8.project(x, w, 1, dataclasses.replace(recipe, algo="most_recent"), history)
     np.testing.assert_allclose(y_recent, 16.0, rtol=1e-5)
+    # ... and a value past e4m3's 448 saturates there at scale 1.
+    np.testing.assert_allclose(fp8.project(jnp.full((1, 1), 1000.0), jnp.ones((1, 1)), 1,
+                                           recipe, jnp.zeros((3, 4))), 448.0)
 
 
 def test_every_projection_keeps_a_history_and_the_optimizer_none():

@@ -23,8 +23,8 @@ Scaling recipes (`model.fp8_recipe`):
   "max"`) or the latest ("most_recent") of the last `fp8_amax_history` steps' amaxes, so the
   scale is known before the tensor is; values beyond it saturate. Each projection keeps its
   history as an `Fp8Amax` variable [3, H] (input, kernel, output gradient; newest first), part
-  of the model state and its checkpoints, never trained. A history still all zero (the first
-  step) scales by the current amax.
+  of the model state and its checkpoints, never trained. A history still all zero (a run's
+  first step) gives scale 1, as in Transformer Engine.
 
 How the gradient's amax gets out of the backward pass: the custom gradient returns the updated
 history as the cotangent of the history, and the train step takes that "gradient" as the new
@@ -108,11 +108,16 @@ def _amax(x: jax.Array) -> jax.Array:
 
 def scale(amax_now: jax.Array, history_H: jax.Array | None, fp8: Fp8Recipe,
           dtype: Any) -> jax.Array:
-    """The dequantization scale (x ~ q x scale) of one tensor: amax x 2^margin / max."""
+    """The dequantization scale (x ~ q x scale) of one tensor: amax x 2^margin / max.
+
+    Delayed scaling reads only the history, never `amax_now`: the tensor's own amax and its
+    quantization then read it in one pass, instead of the quantization waiting for the
+    reduction. An empty history (zero: a run's first step) gives scale 1, as in Transformer
+    Engine.
+    """
     amax = amax_now
     if fp8.scaling == "delayed" and history_H is not None:
-        past = jnp.max(history_H) if fp8.algo == "max" else history_H[0]
-        amax = jnp.where(past > 0, past, amax_now)
+        amax = jnp.max(history_H) if fp8.algo == "max" else history_H[0]
     top = float(jnp.finfo(dtype).max)
     ok = jnp.isfinite(amax) & (amax > 0)
     return jnp.where(ok, amax * (2.0 ** fp8.margin) / top, 1.0)
