@@ -223,8 +223,8 @@ def test_maxtext_yaml_with_base_config_and_model_file(compat_samples, tmp_path):
                                       maxtext_root=str(root))
     assert cfg.model.preset == "llama2-7b" and cfg.model.max_seq_len == 1024
     assert (cfg.train.global_batch_size, cfg.train.steps) == (4, 20)  # 0.5 x 8 devices
-    assert derived(cfg, report)["mesh"] == {"data": 1, "fsdp": 4, "context": 1, "expert": 1,
-                                            "tensor": 2}
+    assert derived(cfg, report)["mesh"] == {"data": 1, "pipeline": 1, "fsdp": 4, "context": 1,
+                                            "expert": 1, "tensor": 2}
     assert report.entries["learning_rate"].origin.endswith("base.yml")
     assert report.entries["learning_rate"].status == "mapped"
     # MaxText refuses a command-line value that contradicts the model file unless
