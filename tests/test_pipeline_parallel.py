@@ -165,3 +165,26 @@ def test_checkpoints_restore_across_pipeline_sizes(tmp_path):
             saved = _host_params(trainer)
         finally:
             trainer.close()
+
+
+def test_config_reports_stages_bubble_and_per_stage_memory():
+    from conftest import REPO
+
+    from jaxtrain import config_report
+    from jaxtrain.config import load_config
+
+    def figures(**mesh):
+        cfg = load_config(str(REPO / "configs" / "llama_debug.py"), {
+            "model.num_layers": 8, "train.global_batch_size": 16,
+            **{f"mesh.{k}": v for k, v in mesh.items()}})
+        return config_report.derived(cfg, 8)
+
+    staged, flat = figures(ici_pipeline=4, ici_fsdp=2), figures(ici_fsdp=2, ici_data=4)
+    assert staged["pipeline"] == {
+        "stages": 4, "blocks_per_stage": "2 of the model.num_layers=8 blocks", "repeats": 1,
+        "micro_batches": 8, "sequences_per_micro_batch": 2, "bubble_fraction": 0.2727}
+    assert "the same on every pipeline stage" in staged["memory_per_device"]
+    # Each stage holds a quarter of the blocks; the embedding and output layer are whole.
+    blocks = flat["state_bytes_per_device"]["parameters"] - staged["state_bytes_per_device"][
+        "parameters"]
+    assert blocks > 0 and "pipeline" not in flat
