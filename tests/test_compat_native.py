@@ -42,6 +42,11 @@ def test_every_sample_resolves_or_fails_clearly(compat_samples):
             with pytest.raises(ConfigError, match="model zoo cannot build"):
                 compat.load_foreign(path, env={})
             continue
+        if rel.endswith("llama4_17bx128e.toml"):  # tensor 8 x pipeline 4: test_compat_pipeline
+            with pytest.raises(ConfigError, match=r"8 devices are not divisible by .*tensor 8 "
+                                                  r"x context 1 x pipeline 4 = 32"):
+                compat.load_foreign(path, env={})
+            continue
         _, report = compat.load_foreign(path, env={}, allow_unsupported=True)
         key = next(k for k in expected if rel.endswith(k))
         assert {e.key for e in report.by_status("unsupported")} == expected[key], rel
