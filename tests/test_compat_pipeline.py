@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from ml_collections import ConfigDict
 
-from jaxtrain import compat, config_report
+from jaxtrain import compat, config_report, sharding
 from jaxtrain.models.presets import model_config
 from jaxtrain.trainer import Trainer
 
@@ -132,6 +132,7 @@ def test_shrunk_copy_trains_on_fake_devices(compat_samples, tmp_path, path, env,
     cfg, _ = _load(compat_samples, path, env)
     trainer = Trainer(_shrunk(cfg, tmp_path, preset, model, mesh), console=False)
     try:
+        assert sharding.mesh_shape(trainer.mesh)["pipeline"] == mesh["ici_pipeline"]
         metrics = trainer.run()
     finally:
         trainer.close()
