@@ -162,6 +162,15 @@ class Checkpointer:
         caller may donate its buffers right after); the files are written in the background.
         """
         data = data_state if data_state is not None else {}
+        # The data state is grain's own `DatasetIterator.get_state()`, plain JSON by design (grain's
+        # Orbax handler json.dumps it too). grain's handler (`grain.checkpoint.CheckpointSave`,
+        # grain 0.2.18 `_src/python/checkpoint/handler.py`) is not used for it: it writes one file
+        # per process named `process_<i>-of-<n>.json` and restores only from the file of the same
+        # process count, while this state (a global batch number, the same on every process)
+        # lets a run resume on another number of hosts (docs/checkpoints.md); and its restore
+        # sets the state into the iterator itself, before the checksum below is checked and
+        # whether or not `data.reset` discards it. So it stays one JSON item, covered by the
+        # checksums like the arrays.
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data=ocp.args.JsonSave(data),
@@ -378,27 +387,3 @@ class Checkpointer:
             self.wait()
         finally:
             self._manager.close()
-
-
-def to_jsonable(value: Any) -> Any:
-    """Grain iterator states hold numpy scalars and bytes; make them JSON-safe."""
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, bytes):
-        return {"__bytes__": value.decode("latin-1")}
-    return value
-
-
-def from_jsonable(value: Any) -> Any:
-    """Inverse of `to_jsonable`."""
-    if isinstance(value, dict):
-        if set(value) == {"__bytes__"}:
-            return value["__bytes__"].encode("latin-1")
-        return {k: from_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [from_jsonable(v) for v in value]
-    return value

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from tqdm import tqdm
+
 from jaxtrain.disk_full import disk_full_error, is_disk_full
 
 
@@ -148,7 +150,8 @@ def _format(key: str, value: Any) -> str:
 
 
 class ConsoleSink:
-    """A one-line progress bar with ETA on a terminal; one log line per record otherwise."""
+    """tqdm's progress bar on a terminal, the latest metrics beside it and each validation record
+    kept as a line above it; one plain log line per record otherwise (Slurm logs, CI, a pipe)."""
 
     SHOWN = ("loss", "val_loss", "val_ppl", "lr", "grad_norm", "tokens_per_s", "mfu")
 
@@ -157,6 +160,7 @@ class ConsoleSink:
         self.total = total_steps
         self.stream = stream or sys.stdout
         self.bar = progress and self.stream.isatty()
+        self._tqdm: tqdm | None = None  # opened at the first record: a resumed run starts there
         self._start: tuple[float, int] | None = None
 
     def _eta(self, step: int) -> str:
@@ -167,25 +171,26 @@ class ConsoleSink:
         t0, s0 = self._start
         if step <= s0:
             return "?"
-        remaining = (now - t0) / (step - s0) * (self.total - step)
-        return time.strftime("%H:%M:%S", time.gmtime(remaining))
+        return tqdm.format_interval((now - t0) / (step - s0) * (self.total - step))
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
-        parts = [_format(k, metrics[k]) for k in self.SHOWN if k in metrics]
-        eta = self._eta(step)
-        if self.bar:
-            done = int(30 * step / max(self.total, 1))
-            bar = "#" * done + "." * (30 - done)
-            self.stream.write(f"\r[{bar}] {step}/{self.total} {' '.join(parts)} eta {eta}\033[K")
-            if step >= self.total or any(k.startswith("val_") for k in metrics):
-                self.stream.write("\n")
-        else:
-            self.stream.write(f"step {step}/{self.total} {' '.join(parts)} eta {eta}\n")
-        self.stream.flush()
+        shown = " ".join(_format(k, metrics[k]) for k in self.SHOWN if k in metrics)
+        line = f"step {step}/{self.total} {shown}"
+        if not self.bar:
+            self.stream.write(f"{line} eta {self._eta(step)}\n")
+            self.stream.flush()
+            return
+        if self._tqdm is None:
+            self._tqdm = tqdm(total=self.total, initial=step, file=self.stream, unit="step",
+                              dynamic_ncols=True)
+        if any(k.startswith("val_") for k in metrics):
+            self._tqdm.write(line, file=self.stream)
+        self._tqdm.set_postfix_str(shown, refresh=False)
+        self._tqdm.update(step - self._tqdm.n)
 
     def close(self) -> None:
-        if self.bar:
-            self.stream.write("\n")
+        if self._tqdm is not None:
+            self._tqdm.close()
 
 
 class MetricsWriter:

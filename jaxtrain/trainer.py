@@ -28,13 +28,7 @@ from jaxtrain import config as config_lib
 from jaxtrain import init_from as init_from_lib
 from jaxtrain import memory_plan, peer_watch, perf, sharding
 from jaxtrain import run as run_lib
-from jaxtrain.checkpoint import (
-    Checkpointer,
-    committed_steps,
-    describe_dtype_changes,
-    from_jsonable,
-    to_jsonable,
-)
+from jaxtrain.checkpoint import Checkpointer, committed_steps, describe_dtype_changes
 from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
@@ -161,7 +155,7 @@ class Trainer:
                       f"{latest} ({'; '.join(data_changes)}); reading the new data from its "
                       "first batch, with the model and optimizer state of that step")
         elif data_state:
-            self.train_iter.set_state(from_jsonable(data_state))
+            self.train_iter.set_state(data_state)
         self._log(f"resumed from step {latest} in {self.checkpointer.directory} "
                   f"({time.perf_counter() - restore_start:.1f}s)")
         return state
@@ -271,7 +265,7 @@ class Trainer:
             return
         self._saved_step = self.step
         self._last_save_time = time.monotonic()
-        data_state = to_jsonable(self.train_iter.get_state())
+        data_state = self.train_iter.get_state()
         self.checkpointer.save(self.step, self.state, data_state, self.cfg.to_dict())
         self._timer.interrupted()
         if wait:

@@ -168,7 +168,8 @@ def test_megatron_llama2_7b(compat_samples):
         1e-5, 0.0, 2, 50, "cosine")
     assert (o.warmup_offset, o.weight_decay, o.b1, o.b2, o.clip_grad_norm) == (
         0, 0.1, 0.9, 0.95, 1.0)
-    assert d["mesh"] == {"data": 1, "fsdp": 8, "context": 1, "expert": 1, "tensor": 1}
+    assert d["mesh"] == {"data": 1, "pipeline": 1, "fsdp": 8, "context": 1, "expert": 1,
+                         "tensor": 1}
     assert cfg.data.kind == "synthetic" and cfg.train.eval_every == 0
     assert cfg.run.seed == 1234 and cfg.train.steps == 50
     # save: null writes no checkpoints; a rerun still resumes (from jaxtrain's final one), and
@@ -297,7 +298,8 @@ def test_maxtext_llama2_7b(compat_samples):
     o = cfg.optim
     assert (o.lr, o.min_lr, o.warmup_steps, o.decay_steps, o.warmup_offset) == pytest.approx(
         (3e-5, 3e-6, 5, 49, 0))
-    assert d["mesh"] == {"data": 1, "fsdp": 8, "context": 1, "expert": 1, "tensor": 1}
+    assert d["mesh"] == {"data": 1, "pipeline": 1, "fsdp": 8, "context": 1, "expert": 1,
+                         "tensor": 1}
     assert cfg.data.kind == "synthetic" and cfg.run.name == "llama2_7b_training"
     assert report.entries["base_emb_dim"].origin.endswith("models/llama2-7b.yml")
     assert report.by_status("unsupported") == []

@@ -146,7 +146,7 @@ def test_tokenize_megatron_format_reads_back(tmp_path: Path, tiny_tokenizer: Pat
 
     texts = corpus_texts(60, seed=5)
     inputs = _jsonl(tmp_path / "in", [texts[:40], texts[40:]])
-    common = dict(tasks=2, workers=1, shuffle_documents=False, backend="builtin")
+    common = dict(tasks=2, workers=1, shuffle_documents=False)
     bins = tokenize_files(inputs, tiny_tokenizer, tmp_path / "meg", fmt="megatron", **common)
     assert [p.name for p in bins] == ["00000_text_document.bin", "00001_text_document.bin"]
     tokenize_files(inputs, tiny_tokenizer, tmp_path / "ds", **common)

@@ -82,6 +82,26 @@ def test_mixture_proportions_and_per_source_epochs(sources: dict[str, Path]) -> 
         np.testing.assert_array_equal(x["inputs"], y["inputs"])
 
 
+def test_mixture_order_is_the_documented_formula(sources: dict[str, Path]) -> None:
+    """Row n comes from source k = Interleave.locate(n), at index j of k's own stream, and is
+    window index_shuffle(j % len_k, seed=run.seed + j // len_k + k * SALT): the order that
+    mixture checkpoints written by earlier versions point into."""
+    from grain.experimental import index_shuffle
+
+    from jaxtrain.data.mixture import SOURCE_SEED_SALT
+
+    cfg = _cfg(data__paths=f"0.7:{sources['a']},0.3:{sources['b']}", run__seed=3)
+    firsts = np.concatenate([b["inputs"][:, 0] for b in _take(make_train_iterator(cfg, 20_000),
+                                                               30)])
+    source, index = Interleave([0.7, 0.3]).locate(np.arange(firsts.size))
+    lengths, bases = (40, 20), (0, BASE_B)
+    expected = [bases[k] + SEQ * index_shuffle(j % lengths[k], max_index=lengths[k] - 1,
+                                               seed=3 + j // lengths[k] + k * SOURCE_SEED_SALT,
+                                               rounds=4)
+                for k, j in zip(source.tolist(), index.tolist())]
+    assert firsts.tolist() == expected
+
+
 def test_mixture_rows_are_sliced_among_processes(sources: dict[str, Path]) -> None:
     cfg = _cfg(data__paths=f"0.7:{sources['a']},0.3:{sources['b']}")
     whole = _take(make_train_iterator(cfg, 20_000), 6)

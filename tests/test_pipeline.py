@@ -89,17 +89,19 @@ def test_each_epoch_is_a_new_deterministic_permutation(base_cfg: ConfigDict,
             for w in _windows(b)] == list(range(40)) + list(range(8))
 
 
-def test_order_is_grains_shuffle_repeat(counting_shards: Path) -> None:
+def test_order_is_grains_shuffle_repeat_cut_to_whole_batches(base_cfg: ConfigDict,
+                                                             counting_shards: Path) -> None:
+    """Epoch e is grain's index shuffle of all windows with seed run.seed + e (the order of
+    `range(n).shuffle(seed).repeat()`), cut to whole global batches: the order checkpoints
+    written by earlier versions point into."""
     import grain
 
-    from jaxtrain.data import pipeline
-
-    source = pipeline.window_source(str(counting_shards), SEQ)
-    batches = pipeline.LocalBatchSource(source, pipeline.BatchPlan(40, 4, 0, 1), shuffle=True,
-                                        seed=5)
+    # 40 windows, batches of 12: 3 batches per epoch, 4 windows skipped in each epoch.
+    cfg = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=12,
+               run__seed=5)
+    ours = [w for b in _take(make_train_iterator(cfg, 161), 9) for w in _windows(b)]
     reference = grain.MapDataset.range(40).shuffle(seed=5).repeat(None)
-    ours = [w for step in range(30) for w in batches.window_indices(step)]
-    assert ours == [reference[i] for i in range(120)]
+    assert ours == [reference[40 * e + i] for e in range(3) for i in range(36)]
 
 
 @pytest.mark.parametrize("process_count", [2, 4])
@@ -117,17 +119,24 @@ def test_processes_read_disjoint_rows_of_the_same_batches(base_cfg: ConfigDict,
             np.testing.assert_array_equal(np.concatenate(local), batch[key])
 
 
-def test_process_only_reads_its_rows(base_cfg: ConfigDict, counting_shards: Path) -> None:
+def test_process_only_reads_its_rows(counting_shards: Path) -> None:
+    from jaxtrain.data import batches as batches_lib
     from jaxtrain.data import pipeline
 
-    cfg = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=8)
-    source = pipeline.window_source(cfg.data.paths, SEQ)
+    source = pipeline.window_source(str(counting_shards), SEQ)
     read: list[int] = []
-    original = source.read_rows
-    source.read_rows = lambda idx: read.extend(idx) or original(idx)
-    plan = pipeline.BatchPlan(len(source), 8, process_index=1, process_count=2)
-    batches = pipeline.LocalBatchSource(source, plan, shuffle=True, seed=0)
-    batch = batches[3]
+
+    class Counting:
+        def __len__(self) -> int:
+            return len(source)
+
+        def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+            read.append(index)
+            return source[index]
+
+    plan = batches_lib.BatchPlan(len(source), 8, process_index=1, process_count=2)
+    stream = batches_lib.epoch_stream(Counting(), plan, shuffle=True, seed=0)
+    batch = batches_lib.process_batches(stream, plan)[3]
     assert len(read) == 4 and _windows(batch) == read
 
 
@@ -142,6 +151,24 @@ def test_exact_resume_from_state(base_cfg: ConfigDict, counting_shards: Path) ->
     for a, b in zip(expected, _take(fresh, 9), strict=True):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_a_state_resumes_on_another_process_count(base_cfg: ConfigDict,
+                                                  counting_shards: Path) -> None:
+    """The state is a global batch number: a checkpoint written by two processes resumes on one
+    (or four) with the same global batches, which is why it is saved once for all processes."""
+    cfg = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=8)
+    whole = _take(make_train_iterator(cfg, 161), 9)
+    two = make_train_iterator(cfg, 161, process_index=1, process_count=2)
+    _take(two, 6)
+    state = two.get_state()
+    one = make_train_iterator(cfg, 161)
+    one.set_state(state)
+    assert [_windows(b) for b in _take(one, 3)] == [_windows(b) for b in whole[6:]]
+    quarters = [make_train_iterator(cfg, 161, process_index=p, process_count=4) for p in range(4)]
+    for it in quarters:
+        it.set_state(state)
+    assert sum((_windows(next(it)) for it in quarters), []) == _windows(whole[6])
 
 
 def test_iterator_without_prefetch(base_cfg: ConfigDict, counting_shards: Path) -> None:

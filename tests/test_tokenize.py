@@ -1,4 +1,4 @@
-"""Tokenizing files into shards: datatrove's writer, the built-in one, and the CLI."""
+"""Tokenizing files into datatrove shards (datatrove's own writer, run by our tasks) and the CLI."""
 
 from __future__ import annotations
 
@@ -34,29 +34,37 @@ def _docs(ds: Path) -> list[tuple[int, ...]]:
     return [tuple(tokens[a:b]) for a, b in zip(np.r_[0, ends[:-1]], ends)]
 
 
-def test_builtin_writer_matches_datatrove(tmp_path: Path, tiny_tokenizer: Path) -> None:
+def test_shards_are_what_datatroves_own_pipeline_writes(tmp_path: Path,
+                                                         tiny_tokenizer: Path) -> None:
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.readers import JsonlReader
+    from datatrove.pipeline.tokens import DocumentTokenizer
+
     texts = corpus_texts(90, seed=4)
     inputs = _jsonl(tmp_path / "in", [texts[:60], texts[60:]])
     for shuffle in (False, True):
-        written = {}
-        for backend in ("datatrove", "builtin"):
-            out = tmp_path / f"{backend}-{shuffle}"
-            written[backend] = tokenize_files(inputs, tiny_tokenizer, out, tasks=3, workers=1,
-                                              backend=backend, shuffle_documents=shuffle)
-        assert [p.name for p in written["datatrove"]] == [p.name for p in written["builtin"]]
-        assert len(written["builtin"]) == 2  # the third task had no file
-        for ours, theirs in zip(written["builtin"], written["datatrove"]):
-            if shuffle:  # datatrove's per-task shuffle stream depends on its worker count
-                assert sorted(_docs(ours)) == sorted(_docs(theirs))
-            else:
-                assert ours.read_bytes() == theirs.read_bytes()
-                for suffix in (".index", ".metadata"):
-                    mine, other = (p.with_name(p.name + suffix) for p in (ours, theirs))
-                    assert mine.read_bytes() == other.read_bytes()
-        names = [p.name for p in written["builtin"]]
-        assert names[0] == ("00000_00000_doc_shuffled.ds" if shuffle else "00000_unshuffled.ds")
+        ours = tokenize_files(inputs, tiny_tokenizer, tmp_path / f"ours-{shuffle}", tasks=3,
+                              workers=1, shuffle_documents=shuffle, seed=5)
+        theirs = tmp_path / f"theirs-{shuffle}"
+        for rank in range(2):  # one run per task: a fresh shuffle generator for each
+            LocalPipelineExecutor(
+                pipeline=[JsonlReader(str(tmp_path / "in")),
+                          DocumentTokenizer(str(theirs),
+                                            tokenizer_name_or_path=str(tiny_tokenizer /
+                                                                       "tokenizer.json"),
+                                            eos_token=EOS, shuffle_documents=shuffle, seed=5)],
+                tasks=3, local_tasks=1, local_rank_offset=rank,
+                logging_dir=str(tmp_path / f"logs-{shuffle}-{rank}")).run()
+        assert len(ours) == 2  # the third task had no file, and left none
+        assert not list((tmp_path / f"ours-{shuffle}").glob("00002_*"))
+        stem = "00000_doc_shuffled" if shuffle else "unshuffled"
+        assert [p.name for p in ours] == [f"{rank:05d}_{stem}.ds" for rank in range(2)]
+        for mine in ours:
+            for suffix in ("", ".index", ".metadata"):
+                other = theirs / (mine.name + suffix)
+                assert (mine.parent / other.name).read_bytes() == other.read_bytes(), other.name
     eos = eos_id_from_tokenizer(tiny_tokenizer)
-    docs = [d for ds in written["builtin"] for d in _docs(ds)]
+    docs = [d for ds in ours for d in _docs(ds)]
     assert len(docs) == 90 and all(d[-1] == eos and eos not in d[:-1] for d in docs)
 
 
@@ -71,12 +79,10 @@ def test_reads_back_text_through_the_tokenizer(tmp_path: Path,
     assert tok.decode(first[:-1].tolist()) in datatrove_corpus.texts
 
 
-@pytest.mark.parametrize("backend", ["builtin", "datatrove"])
-def test_big_vocabulary_writes_uint32(tmp_path: Path, backend: str) -> None:
+def test_big_vocabulary_writes_uint32(tmp_path: Path) -> None:
     tok = write_wordlevel_tokenizer(tmp_path / "tok", 70000)
     inputs = _jsonl(tmp_path / "in", [["w1 w65535 w65536", "w69997 w3"]])
-    tokenize_files(inputs, tok, tmp_path / "out", backend=backend, shuffle_documents=False,
-                   workers=1)
+    tokenize_files(inputs, tok, tmp_path / "out", shuffle_documents=False, workers=1)
     (shard,) = find_shards([str(tmp_path / "out")], eos_id=69999)
     assert shard.dtype == np.uint32
     np.testing.assert_array_equal(shard.tokens, [1, 65535, 65536, 69999, 69997, 3, 69999])
@@ -92,7 +98,7 @@ def test_input_kinds(tmp_path: Path, tiny_tokenizer: Path) -> None:
     files = expand_inputs([str(tmp_path / "in")])
     assert [f.name for f in files] == ["a.txt", "empty.txt", "b.jsonl.gz"]
     tokenize_files([str(tmp_path / "in")], tiny_tokenizer, tmp_path / "out", text_key="content",
-                   backend="builtin", shuffle_documents=False)
+                   shuffle_documents=False)
     (shard,) = find_shards([str(tmp_path / "out")])
     assert shard.num_docs == 2
 
@@ -102,20 +108,24 @@ def test_parquet_input(tmp_path: Path, tiny_tokenizer: Path) -> None:
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"text": ["one doc", "", "two docs"]}), tmp_path / "a.parquet")
-    tokenize_files([str(tmp_path / "a.parquet")], tiny_tokenizer, tmp_path / "out",
-                   backend="builtin")
+    tokenize_files([str(tmp_path / "a.parquet")], tiny_tokenizer, tmp_path / "out")
     assert find_shards([str(tmp_path / "out")])[0].num_docs == 2
 
 
 def test_tokenize_errors(tmp_path: Path, tiny_tokenizer: Path) -> None:
     inputs = _jsonl(tmp_path / "in", [["some text"]])
     with pytest.raises(DataError, match=r"part0\.jsonl:1: no 'body' field \(fields: text, id\)"):
-        tokenize_files(inputs, tiny_tokenizer, tmp_path / "out", text_key="body",
-                       backend="builtin")
-    tokenize_files(inputs, tiny_tokenizer, tmp_path / "out", backend="builtin")
+        tokenize_files(inputs, tiny_tokenizer, tmp_path / "out", text_key="body")
+    tokenize_files(inputs, tiny_tokenizer, tmp_path / "out")
     with pytest.raises(DataError, match="already holds 3 shard files"):
-        tokenize_files(inputs, tiny_tokenizer, tmp_path / "out", backend="builtin")
-    tokenize_files(inputs, tiny_tokenizer, tmp_path / "out", backend="builtin", overwrite=True)
+        tokenize_files(inputs, tiny_tokenizer, tmp_path / "out")
+    tokenize_files(inputs, tiny_tokenizer, tmp_path / "out", overwrite=True)
+    slow = tmp_path / "slow"  # a tokenizer folder without tokenizer.json
+    slow.mkdir()
+    (slow / "tokenizer_config.json").write_text(json.dumps({"eos_token": EOS}))
+    with pytest.raises(DataError, match="writing datatrove shards needs a tokenizer.json"):
+        tokenize_files(inputs, slow, tmp_path / "out4")
+    assert not list((tmp_path / "out4").iterdir())
     bare = write_wordlevel_tokenizer(tmp_path / "bare", 10)
     (bare / "tokenizer_config.json").write_text("{}")
     with pytest.raises(DataError, match="no eos_token in tokenizer_config.json"):

@@ -15,7 +15,7 @@ from data_fixtures import EOS, corpus_texts
 from jaxtrain.data import shard_writers, text_inputs
 from jaxtrain.data.datatrove import find_shards
 from jaxtrain.data.megatron import megatron_files
-from jaxtrain.data.shard_writers import DatatroveWriter, ShuffledWriter
+from jaxtrain.data.shard_writers import MegatronDocumentWriter, ShuffledWriter
 from jaxtrain.data.tokenize import tokenize_files
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ def test_worker_processes_write_what_one_process_writes(tmp_path: Path,
     for workers in (1, 2):
         seen = []
         written = tokenize_files(inputs, tiny_tokenizer, tmp_path / f"w{workers}", tasks=3,
-                                 workers=workers, backend="builtin",
+                                 workers=workers,
                                  progress=lambda d, t, seen=seen: seen.append((d, t)))
         counts[workers] = np.sum(seen, axis=0).tolist()
         assert len(written) == 3
@@ -49,11 +49,12 @@ def test_worker_processes_write_what_one_process_writes(tmp_path: Path,
 def test_shuffled_writer_replays_in_groups(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(shard_writers, "REPLAY_GROUP", 3)  # many groups from a small corpus
     docs = [list(range(i, i + 1 + i % 5)) for i in range(20)]
-    final = DatatroveWriter(tmp_path / "x.ds", 2, "tok")
+    final = MegatronDocumentWriter(tmp_path / "x", np.dtype(np.uint16))
     writer = ShuffledWriter(final, tmp_path / "spool", np.uint16, seed=7)
     writer.add_many(docs[:11])
     writer.add_many(docs[11:])
-    (shard,) = find_shards([str(writer.close())])
+    writer.close()
+    (shard,) = megatron_files(tmp_path / "x")
     order = np.random.default_rng(7).permutation(20)
     np.testing.assert_array_equal(shard.tokens, [t for i in order for t in docs[i]])
     assert not (tmp_path / "spool").exists()
@@ -69,7 +70,7 @@ def test_parquet_and_jsonl_stream_in_batches(tmp_path: Path, tiny_tokenizer: Pat
     pq.write_table(pa.table({"text": texts}), tmp_path / "a.parquet", row_group_size=7)
     batches = []
     (ds,) = tokenize_files([str(tmp_path / "a.parquet")], tiny_tokenizer, tmp_path / "out",
-                           backend="builtin", shuffle_documents=False,
+                           shuffle_documents=False,
                            progress=lambda d, t: batches.append(d))
     assert batches == [4] * 7 + [2]
     assert find_shards([str(ds)])[0].num_docs == 30

@@ -5,10 +5,9 @@
     python tools/tokenize_corpus.py --format megatron --tasks 8 --workers 4 --merge ...
 
 An EOS token is appended after every document. For `--format datatrove` (data.kind="datatrove")
-datatrove's DocumentTokenizer writes the shards when it is installed (pip install datatrove
-orjson); otherwise a built-in writer with the same file layout does. `--format megatron`
-(data.kind="megatron") writes <output>/<task>_<text-key>_document.bin/.idx per task, or one
-<output>/<text-key>_document with --merge. Documents stream through, so corpora larger than
+datatrove's own DocumentTokenizer writes the shards (the tokenizer needs a tokenizer.json).
+`--format megatron` (data.kind="megatron") writes <output>/<task>_<text-key>_document.bin/.idx per
+task, or one <output>/<text-key>_document with --merge. Documents stream through, so corpora larger than
 memory work; --tasks splits the input files, --workers runs that many tasks at once.
 """
 
@@ -22,6 +21,8 @@ sys.path.insert(0, os.path.dirname(_HERE))
 import argparse  # noqa: E402
 import time  # noqa: E402
 
+from tqdm import tqdm  # noqa: E402
+
 from jaxtrain.data.datatrove import find_shards  # noqa: E402
 from jaxtrain.data.errors import DataError  # noqa: E402
 from jaxtrain.data.megatron import megatron_files  # noqa: E402
@@ -29,32 +30,36 @@ from jaxtrain.data.tokenize import tokenize_files  # noqa: E402
 
 
 class Progress:
-    """Documents and tokens so far, on stderr: one updating line on a terminal, otherwise a
-    line every `interval` seconds (a log file should not get one line per batch)."""
+    """Documents and tokens so far, on stderr: tqdm's counter on a terminal, otherwise a line
+    every `interval` seconds (a log file should not get one line per batch)."""
 
     def __init__(self, interval: float = 10.0, stream=None):
         self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.interval = 0.5 if self.tty else interval
+        self.bar = tqdm(unit=" documents", file=self.stream) if self.stream.isatty() else None
+        self.interval = interval
         self.docs = self.tokens = 0
         self.start = self.last = time.perf_counter()
 
     def __call__(self, docs: int, tokens: int) -> None:
         self.docs += docs
         self.tokens += tokens
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{self.tokens:,} tokens", refresh=False)
+            self.bar.update(docs)
+            return
         now = time.perf_counter()
         if now - self.last < self.interval:
             return
         self.last = now
         rate = self.tokens / max(now - self.start, 1e-9)
-        line = f"tokenized {self.docs:,} documents, {self.tokens:,} tokens ({rate:,.0f} tokens/s)"
-        self.stream.write(f"\r{line}\033[K" if self.tty else line + "\n")
+        self.stream.write(f"tokenized {self.docs:,} documents, {self.tokens:,} tokens "
+                          f"({rate:,.0f} tokens/s)\n")
         self.stream.flush()
 
     def close(self) -> None:
-        """Ends the updating line on a terminal."""
-        if self.tty and self.last > self.start:
-            self.stream.write("\n")
+        """Ends the counter on a terminal."""
+        if self.bar is not None:
+            self.bar.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,7 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="keep documents in input order inside each shard")
     p.add_argument("--seed", type=int, default=0, help="seed of the in-shard document shuffle")
     p.add_argument("--backend", choices=("auto", "datatrove", "builtin"), default="auto",
-                   help="who writes the shards (auto: datatrove when installed)")
+                   help="ignored, kept for older commands: datatrove writes .ds shards, the "
+                        "built-in writer Megatron datasets")
     p.add_argument("--overwrite", action="store_true",
                    help="delete shards already in the output folder first")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -39,9 +39,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("fp32_residual_connection", False, "the residual stream follows model.dtype"),
     ("init_method_xavier_uniform", False, "only normal initialisation exists"),
     ("fp16", False, "fp16 with loss scaling is not implemented; use bf16"),
-    ("pipeline_model_parallel_size", 1, "pipeline parallelism is not implemented; use "
-                                        "mesh.ici_fsdp / mesh.ici_tensor"),
-    ("virtual_pipeline_model_parallel_size", None, "pipeline parallelism is not implemented"),
     ("optimizer", "adam", "only AdamW exists (Megatron's `adam` is AdamW)"),
     ("head_lr_mult", 1.0, "per-layer learning-rate multipliers are not implemented"),
     ("weight_decay_incr_style", "constant", "weight-decay schedules are not implemented"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from jaxtrain.compat import fp8, known, torchtitan_models
+from jaxtrain.compat import fp8, known, pipeline_keys, torchtitan_models
 from jaxtrain.compat.report import KeyReport
 from jaxtrain.compat.target import has_key
 
@@ -52,9 +52,7 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
     ("parallelism.fsdp_reshard_after_forward", _COMM),
     ("parallelism.disable_loss_parallel", _COMM),
     ("parallelism.enable_async_tensor_parallel", _COMM),
-    ("parallelism.context_parallel_*", _COMM), ("parallelism.pipeline_parallel_*",
-                                                "pipeline detail (no pipeline here)"),
-    ("parallelism.module_fqns_per_model_part", "pipeline detail"),
+    ("parallelism.context_parallel_*", _COMM),
     ("parallelism.expert_*", "MoE detail (a dense model)"),
     ("checkpoint.last_save_*", "checkpoint format"), ("checkpoint.export_dtype", "format"),
     ("checkpoint.async_mode", "checkpoint writer"), ("checkpoint.enable_*", "checkpoint detail"),
@@ -225,11 +223,6 @@ def _parallel(r: KeyReport, s: dict[str, Any]) -> None:
     tp = int(_get(r, "parallelism.tensor_parallel_degree"))
     cp = int(_get(r, "parallelism.context_parallel_degree"))
     pp = int(_get(r, "parallelism.pipeline_parallel_degree"))
-    if pp > 1:
-        r.unsupported("parallelism.pipeline_parallel_degree", "pipeline parallelism is not "
-                      "implemented; use mesh.ici_fsdp / mesh.ici_tensor")
-    else:
-        r.ignored("parallelism.pipeline_parallel_degree", "1: no pipeline")
     if shard < 0:
         if world % (rep * tp * cp * pp):
             raise r.devices_not_divisible({"replicate": rep, "tensor": tp, "context": cp,
@@ -251,6 +244,7 @@ def _parallel(r: KeyReport, s: dict[str, Any]) -> None:
                         ("parallelism.tensor_parallel_degree", "mesh.ici_tensor"),
                         ("parallelism.context_parallel_degree", "mesh.ici_context")):
         r.mapped(key, target)
+    pipeline_keys.torchtitan(r, s, pp, local, batch_degree)
     r.note(f"assumed {world} devices; data parallel degree {batch_degree}")
 
 

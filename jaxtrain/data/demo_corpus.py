@@ -2,9 +2,10 @@
 
 The text is the reference manual's topics (`pydoc_data.topics`), the standard library's module,
 class and function docstrings and its block comments, read from the source files with `ast` and
-never imported (no import side effects). Documents are split into train and validation by a hash
-of their name, a byte-level BPE is trained on the training text, and both splits are tokenized
-with an EOS after every document:
+never imported (no import side effects). Only their prose is kept, one paragraph a line
+(`demo_prose`: no doctests, code examples or signatures). Documents are split into train and
+validation by a hash of their name, a byte-level BPE is trained on the training text, and both
+splits are tokenized with an EOS after every document:
 
     out/tokenizer/   a transformers-loadable tokenizer folder (eos_token "<|endoftext|>")
     out/text/        train.jsonl, val.jsonl (the documents)
@@ -32,37 +33,34 @@ from pathlib import Path
 from typing import Any
 
 from jaxtrain.data.datatrove import find_shards
+from jaxtrain.data.demo_prose import prose, prose_paragraph
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.text_inputs import eos_id_from_tokenizer
 from jaxtrain.data.tokenize import tokenize_files
 
 EOS_TOKEN = "<|endoftext|>"
-VAL_PER_MILLE = 50  # about 5% of documents go to validation
+VAL_PER_MILLE = 100  # about 10% of documents go to validation
 # Standard-library folders left out: tests (slow to parse, little prose), vendored packages.
 SKIP_DIRS = {"test", "tests", "site-packages", "dist-packages", "ensurepip", "__pycache__"}
 # A run of full-line comments (not a shebang or coding line) with at least this much text.
 _COMMENT_BLOCK = re.compile(r"(?:^[ \t]*#(?!!)[^\n]*\n)+", re.M)
 MIN_COMMENT_CHARS = 60
-MANIFEST_VERSION = 1
+MIN_DOCUMENT_CHARS = 200  # shorter documents are mostly one stray line of prose
+MANIFEST_VERSION = 2  # 2: prose only
 # The folders a build writes under its root, and the file that marks each as the build's own.
 BUILD_FOLDERS = ("tokenizer", "text", "train", "val")
 OWNER_MARK = ".jaxtrain-demo"
 
 
-def _definitions(body: list[ast.stmt], prefix: str) -> Iterator[str]:
-    """'def/class name(args)' headings with their docstrings, descending into classes only."""
+def _docstrings(body: list[ast.stmt]) -> Iterator[str]:
+    """The docstrings of the classes and functions in `body`, descending into classes only."""
     for node in body:
         if not isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        doc = ast.get_docstring(node)
-        name = prefix + node.name
-        if doc:
-            if isinstance(node, ast.ClassDef):
-                yield f"class {name}\n\n{doc}"
-            else:
-                yield f"def {name}({ast.unparse(node.args)})\n\n{doc}"
+        if doc := ast.get_docstring(node):
+            yield doc
         if isinstance(node, ast.ClassDef):
-            yield from _definitions(node.body, name + ".")
+            yield from _docstrings(node.body)
 
 
 def _comments(source: str) -> str:
@@ -70,7 +68,7 @@ def _comments(source: str) -> str:
     for match in _COMMENT_BLOCK.finditer(source):
         lines = [line.strip().lstrip("#").strip() for line in match.group().splitlines()]
         text = " ".join(line for line in lines if line)
-        if len(text) >= MIN_COMMENT_CHARS:
+        if len(text) >= MIN_COMMENT_CHARS and (text := prose_paragraph(text)):
             blocks.append(text)
     return "\n\n".join(blocks)
 
@@ -78,8 +76,8 @@ def _comments(source: str) -> str:
 def stdlib_documents() -> Iterator[tuple[str, str]]:
     """(name, text) documents from the standard library's source files, in sorted path order.
 
-    One document of docstrings per module and one of its block comments; files that do not parse
-    on this Python are skipped.
+    One document of docstring prose per module and one of its block comments (documents under
+    MIN_DOCUMENT_CHARS are left out); files that do not parse on this Python are skipped.
     """
     root = Path(sysconfig.get_paths()["stdlib"])
     for path in sorted(root.rglob("*.py")):
@@ -92,12 +90,12 @@ def stdlib_documents() -> Iterator[tuple[str, str]]:
         except (SyntaxError, ValueError, UnicodeDecodeError, OSError):
             continue
         module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
-        parts = [doc] if (doc := ast.get_docstring(tree)) else []
-        parts += _definitions(tree.body, "")
-        if parts:
-            yield f"module:{module}", f"Module {module}\n\n" + "\n\n".join(parts)
-        if comments := _comments(source):
-            yield f"comments:{module}", f"Notes from the source of {module}\n\n{comments}"
+        docs = [doc] if (doc := ast.get_docstring(tree)) else []
+        text = "\n\n".join(p for p in map(prose, docs + list(_docstrings(tree.body))) if p)
+        if len(text) >= MIN_DOCUMENT_CHARS:
+            yield f"module:{module}", text
+        if len(comments := _comments(source)) >= MIN_DOCUMENT_CHARS:
+            yield f"comments:{module}", comments
 
 
 def topic_documents() -> Iterator[tuple[str, str]]:
@@ -105,7 +103,8 @@ def topic_documents() -> Iterator[tuple[str, str]]:
     from pydoc_data.topics import topics
 
     for name in sorted(topics):
-        yield f"topic:{name}", topics[name].strip()
+        if len(text := prose(topics[name])) >= MIN_DOCUMENT_CHARS:
+            yield f"topic:{name}", text
 
 
 def is_validation(name: str, seed: int = 0) -> bool:

@@ -22,9 +22,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+import grain
 import numpy as np
 
-from jaxtrain.data.batches import BatchPlan, RowSource, shuffled
+from jaxtrain.data.batches import RowSource, windows
 from jaxtrain.data.errors import DataError
 
 PERIOD = 1 << 16
@@ -45,8 +46,16 @@ def quotas(weights: Sequence[float], period: int = PERIOD) -> np.ndarray:
     return q
 
 
-class Interleave:
-    """Maps stream positions to (source, index in that source's stream); see the module doc."""
+class Interleave(grain.transforms.DatasetSelectionMap):
+    """Maps stream positions to (source, index in that source's stream); see the module doc.
+
+    grain's own `MapDataset.mix(datasets, weights)` cannot take its place: it truncates the
+    weights to integers after scaling the smallest to 100 (grain 0.2.18 `mix.py`:
+    `_float_to_int_proportions`), so 1 : 1.009 mixes as 1 : 1 and 0.3 : 0.7 as 100 : 233 for good,
+    and it orders rows by another rule, so every mixture checkpoint written before would resume
+    on other batches. This map is handed to grain's `select_from_datasets`, which does the
+    reading.
+    """
 
     def __init__(self, weights: Sequence[float], period: int = PERIOD) -> None:
         self.period = int(period)
@@ -57,6 +66,13 @@ class Interleave:
         order = np.lexsort((sources, keys))
         self.source_of = sources[order].astype(np.int32)
         self.rank_of = ranks[order].astype(np.int64)
+
+    def __len__(self) -> int:
+        return sys.maxsize
+
+    def __getitem__(self, position: int) -> tuple[int, int]:
+        source, index = self.locate([position])
+        return int(source[0]), int(index[0])
 
     def locate(self, positions: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """(source, index in the source's own stream) of each stream position."""
@@ -71,44 +87,10 @@ class Interleave:
         return max(1, int(np.min((lengths - 1) * self.period // self.quotas)))
 
 
-class MixtureBatchSource:
-    """Random-access source: global batch number -> this process's rows, drawn from a mixture."""
-
-    def __init__(self, sources: Sequence[RowSource], weights: Sequence[float], plan: BatchPlan,
-                 *, shuffle: bool, seed: int, length: int = sys.maxsize) -> None:
-        self.sources = list(sources)
-        self.lengths = np.array([len(s) for s in self.sources], np.int64)
-        self.interleave = Interleave(weights)
-        self.plan = plan
-        self.shuffle = shuffle
-        self.seed = int(seed)
-        self._len = length
-
-    def __len__(self) -> int:
-        return self._len
-
-    def window_indices(self, step: int) -> list[tuple[int, int]]:
-        """(source, window) of each of this process's rows of global batch `step`."""
-        positions = self.plan.local_positions(step)
-        source, index = self.interleave.locate(np.arange(positions.start, positions.stop))
-        epoch, within = np.divmod(index, self.lengths[source])
-        rows = []
-        for k, e, i in zip(source.tolist(), epoch.tolist(), within.tolist()):
-            window = (shuffled(i, int(self.lengths[k]), self.seed + e + k * SOURCE_SEED_SALT)
-                      if self.shuffle else i)
-            rows.append((k, window))
-        return rows
-
-    def __getitem__(self, step: int) -> dict[str, np.ndarray]:
-        rows = self.window_indices(step)
-        by_source: dict[int, list[int]] = {}
-        for row, (k, _) in enumerate(rows):
-            by_source.setdefault(k, []).append(row)
-        out: dict[str, np.ndarray] = {}
-        for k, row_ids in by_source.items():
-            part = self.sources[k].read_rows([rows[r][1] for r in row_ids])
-            for key, value in part.items():
-                if key not in out:
-                    out[key] = np.empty((len(rows), *value.shape[1:]), value.dtype)
-                out[key][row_ids] = value
-        return out
+def mixture_stream(sources: Sequence[RowSource], weights: Sequence[float], *, shuffle: bool,
+                   seed: int) -> grain.MapDataset:
+    """The endless stream of rows drawn from `sources` in proportion to `weights` (see the
+    module doc): grain's `select_from_datasets` over each source's own repeated epochs."""
+    streams = [windows(s, shuffle=shuffle, seed=int(seed) + k * SOURCE_SEED_SALT).repeat()
+               for k, s in enumerate(sources)]
+    return grain.MapDataset.select_from_datasets(streams, Interleave(weights))

@@ -1,15 +1,30 @@
 """The grain input pipeline: shuffled global batches, each process reading only its own rows.
 
 Sources. `data.kind` picks the shard format (datatrove `.ds`, Megatron `.bin/.idx`, or synthetic
-tokens). `data.paths` entries without weights form one token pool (`batches.LocalBatchSource`:
+tokens). `data.paths` entries without weights form one token pool (`batches.epoch_stream`:
 epochs of whole global batches); with weights each entry is a source of a mixture
-(`mixture.MixtureBatchSource`: rows drawn in proportion, each source with its own epochs).
+(`mixture.mixture_stream`: rows drawn in proportion, each source with its own epochs).
 See `sources` for the path, weight, blend and split syntax, `windows` for the windowing and
 `documents` for the document-boundary fields.
 
+Datasets. Everything after reading a window is grain's own: `MapDataset.source`, `shuffle`,
+`slice`, `repeat`, `select_from_datasets`, `batch` and the process slice, then
+`to_iter_dataset` with reader threads (and `mp_prefetch` for `data.worker_count`). The batches and
+iterator states are bit for bit those of the hand-written batch sources this replaced (checked on
+196 settings: pools, per_file, mixtures, Megatron blends and splits, document fields, 1/2/4
+processes, validation). Cost, measured on one machine in one session (AMD EPYC, 2 shared cores):
+CPU per batch with data.prefetch=0, best of 7 x 200 batches, three alternating rounds,
+hand-written -> grain: 16 x 2048: 274-323 -> 349-360 us; 8 x 4096: 161-182 -> 200-227 us;
+16 x 2048 with document fields: 645-734 -> 727-795 us. That is 10-25% more CPU (a Python call per
+layer and window), still ~90M tokens per CPU-second, thousands of times what a training step
+consumes; tools/bench_loader.py's wall-clock tokens/s moved within the shared machine's noise
+(docs/data.md, "Speed"). grain's `MapDataset.source` wrapper is the one piece not used: its
+per-read metrics added another 175 us per batch (see `batches.SourceDataset`).
+
 State. The iterator is a grain `DatasetIterator` over global batch numbers; `get_state()` is a small
-dict and `set_state()` on a freshly built iterator continues with exactly the same batches, since
-every row is a pure function of (config, batch number, process).
+dict ({"next_index": n} without worker processes, as before) and `set_state()` on a freshly built
+iterator continues with exactly the same batches, since every row is a pure function of (config,
+batch number, process).
 """
 
 from __future__ import annotations
@@ -24,11 +39,11 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from jaxtrain.config import split_paths
-from jaxtrain.data.batches import BatchPlan, LocalBatchSource, RowSource
+from jaxtrain.data.batches import BatchPlan, RowSource, epoch_stream, process_batches
 from jaxtrain.data.datatrove import find_shards, warn_if_no_eos
 from jaxtrain.data.documents import DocumentOptions
 from jaxtrain.data.errors import DataError
-from jaxtrain.data.mixture import Interleave, MixtureBatchSource
+from jaxtrain.data.mixture import Interleave, mixture_stream
 from jaxtrain.data.sources import has_split_part, load_datasets, parse_sources
 from jaxtrain.data.synthetic import SyntheticSource
 from jaxtrain.data.text_inputs import eos_id_from_tokenizer
@@ -36,9 +51,8 @@ from jaxtrain.data.tokenizer_check import check_tokenizer
 from jaxtrain.data.windows import TokenPool, WindowSource
 from jaxtrain.errors import ConfigError
 
-__all__ = ["BatchPlan", "LocalBatchSource", "RowSource", "Sources", "batch_fields",
-           "build_sources", "data_summary", "make_eval_batches", "make_train_iterator",
-           "window_source"]
+__all__ = ["BatchPlan", "RowSource", "Sources", "batch_fields", "build_sources",
+           "data_summary", "make_eval_batches", "make_train_iterator", "window_source"]
 
 
 def batch_fields(cfg: ConfigDict) -> dict[str, np.dtype]:
@@ -171,8 +185,9 @@ def _plan(cfg: ConfigDict, num_windows: int, process_index: int, process_count: 
     return BatchPlan(num_windows, g, process_index, process_count)
 
 
-def _iterator(cfg: ConfigDict, batches: object, workers: bool) -> grain.DatasetIterator:
-    ds = grain.MapDataset.source(batches).to_iter_dataset(_read_options(cfg))
+def _iterator(cfg: ConfigDict, batches: grain.MapDataset, workers: bool
+              ) -> grain.DatasetIterator:
+    ds = batches.to_iter_dataset(_read_options(cfg))
     if workers and cfg.data.worker_count > 0:
         _allow_worker_processes()
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(
@@ -192,20 +207,19 @@ def make_train_iterator(cfg: ConfigDict, vocab_size: int, *, process_index: int 
     if cfg.data.kind == "synthetic":
         source = SyntheticSource(vocab_size, cfg.train.seq_len, seed=cfg.run.seed)
         plan = _plan(cfg, len(source), process_index, process_count, "synthetic data")
-        return _iterator(cfg, LocalBatchSource(source, plan, shuffle=False, seed=cfg.run.seed),
-                         True)
+        stream = epoch_stream(source, plan, shuffle=False, seed=cfg.run.seed)
+        return _iterator(cfg, process_batches(stream, plan), True)
     built = build_sources(cfg, vocab_size, "train")
     if built.weights is None:
         (source,) = built.sources
         plan = _plan(cfg, len(source), process_index, process_count, built.what)
-        batches: object = LocalBatchSource(source, plan, shuffle=cfg.data.shuffle,
-                                           seed=cfg.run.seed)
+        stream = epoch_stream(source, plan, shuffle=cfg.data.shuffle, seed=cfg.run.seed)
     else:
         # Sources repeat independently, so even a tiny one can fill any number of batches.
         plan = _plan(cfg, sys.maxsize, process_index, process_count, built.what)
-        batches = MixtureBatchSource(built.sources, built.weights, plan,
-                                     shuffle=cfg.data.shuffle, seed=cfg.run.seed)
-    return _iterator(cfg, batches, True)
+        stream = mixture_stream(built.sources, built.weights, shuffle=cfg.data.shuffle,
+                                seed=cfg.run.seed)
+    return _iterator(cfg, process_batches(stream, plan), True)
 
 
 def make_eval_batches(cfg: ConfigDict, vocab_size: int, *, process_index: int = 0,
@@ -225,8 +239,8 @@ def make_eval_batches(cfg: ConfigDict, vocab_size: int, *, process_index: int = 
         source: RowSource = SyntheticSource(
             vocab_size, cfg.train.seq_len, seed=cfg.run.seed + SYNTHETIC_EVAL_SEED_OFFSET)
         plan = _plan(cfg, len(source), process_index, process_count, "synthetic data")
-        batches: object = LocalBatchSource(source, plan, shuffle=False, seed=0,
-                                           length=cfg.train.eval_batches)
+        batches = process_batches(epoch_stream(source, plan, shuffle=False, seed=0), plan,
+                                  cfg.train.eval_batches)
         return lambda: _iterator(cfg, batches, False)
     built = build_sources(cfg, vocab_size, "valid")
     if built is None:
@@ -235,12 +249,13 @@ def make_eval_batches(cfg: ConfigDict, vocab_size: int, *, process_index: int = 
         (source,) = built.sources
         plan = _plan(cfg, len(source), process_index, process_count, built.what)
         num_batches = min(cfg.train.eval_batches, plan.steps_per_epoch)
-        batches = LocalBatchSource(source, plan, shuffle=False, seed=0, length=num_batches)
+        stream = epoch_stream(source, plan, shuffle=False, seed=0)
     else:
         plan = _plan(cfg, sys.maxsize, process_index, process_count, built.what)
         rows = Interleave(built.weights).rows_before_wrap([len(s) for s in built.sources])
-        batches = MixtureBatchSource(built.sources, built.weights, plan, shuffle=False, seed=0,
-                                     length=max(1, min(cfg.train.eval_batches, rows // g)))
+        num_batches = max(1, min(cfg.train.eval_batches, rows // g))
+        stream = mixture_stream(built.sources, built.weights, shuffle=False, seed=0)
+    batches = process_batches(stream, plan, num_batches)
     return lambda: _iterator(cfg, batches, False)
 
 

@@ -1,6 +1,12 @@
-"""Streaming writers of tokenized documents: datatrove shards, Megatron datasets, in-file shuffle.
+"""Streaming writers of tokenized documents into Megatron datasets, with an in-file shuffle.
 
-Every writer appends documents to its files as they come, keeping only one length per document in
+datatrove shards are written by datatrove's own `DocumentTokenizer` (`tokenize_tasks`). Megatron
+datasets are written here: datatrove 0.10.1 has a `MegatronDocumentTokenizer`, but it names its
+files `<rank>_tokens.bin/.idx` rather than Megatron's `<key>_document`, picks uint16 up to 65536 ids
+where Megatron's own preprocessing switches to int32 at 65500 (FORMATS.md), and cannot shuffle
+documents inside a file, which `--format megatron` does by default.
+
+A writer appends documents to its files as they come, keeping only one length per document in
 memory, so a task's output may be far larger than memory. Shuffling documents inside a file (what
 datatrove's `shuffle_documents` does) goes through a spool: documents are first streamed to a
 temporary file, then copied into the final one in a seeded random order, read back through a
@@ -20,7 +26,6 @@ from jaxtrain.data.megatron import MegatronWriter
 
 # Documents copied per group when replaying a spool in shuffled order.
 REPLAY_GROUP = 4096
-DATATROVE_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
 
 
 class DocumentWriter(Protocol):
@@ -33,63 +38,8 @@ class DocumentWriter(Protocol):
         """Finishes the files; returns the main one, or None when nothing was written."""
 
 
-def human_count(n: int) -> str:
-    """The third metadata line, as datatrove writes it (humanize.metric, 3 digits): '1.40 kT'."""
-    exponent = len(str(n)) - 1 if n > 0 else 0
-    value = n / 10 ** (exponent // 3 * 3)
-    digits = 2 - exponent % 3
-    if round(value, digits) >= 10 ** (exponent % 3 + 1):  # 999.6 -> 1.00 k
-        exponent += 1
-        value, digits = n / 10 ** (exponent // 3 * 3), 2 - exponent % 3
-    prefix = "kMGTPEZY"[exponent // 3 - 1] if exponent >= 3 else ""
-    return f"{value:.{digits}f} {prefix}T"
-
-
-class DatatroveWriter:
-    """Streams documents into X.ds and X.ds.index; writes X.ds.metadata on close.
-
-    The layout is datatrove's `DocumentTokenizer` output (FORMATS.md). A writer that received no
-    document removes its files and `close()` returns None.
-    """
-
-    def __init__(self, path: str | os.PathLike, token_size: int, tokenizer_name: str) -> None:
-        self.path = Path(path)
-        self.token_size = token_size
-        self.dtype = DATATROVE_DTYPES[token_size]
-        self.tokenizer_name = tokenizer_name
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tokens = open(self.path, "wb")
-        self._index = open(self.path.with_name(self.path.name + ".index"), "wb")
-        self.num_tokens = 0
-        self.num_docs = 0
-
-    def add_many(self, docs: Sequence[Sequence[int] | np.ndarray]) -> None:
-        """Appends documents in order with one write per file for the whole group."""
-        arrays = [np.asarray(d, self.dtype) for d in docs]
-        if not arrays:
-            return
-        np.concatenate(arrays).tofile(self._tokens)
-        ends = self.num_tokens + np.cumsum([a.size for a in arrays], dtype=np.uint64)
-        ends.astype("<u8").tofile(self._index)
-        self.num_tokens = int(ends[-1])
-        self.num_docs += len(arrays)
-
-    def close(self) -> Path | None:
-        """Finishes the files; returns X.ds, or None (files removed) when no document came."""
-        self._tokens.close()
-        self._index.close()
-        if self.num_docs == 0:
-            self.path.unlink()
-            self.path.with_name(self.path.name + ".index").unlink()
-            return None
-        self.path.with_name(self.path.name + ".metadata").write_text(
-            f"{self.tokenizer_name}|{self.token_size}\n{self.num_tokens}\n"
-            f"{human_count(self.num_tokens)}", encoding="utf-8")
-        return self.path
-
-
 class MegatronDocumentWriter:
-    """A MegatronWriter that, like DatatroveWriter, leaves no files when it got no document."""
+    """A MegatronWriter that leaves no files when it got no document."""
 
     def __init__(self, prefix: str | os.PathLike, dtype: np.dtype) -> None:
         self._writer = MegatronWriter(prefix, dtype)

@@ -6,8 +6,6 @@ window i gets the same tokens without reading anything or sharing state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 # Windows in a synthetic epoch: large enough never to wrap in a real run, and within the 32-bit
@@ -46,8 +44,3 @@ class SyntheticSource:
             "targets": tokens[1:],
             "loss_mask": np.ones(self.seq_len, np.float32),
         }
-
-    def read_rows(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
-        """The windows `indices` stacked into a batch dict of [len(indices), seq_len] arrays."""
-        items = [self[i] for i in indices]
-        return {key: np.stack([item[key] for item in items]) for key in items[0]}

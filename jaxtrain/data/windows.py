@@ -237,11 +237,6 @@ class WindowSource:
                 item["loss_mask"] *= keep
         return item
 
-    def read_rows(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
-        """The windows `indices` stacked into a batch dict of [len(indices), seq_len] arrays."""
-        items = [self[i] for i in indices]
-        return {key: np.stack([item[key] for item in items]) for key in items[0]}
-
     def validate_vocab(self, vocab_size: int, max_tokens_per_shard: int | None = None) -> int:
         """Checks token ids against the model's vocabulary (see TokenPool.validate_vocab), and
         from then on the ids of every window read."""

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.interop.hf_layout import require_settings
 from jaxtrain.models.layer_pattern import is_global_layer
 from jaxtrain.models.spec import ModelSpec
 
@@ -73,10 +74,7 @@ def check_gpt_oss_expressible(spec: ModelSpec, arch: str) -> None:
     needs["moe_layer_step"] = (spec.moe_layer_step == 1, "1")
     needs["moe_routed_scaling"] = (spec.moe_routed_scaling == 1.0, "1.0")
     needs["moe_topk_method"] = (spec.moe_topk_method == "greedy", "'greedy'")
-    for key, (ok, value) in needs.items():
-        if not ok:
-            raise ConfigError(f"model.{key}={getattr(spec, key)!r} cannot be written as {arch}; "
-                              f"it needs model.{key} = {value}.")
+    require_settings(spec, arch, needs)
 
 
 def gpt_oss_config(spec: ModelSpec) -> dict[str, Any]:

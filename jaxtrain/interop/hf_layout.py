@@ -20,6 +20,19 @@ FUSED_FAMILIES = ("gpt_oss", "llama4")
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
 
+def require_settings(spec: ModelSpec, arch: str,
+                     needs: dict[str, tuple[bool, str]]) -> None:
+    """ConfigError naming the first spec setting an architecture cannot express.
+
+    `needs` maps a spec field to (whether its value can be written as `arch`, the value that
+    could be).
+    """
+    for key, (ok, value) in needs.items():
+        if not ok:
+            raise ConfigError(f"model.{key}={getattr(spec, key)!r} cannot be written as {arch}; "
+                              f"it needs model.{key} = {value}.")
+
+
 def is_extra_layer(name: str, spec: ModelSpec) -> bool:
     """Whether a tensor belongs to a layer past the decoder's: DeepSeek V3's multi-token
     prediction module (`model.layers.61.*`), which transformers does not build either."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_gpt_oss import global_step
+from jaxtrain.interop.hf_layout import require_settings
 from jaxtrain.models.layer_pattern import is_global_layer, moe_layer_indices
 from jaxtrain.models.spec import ModelSpec
 
@@ -77,10 +78,7 @@ def check_llama4_expressible(spec: ModelSpec, arch: str) -> None:
                 "moe_expert_bias", "num_dense_layers", "moe_score_bias"):
         needs[key] = (not getattr(spec, key), "off")
     needs["moe_activation"] = (spec.moe_activation == "swiglu", "'swiglu'")
-    for key, (ok, value) in needs.items():
-        if not ok:
-            raise ConfigError(f"model.{key}={getattr(spec, key)!r} cannot be written as {arch}; "
-                              f"it needs model.{key} = {value}.")
+    require_settings(spec, arch, needs)
 
 
 def llama4_config(spec: ModelSpec) -> dict[str, Any]:

@@ -33,7 +33,8 @@ from jaxtrain.models.layers import Dense, make_param
 from jaxtrain.models.mlp import SwiGLU, swiglu
 from jaxtrain.models.spec import ModelSpec
 
-MoeStats = dict[str, jax.Array]  # {"aux_loss": [], "z_loss": [], "load": [E], "dropped": []}
+# {"aux_loss": [], "z_loss": [], "load": [E], "prob": [E], "dropped": []}
+MoeStats = dict[str, jax.Array]
 
 
 class RouterBias(nnx.Variable):
@@ -114,6 +115,11 @@ def load_balancing_loss(probs_TE: jax.Array, experts_TK: jax.Array) -> tuple[jax
     return num_experts * jnp.sum(load_E * prob_E), load_E
 
 
+def balance_loss_of_means(load_E: jax.Array, prob_E: jax.Array) -> jax.Array:
+    """`load_balancing_loss` from its two means (any leading dimensions): E x sum_e f_e x p_e."""
+    return load_E.shape[-1] * jnp.sum(load_E * prob_E, axis=-1)
+
+
 def clamped_swiglu(gate: jax.Array, up: jax.Array, alpha: float, limit: float) -> jax.Array:
     """gpt-oss's expert activation: (up + 1) x gate x sigmoid(alpha x gate), with the gate
     clamped to at most `limit` and up to [-limit, limit] so no activation can blow up."""
@@ -174,7 +180,10 @@ class MoE(nnx.Module):
         weights_TK, experts_TK, probs_TE = route(logits_TE, self.k, self.score, self.norm_topk,
                                                  bias_E=bias_E, **self.groups)
         aux_loss, load_E = load_balancing_loss(probs_TE, experts_TK)
-        stats = {"aux_loss": aux_loss, "z_loss": router_z_loss(logits_TE), "load": load_E}
+        # The mean probabilities too: a pipeline, which runs the batch in parts, forms the
+        # balance loss of the whole batch from the parts' means (`balance_loss_of_means`).
+        stats = {"aux_loss": aux_loss, "z_loss": router_z_loss(logits_TE), "load": load_E,
+                 "prob": jnp.mean(probs_TE, axis=0)}
 
         # Sort the T x K assignments by expert; a stable sort keeps token order inside a group.
         num_experts = self.gate_proj.shape[0]
