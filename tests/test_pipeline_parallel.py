@@ -75,6 +75,29 @@ def test_pipeline_trains_like_one_device(spec, sizes, schedule, num_micro):
     np.testing.assert_allclose(got, one_device(spec, num_micro), rtol=1e-4)
 
 
+def _amax_histories(params: dict) -> dict[str, np.ndarray]:
+    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf
+            in jax.tree_util.tree_flatten_with_path(params)[0] if "fp8_amax" in str(path)}
+
+
+def test_fp8_amax_histories_of_a_pipeline_are_one_devices():
+    """Each unit runs in many pipeline iterations; its amax history must come back as the
+    maximum over them (as over accumulated micro batches), not their sum."""
+    spec = dataclasses.replace(DENSE, quantization="fp8")
+    sizes = dict(ici_pipeline=4, ici_fsdp=2)
+    mesh = sharding.make_mesh(mesh_config(**sizes), devices=jax.devices()[:8])
+    with pipeline.use(Schedule()):
+        got_losses, _, got_state, _, _ = training_helpers.train(spec, mesh, 1)
+    want_losses, _, want_state, _, _ = training_helpers.train(
+        spec, sharding.make_mesh(mesh_config(), devices=jax.devices()[:1]), 1)
+    np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
+    got, want = _amax_histories(got_state), _amax_histories(want_state)
+    assert want and got.keys() == want.keys()
+    for name in want:
+        assert want[name][:, :, 0].min() > 0, name  # the step recorded every tensor's amax
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
+
+
 def test_stages_hold_contiguous_runs_of_the_stack_and_the_prefix_whole():
     """`layers` splits over `pipeline`; DeepSeek's leading dense stack stays whole."""
     from jaxtrain.train import optimizer, state

@@ -236,7 +236,10 @@ class Decoder(nnx.Module):
         remat = None
         if spec.remat != "none":
             remat = functools.partial(jax.checkpoint, policy=_REMAT_POLICIES[spec.remat])
-        x_BLD, stats = pipeline.run(unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll)
+        newest = jax.tree.map(lambda v: isinstance(v, fp8.Fp8Amax), units,
+                              is_leaf=lambda v: isinstance(v, nnx.Variable))
+        x_BLD, stats = pipeline.run(unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll,
+                                    newest=newest)
         if "prob" in stats:  # the balance loss of the whole batch, from its per-unit means
             stats = dict(stats, aux_loss=balance_loss_of_means(stats["load"], stats["prob"]))
         return x_BLD, stats

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -109,7 +110,7 @@ def merge_rows(x_M: jax.Array) -> jax.Array:
 
 def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: Any,
         x_BLD: jax.Array, rows: Any, *, remat: Callable | None = None,
-        unroll: int | bool = 1) -> tuple[jax.Array, Any]:
+        unroll: int | bool = 1, newest: Any = None) -> tuple[jax.Array, Any]:
     """Runs the stack's U units over x, pipelined over the active mesh's `pipeline` axis.
 
     `unit_fn(x_bLD, unit, rows_b) -> (x_bLD, stats)` applies one unit (`units` leaves are
@@ -117,6 +118,12 @@ def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: 
     unit (jax.checkpoint with the model's policy); `unroll` unrolls both loops (the units of a
     stage and the iterations) as `jax.lax.scan` does. Returns (x [B, L, D], stats with a leading
     [U] dimension, each the mean over the micro batches).
+
+    `newest` (a prefix of `units` holding bools) marks leaves whose "gradient" is their new
+    value rather than a derivative: fp8 amax histories (`jaxtrain.models.fp8`). A unit runs in
+    many iterations, and autodiff would sum what each returns; those leaves instead get one copy
+    per iteration (`_copies_combined_by_max`), so the iterations' new histories combine by
+    maximum, as micro batches of gradient accumulation do.
     """
     mesh, outer = sharding.active_mesh()
     stages = sharding.axis_size(AXIS)
@@ -143,6 +150,16 @@ def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: 
     weights = jax.tree.map(
         lambda w: on_stages(w.reshape(repeats, stages, per_stage, *w.shape[1:]), 1), units)
 
+    flags = jax.tree.leaves(jax.tree.map(lambda flag, sub: jax.tree.map(lambda _: flag, sub),
+                                         newest, units) if newest is not None else
+                            jax.tree.map(lambda _: False, units))
+    leaves, treedef = jax.tree.flatten(weights)
+    copies = [_copies_combined_by_max(w, total) for w, flag in zip(leaves, flags) if flag]
+
+    def weights_at(copies_t: list[jax.Array]) -> Any:
+        given = iter(copies_t)
+        return treedef.unflatten([next(given) if flag else w for w, flag in zip(leaves, flags)])
+
     body = remat(unit_fn) if remat is not None else unit_fn
 
     def stage_fn(w_K: Any, x_bLD: jax.Array, rows_b: Any) -> tuple[jax.Array, Any]:
@@ -156,7 +173,8 @@ def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: 
         return jax.shard_map(lambda x: jax.lax.ppermute(x, AXIS, perm), mesh=mesh,
                              in_specs=stage_spec, out_specs=stage_spec)(x_S)
 
-    def iteration(carry: dict[str, jax.Array], t: jax.Array):
+    def iteration(carry: dict[str, jax.Array], xs: tuple[jax.Array, list[jax.Array]]):
+        t, copies_t = xs
         done_S = t - stage_ids  # micro batches each stage has taken so far
         valid_S = (done_S >= 0) & (done_S < repeats * micro)
         micro_S = jnp.mod(done_S, micro)
@@ -169,7 +187,7 @@ def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: 
         in_S = on_stages(jnp.where((stage_ids == 0)[:, None, None, None], first_S,
                                    carry["state"]))
         w_S = jax.tree.map(lambda w: on_stages(jax.vmap(lambda w_r, r: w_r[r], in_axes=(1, 0))(
-            w, repeat_S)), weights)
+            w, repeat_S)), weights_at(copies_t))
         rows_S = jax.tree.map(lambda r: on_stages(jax.vmap(lambda m: r[m])(micro_S)), rows_M)
         with sharding.use_mesh(mesh, inner):
             out_S, stats_S = jax.vmap(stage_fn, spmd_axis_name=AXIS)(w_S, in_S, rows_S)
@@ -191,12 +209,29 @@ def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: 
     carry = {"state": zeros_S, "out": buffer}
     if repeats > 1:
         carry["loop"] = buffer
-    carry, (stats_TSK, repeat_TS) = jax.lax.scan(iteration, carry, jnp.arange(total),
-                                                 unroll=unroll)
+    carry, (stats_TSK, repeat_TS) = jax.lax.scan(iteration, carry,
+                                                 (jnp.arange(total), copies), unroll=unroll)
     out_MbLD = carry["out"][stages - 1]
     with sharding.use_mesh(mesh, outer):
         y_BLD = sharding.constrain(merge_rows(out_MbLD), _ACTIVATION)
     return y_BLD, _stats_per_unit(stats_TSK, repeat_TS, repeats, micro)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _copies_combined_by_max(w: jax.Array, count: int) -> jax.Array:
+    """`count` copies of w stacked on a new leading axis; their cotangents combine by maximum."""
+    return jnp.broadcast_to(w, (count, *w.shape))
+
+
+def _copies_fwd(w: jax.Array, count: int) -> tuple[jax.Array, None]:
+    return _copies_combined_by_max(w, count), None
+
+
+def _copies_bwd(count: int, _: None, ct: jax.Array) -> tuple[jax.Array]:
+    return (jnp.max(ct, axis=0),)
+
+
+_copies_combined_by_max.defvjp(_copies_fwd, _copies_bwd)
 
 
 def _put(buffer_M: jax.Array, m: jax.Array, value: jax.Array, write: jax.Array) -> jax.Array:
