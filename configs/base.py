@@ -28,6 +28,12 @@ def get_config() -> ConfigDict:
     c.train.z_loss = 0.0  # weight of the log(Z)^2 auxiliary loss (PaLM); 0 disables it
     c.train.loss_chunks = 0  # >0: output layer + loss in this many chunks of each sequence,
     #   never holding the whole [batch, seq, vocab] float32 logits; 0: all logits at once
+    c.train.pipeline_microbatches = 0  # pipeline parallelism (mesh.*_pipeline > 1): parts each
+    #   micro batch flows through the stages in (idle share (S-1)/(R M + S-1) for S stages);
+    #   0 = the most that split the micro batch evenly over the batch shards, up to 4 x stages
+    c.train.pipeline_repeats = 1  # passes of a micro batch over all stages (virtual stages per
+    #   device, the circular schedule): more shrink the bubble, but reshuffle the stage
+    #   weights every step
     c.train.log_every = 10  # steps between metric lines (console, JSONL, TensorBoard)
     c.train.eval_every = 0  # steps between validation passes; 0 disables periodic validation
     c.train.eval_batches = 8  # validation batches per pass (fixed order, same every time)
@@ -93,7 +99,7 @@ def get_config() -> ConfigDict:
     c.checkpoint.resume_step = -1  # step to resume from, -1 = latest; refused if later ones exist
 
     c.mesh = ConfigDict()
-    for axis in ("data", "fsdp", "context", "expert", "tensor"):
+    for axis in ("data", "pipeline", "fsdp", "context", "expert", "tensor"):
         c.mesh[f"ici_{axis}"] = -1 if axis == "fsdp" else 1  # devices per host on this axis
         c.mesh[f"dcn_{axis}"] = -1 if axis == "data" else 1  # hosts (slices) on this axis
     c.mesh.rules = "fsdp_tensor"  # logical-axis rule preset: fsdp_tensor | fsdp | data
@@ -104,6 +110,9 @@ def get_config() -> ConfigDict:
     c.backend.bf16_products = "auto"  # bfloat16 products: auto (from the hardware) | native
     #   (bfloat16 operands) | widened (operands widened to float32, exact; for CPUs without
     #   bfloat16 dot instructions)
+    c.backend.fp8_formats = "auto"  # float8 types of model.quantization=fp8: auto (from the
+    #   device) | ocp (e4m3fn/e5m2: NVIDIA, AMD MI350X/MI355X) | fnuz (e4m3fnuz/e5m2fnuz: AMD
+    #   MI300X/MI325X, MaxText's nanoo_fp8)
 
     c.sample = ConfigDict()
     c.sample.prompt = ""  # text to continue after training; "" skips the sample

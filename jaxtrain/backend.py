@@ -16,11 +16,17 @@ choices that follow from it:
 - `keep_attention_probabilities`: CPUs keep each attention block's softmax numerator for the
   backward pass instead of recomputing it (28 instead of 31 ms of CPU for one layer at 8 x 256
   tokens on 2 cores); accelerators recompute, trading matmuls they have plenty of for memory.
+- `fp8_formats`: the float8 types of `model.quantization="fp8"` (`jaxtrain.models.fp8`): "ocp"
+  (`float8_e4m3fn` / `float8_e5m2`, the OCP standard of NVIDIA Hopper/Ada/Blackwell and AMD
+  MI350X/MI355X) or "fnuz" (`float8_e4m3fnuz` / `float8_e5m2fnuz`, the only ones the matrix
+  cores of AMD MI300X/MI325X take: MaxText's `nanoo_fp8`). `fp8_native` says whether the device
+  multiplies them in hardware; elsewhere (CPUs, older GPUs) XLA emulates the types by widening
+  the operands, so the same program runs with the same rounding, only without the speed-up.
 
 `current()` is the backend of this process's devices unless the config names another
 (`backend.target`, e.g. to compile a GPU's program on a CPU host with tools/compile_plan.py) or
-overrides one choice (`backend.bf16_products`). The trainer installs it once at start, prints
-`describe()` and records it in the run's config.json.
+overrides a choice (`backend.bf16_products`, `backend.fp8_formats`). The trainer installs it
+once at start, prints `describe()` and records it in the run's config.json.
 """
 
 from __future__ import annotations
@@ -38,6 +44,14 @@ from jaxtrain.errors import ConfigError
 
 # CPU instruction sets that multiply bfloat16 with float32 accumulation in hardware.
 BF16_DOT_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+# Device names (upper case, spaces removed) of GPUs with float8 matrix units: NVIDIA Ada,
+# Hopper and Blackwell; AMD CDNA 3 (MI300 series, gfx942) and CDNA 4 (MI350 series, gfx950).
+FP8_NVIDIA = ("H100", "H200", "H800", "H20", "GH200", "L4", "L40", "RTX40", "ADAGENERATION",
+              "B100", "B200", "B300", "GB200", "GB300")
+FP8_AMD = ("MI300", "MI325", "MI350", "MI355", "GFX942", "GFX950")
+# Of those, the ones whose float8 types are the FNUZ variants (CDNA 3).
+FNUZ_AMD = ("MI300", "MI325", "GFX942")
+FP8_FORMAT_CHOICES = ("auto", "ocp", "fnuz")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +66,8 @@ class Backend:
     cudnn_attention: bool = False
     attention_block: tuple[int, int] = (128, 128)  # queries per block: <= 1024 tokens, longer
     keep_attention_probabilities: bool = False
+    fp8_formats: str = "ocp"  # "ocp" (e4m3fn / e5m2) | "fnuz" (e4m3fnuz / e5m2fnuz)
+    fp8_native: bool = False  # float8 products run on the device's matrix units
 
     def block_for(self, length: int) -> int:
         """Queries per attention block at this sequence length."""
@@ -68,7 +84,10 @@ class Backend:
         attention = "cuDNN" if self.cudnn_attention else (
             f"blockwise, {self.attention_block[0]}/{self.attention_block[1]} queries per block"
             f"{', probabilities kept' if self.keep_attention_probabilities else ''}")
-        return f"backend: {target}; bfloat16 products {products}; attention {attention}"
+        fp8 = (f"fp8 {self.fp8_formats.upper()} "
+               f"{'native' if self.fp8_native else 'emulated by XLA'}")
+        return (f"backend: {target}; bfloat16 products {products}; attention {attention}; "
+                f"{fp8}")
 
     def to_dict(self) -> dict[str, Any]:
         """The backend as plain values (config.json, benchmark reports)."""
@@ -111,9 +130,13 @@ def for_cpu(flags: frozenset[str], kind: str = "") -> Backend:
 
 def for_gpu(vendor: str, kind: str) -> Backend:
     """The choices for a GPU of `vendor` ("nvidia" or "amd")."""
+    name = kind.upper().replace(" ", "")
+    fp8_names = FP8_NVIDIA if vendor == "nvidia" else FP8_AMD
+    fnuz = vendor == "amd" and any(n in name for n in FNUZ_AMD)
     return Backend(platform="gpu", vendor=vendor, kind=kind, bf16_products=True,
                    cudnn_attention=vendor == "nvidia", attention_block=(128, 128),
-                   keep_attention_probabilities=False)
+                   keep_attention_probabilities=False, fp8_formats="fnuz" if fnuz else "ocp",
+                   fp8_native=any(n in name for n in fp8_names))
 
 
 def _cpu_vendor(kind: str) -> str:
@@ -131,6 +154,7 @@ TARGETS: dict[str, Backend] = {
     "nvidia-h100": for_gpu("nvidia", "NVIDIA H100"),
     "nvidia-h200": for_gpu("nvidia", "NVIDIA H200"),
     "amd-mi300x": for_gpu("amd", "AMD Instinct MI300X"),
+    "amd-mi325x": for_gpu("amd", "AMD Instinct MI325X"),
     "amd-mi355x": for_gpu("amd", "AMD Instinct MI355X"),
 }
 
@@ -154,7 +178,8 @@ BF16_PRODUCT_CHOICES = ("auto", "native", "widened")
 
 
 def from_config(section: Mapping[str, Any] | None) -> Backend:
-    """The backend a config's `backend` section asks for (`target`, `bf16_products`)."""
+    """The backend a config's `backend` section asks for (`target`, `bf16_products`,
+    `fp8_formats`)."""
     section = dict(section or {})
     target = section.get("target", "") or ""
     if target and target not in TARGETS:
@@ -171,6 +196,13 @@ def from_config(section: Mapping[str, Any] | None) -> Backend:
                           f"{BF16_PRODUCT_CHOICES}.")
     if products != "auto":
         chosen = dataclasses.replace(chosen, bf16_products=products == "native")
+    formats = section.get("fp8_formats", "auto") or "auto"
+    if formats not in FP8_FORMAT_CHOICES:
+        raise ConfigError(f"backend.fp8_formats={formats!r} is not one of "
+                          f"{FP8_FORMAT_CHOICES}: 'ocp' for NVIDIA GPUs and AMD MI350X/MI355X, "
+                          "'fnuz' for AMD MI300X/MI325X, 'auto' to take the device's.")
+    if formats != "auto":
+        chosen = dataclasses.replace(chosen, fp8_formats=formats)
     return chosen
 
 

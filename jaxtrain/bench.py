@@ -8,7 +8,8 @@ pipeline is not measured; `tools/bench_loader.py` measures that), after warm-up 
 FLOPs per token are `ModelSpec.flops_per_token`: 6 x matmul parameters (output projection
 included, embedding gather excluded) + 3 x causal attention (2 x 2 x layers x heads x head_dim x
 seq_len / 2). MFU divides achieved FLOP/s by the peak of `jaxtrain.perf.peak_flops`: a data-sheet
-figure for known GPUs, `train.peak_flops` when set, or a measured float32 matmul rate on CPUs.
+figure for known GPUs (their fp8 peak for `model.quantization="fp8"`), `train.peak_flops` when
+set, or a measured float32 matmul rate on CPUs.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def _time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     tokens_per_s = tokens / elapsed
     flops_per_s = spec.flops_per_token(cfg.train.seq_len) * tokens_per_s
     total_peak, peak_source = perf.mesh_peak_flops(cfg.train.peak_flops,
-                                                   trainer.mesh.devices.size)
+                                                   trainer.mesh.devices.size,
+                                                   fp8=spec.quantization == "fp8")
     memory = compiled.memory_analysis()
     temp_bytes = float(getattr(memory, "temp_size_in_bytes", 0) or 0)
     return {

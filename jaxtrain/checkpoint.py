@@ -252,6 +252,12 @@ class Checkpointer:
             lines += [f"  dtype {d}" for d in uncastable[:10]]
             lines += [f"  missing in checkpoint: {k}" for k in missing[:10]]
             lines += [f"  not in model: {k}" for k in extra[:10]]
+            if (missing or extra) and all("fp8_amax" in k for k in missing + extra) \
+                    and not differ and not uncastable:
+                lines.append("Only fp8 amax histories differ: the checkpoint was written with "
+                             "another model.quantization / fp8_recipe / fp8_stats. Resume with "
+                             "the settings it was written with, or start a new run from its "
+                             "weights with checkpoint.init_from (the histories start afresh).")
             lines.append("Use the config the checkpoint was written with (its config is saved "
                          "beside it), or point checkpoint.dir at a new folder.")
             raise CheckpointError("\n".join(lines))

@@ -32,7 +32,7 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from jaxtrain import config as config_lib
-from jaxtrain import run, sharding
+from jaxtrain import mesh_check, run, sharding
 from jaxtrain.errors import ConfigError
 from jaxtrain.train.step import loss_options, train_step
 
@@ -53,6 +53,8 @@ class StepPlan:
     formula_flops: float  # per device per step: flops_per_token x tokens / devices
     collectives: dict[str, int]  # instructions in the optimised HLO, by kind
     compile_s: float = 0.0
+    # Pipeline stages, blocks per stage, micro batches and bubble ({} without a pipeline).
+    pipeline: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def peak_bytes(self) -> float:
@@ -104,8 +106,19 @@ def compile_step(cfg: ConfigDict, devices: Sequence[Any] | None = None, hosts: i
     plan = StepPlan(
         num_layers=setup.spec.num_layers, mesh=setup.axis_sizes, memory=memory, xla_flops=0.0,
         formula_flops=setup.spec.flops_per_token(cfg.train.seq_len) * tokens / len(devices),
-        collectives=count_collectives(compiled.as_text()), compile_s=seconds)
+        collectives=count_collectives(compiled.as_text()), compile_s=seconds,
+        pipeline=_pipeline(cfg, setup.axis_sizes))
     return plan, compiled
+
+
+def _pipeline(cfg: ConfigDict, mesh: dict[str, int]) -> dict[str, Any]:
+    """`mesh_check.pipeline_summary` of `cfg` on a mesh of `mesh` sizes ({} without stages)."""
+    if mesh.get("pipeline", 1) <= 1:
+        return {}
+    summary = mesh_check.pipeline_summary(
+        run.validate(cfg, check_data=False), mesh, dict(run.rules_of(cfg)),
+        micro_batch=config_lib.micro_batch_size(cfg), schedule=mesh_check.pipeline_schedule(cfg))
+    return summary if isinstance(summary, dict) else {}
 
 
 def _affine(x0: float, y0: float, x1: float, y1: float, x: float) -> float:
@@ -166,7 +179,8 @@ def plan(cfg: ConfigDict, layers: Sequence[int] = (), devices: Sequence[Any] | N
     devices_n = int(np.prod(list(b.mesh.values())))
     result = StepPlan(num_layers=full, mesh=b.mesh, memory=memory, xla_flops=flops,
                       formula_flops=spec.flops_per_token(cfg.train.seq_len) * tokens / devices_n,
-                      collectives=b.collectives, compile_s=a.compile_s + b.compile_s)
+                      collectives=b.collectives, compile_s=a.compile_s + b.compile_s,
+                      pipeline=_pipeline(cfg, b.mesh))
     return result, measured
 
 
@@ -194,4 +208,12 @@ def format_plan(name: str, result: StepPlan, measured: Sequence[StepPlan]) -> st
             f"{_size(p.memory['output'] - p.memory['alias'])} | {_size(p.memory['temp'])} | "
             f"{_size(p.peak_bytes)} | {xla} | {p.formula_flops / 1e12:.1f} | "
             + " | ".join(str(c[k]) for k in COLLECTIVES) + " |")
+    if result.pipeline:
+        p = result.pipeline
+        lines.append(
+            f"\npipeline at {result.num_layers} layers: {p['stages']} stages of "
+            f"{p['blocks_per_stage']}, {p['micro_batches']} micro batches of "
+            f"{p['sequences_per_micro_batch']} sequences per pass, {p['repeats']} repeat(s): "
+            f"stages idle {p['bubble_fraction']:.1%} of each pass; the memory above is per "
+            "device, the same on every stage")
     return "\n".join(lines)

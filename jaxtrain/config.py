@@ -225,6 +225,10 @@ def validate(cfg: ConfigDict) -> ModelSpec:
         raise ConfigError(f"train.loss_chunks={chunks} must be 0 (all logits at once) or a "
                           f"divisor of train.seq_len={t.seq_len}: each chunk takes every "
                           f"{max(chunks, 1)}-th position of every sequence.")
+    if chunks and spec.fp8_output_layer:
+        raise ConfigError(f"model.fp8_output_layer=True and train.loss_chunks={chunks} are both "
+                          "set: the chunked loss multiplies by the output kernel itself, in "
+                          "model.dtype; set train.loss_chunks=0 or model.fp8_output_layer=False.")
     if o.schedule not in SCHEDULES:
         raise ConfigError(f"optim.schedule={o.schedule!r} is not one of {SCHEDULES}.")
     # A warmup longer than the run is allowed: a shortened smoke run of a real recipe simply

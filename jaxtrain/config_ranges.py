@@ -55,7 +55,7 @@ NON_NEGATIVE = Range(0)
 COUNT = Range(1)  # a positive integer
 FRACTION = Range(0, 1, high_open=True)
 MESH_SIZE = Range(1, also=-1, hint="-1: the rest of the devices on that side")
-MESH_AXES = ("data", "fsdp", "context", "expert", "tensor")
+MESH_AXES = ("data", "pipeline", "fsdp", "context", "expert", "tensor")
 
 RANGES: dict[str, Range] = {
     "run.seed": Range(),
@@ -65,6 +65,8 @@ RANGES: dict[str, Range] = {
     "train.micro_batch_size": Range(0, hint="0: the global batch, no accumulation"),
     "train.z_loss": Range(0, hint="0: off"),
     "train.loss_chunks": Range(0, hint="0: all logits at once"),
+    "train.pipeline_microbatches": Range(0, hint="0: up to 4 x the pipeline stages"),
+    "train.pipeline_repeats": COUNT,
     "train.log_every": Range(1, hint="steps between metric lines"),
     "train.eval_every": Range(0, hint="0: no periodic validation"),
     "train.eval_batches": Range(0, hint="0: no validation"),
@@ -113,6 +115,8 @@ RANGES: dict[str, Range] = {
     "model.attention_block": Range(0, hint="0: chosen by device and sequence length"),
     "model.num_experts": Range(0, hint="0: a dense MLP"),
     "model.attn_scale": Range(),
+    "model.fp8_amax_history": Range(1, hint="steps of amax history of delayed scaling"),
+    "model.fp8_margin": Range(0, 8, hint="powers of two of headroom below the fp8 maximum"),
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ml_collections import ConfigDict
 
-from jaxtrain import compat, memory_plan, run
+from jaxtrain import compat, memory_plan, mesh_check, run, sharding
 from jaxtrain import config as config_lib
 from jaxtrain.compat.report import KeyReport
 from jaxtrain.device_plan import mesh_shape, plan_devices
@@ -39,6 +39,11 @@ def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
     except ValueError as e:
         figures["mesh"] = f"does not fit: {e}"
         return figures
+    if figures["mesh"]["pipeline"] > 1:
+        figures["pipeline"] = mesh_check.pipeline_summary(
+            spec, figures["mesh"], dict(sharding.RULE_PRESETS.get(cfg.mesh.rules, ())),
+            micro_batch=config_lib.micro_batch_size(cfg),
+            schedule=mesh_check.pipeline_schedule(cfg), mesh_cfg=cfg.mesh)
     plan, axis_sizes = memory_plan.plan_for_mesh(cfg, devices, hosts)
     figures["memory_per_device"] = memory_plan.describe_state(plan, axis_sizes)
     figures["state_bytes_per_device"] = {"parameters": plan.params,

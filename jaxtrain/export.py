@@ -14,6 +14,7 @@ from pathlib import Path
 from jaxtrain.data.text_inputs import eos_id_from_tokenizer
 from jaxtrain.interop.hf import save_hf_checkpoint
 from jaxtrain.saved_run import restore_params
+from jaxtrain.train import buffers
 from jaxtrain.train.state import count_params
 
 FORMATS = ("hf",)
@@ -28,6 +29,7 @@ def export_hf(run_dir: str | Path, out: str | Path, step: int | None = None, *,
     safetensors shard (`max_shard_bytes`).
     """
     restored = restore_params(run_dir, step)
+    weights = buffers.weights(restored.layout.graphdef, restored.params)  # no fp8 amax history
     tokenizer = restored.cfg.data.get("tokenizer", "") or None
     extra = {}
     if tokenizer and not Path(tokenizer).is_dir():
@@ -36,9 +38,9 @@ def export_hf(run_dir: str | Path, out: str | Path, step: int | None = None, *,
         tokenizer = None
     if tokenizer and (eos := eos_id_from_tokenizer(tokenizer)) is not None:
         extra["eos_token_id"] = eos
-    out = save_hf_checkpoint(restored.spec, restored.params, out, tokenizer_dir=tokenizer,
+    out = save_hf_checkpoint(restored.spec, weights, out, tokenizer_dir=tokenizer,
                              max_shard_bytes=max_shard_bytes, dtype=dtype, config_extra=extra)
     print(f"exported step {restored.step} of {run_dir} ({restored.spec.family}, "
-          f"{count_params(restored.params):,} params) to {out}"
+          f"{count_params(weights):,} params) to {out}"
           f"{' with the tokenizer of ' + tokenizer if tokenizer else ''}")
     return out

@@ -41,7 +41,7 @@ NUMERICAL_FIELDS = ("family", "norm_eps", "rope_theta", "rope_scaling", "sliding
                     "attention_chunk", "global_layer_step", "nope_global", "qk_l2_norm",
                     "attn_temperature_tuning", "attn_floor_scale", "attn_scale",
                     "moe_weight_inputs", "moe_activation", "moe_swiglu_alpha",
-                    "moe_swiglu_limit")
+                    "moe_swiglu_limit", "quantization")
 ROPE_SCALING_FIELDS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
                        "rope_original_max_len", "rope_beta_fast", "rope_beta_slow",
                        "rope_mscale", "rope_mscale_all_dim", "rope_truncate")
@@ -103,13 +103,30 @@ def _place(params: Any, shardings: Any) -> Any:
         params, shardings)
 
 
+def _weights_only(tree: Any, layout: StateLayout) -> Any:
+    """A tree shaped like the params without the fp8 amax histories (which start afresh)."""
+    return buffers.drop(tree, buffers.fp8_histories(layout.graphdef, layout.abstract["params"]))
+
+
+def _with_fresh_histories(params: Any, layout: StateLayout) -> Any:
+    """`params` plus all-zero fp8 amax histories where the run's model has them: a new run
+    has no amax past, whatever the source trained with."""
+    abstract = buffers.fp8_histories(layout.graphdef, layout.abstract["params"])
+    if not abstract:
+        return params
+    zeros = jax.jit(lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract),
+                    out_shardings=jax.tree.map(lambda a: a.sharding, abstract))()
+    return buffers.merge(params, zeros)
+
+
 def _from_hf(folder: Path, spec: ModelSpec, layout: StateLayout) -> tuple[Any, list[str], str]:
     try:
         notes = compare_specs(spec_from_hf_config(folder), spec, str(folder))
         _, host_params = load_hf_params(folder, spec)
     except ConfigError as e:
         raise CheckpointError(f"checkpoint.init_from: {e}") from e
-    return _place(host_params, layout.shardings["params"]), notes, "Hugging Face checkpoint"
+    placed = _place(host_params, _weights_only(layout.shardings["params"], layout))
+    return placed, notes, "Hugging Face checkpoint"
 
 
 def _from_jaxtrain(source: Source, init_step: int, spec: ModelSpec,
@@ -128,7 +145,8 @@ def _from_jaxtrain(source: Source, init_step: int, spec: ModelSpec,
         saved = checkpointer.restore_config(step)
         notes = compare_specs(ModelSpec.from_config(saved["model"]), spec,
                               str(checkpointer.step_dir(step)))
-        params = checkpointer.restore_params(step, layout.abstract["params"])
+        params = checkpointer.restore_params(step, _weights_only(layout.abstract["params"],
+                                                                 layout))
     finally:
         checkpointer.close()
     return params, notes, f"jaxtrain checkpoint, step {step}"
@@ -148,7 +166,7 @@ def load_params(path: str | Path, init_step: int, spec: ModelSpec,
               "the start")
     if notes:
         report += "\n  differences kept from this run's config: " + "; ".join(notes)
-    return params, report
+    return _with_fresh_histories(params, layout), report
 
 
 def initial_state(params: Any, tx: optax.GradientTransformation,

@@ -121,10 +121,13 @@ def plan_for_mesh(cfg: ConfigDict, devices: int, hosts: int = 1
 def describe_state(plan: MemoryPlan, axis_sizes: Mapping[str, int]) -> str:
     """One line for `config`: the state per device and the gradients it implies."""
     mesh = " x ".join(f"{k}={v}" for k, v in axis_sizes.items() if v > 1) or "1 device"
+    # Stages hold equal runs of the stack plus the (replicated) embedding and output layer.
+    stages = (", the same on every pipeline stage" if axis_sizes.get("pipeline", 1) > 1
+              else "")
     return (f"parameters {gib(plan.params)} + optimizer state {gib(plan.optimizer)} + "
             f"gradients ~{gib(plan.params)} = {gib(plan.state + plan.params)} per device on "
-            f"mesh {mesh}, before activations (the trainer checks the compiled step before it "
-            "allocates; tools/compile_plan.py compiles it for a planned mesh)")
+            f"mesh {mesh}{stages}, before activations (the trainer checks the compiled step "
+            "before it allocates; tools/compile_plan.py compiles it for a planned mesh)")
 
 
 def add_compiled(plan: MemoryPlan, compiled: Any) -> MemoryPlan:

@@ -30,6 +30,7 @@ from jaxtrain import mesh_check, sharding
 from jaxtrain.data import pipeline
 from jaxtrain.data.sources import validate_data_config
 from jaxtrain.errors import ConfigError
+from jaxtrain.models import pipeline as pipeline_lib
 from jaxtrain.models.spec import ModelSpec
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
@@ -75,10 +76,16 @@ class RunSetup:
         return NamedSharding(self.mesh, sharding.logical_spec(
             ("activation_batch", "activation_length"), dict(self.rules)))
 
+    @property
+    def pipeline(self) -> pipeline_lib.Schedule:
+        """How micro batches flow through the pipeline stages (when `pipeline` > 1)."""
+        return mesh_check.pipeline_schedule(self.cfg)
+
     @contextlib.contextmanager
     def mesh_context(self) -> Iterator[None]:
-        """The mesh, rules and backend model code traces under."""
-        with sharding.use_mesh(self.mesh, self.rules), backend_lib.use(self.backend):
+        """The mesh, rules, pipeline schedule and backend model code traces under."""
+        with sharding.use_mesh(self.mesh, self.rules), backend_lib.use(self.backend), \
+                pipeline_lib.use(self.pipeline):
             yield
 
     def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:

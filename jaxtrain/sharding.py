@@ -19,15 +19,20 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxtrain.errors import JaxtrainError
 
-# Slowest-changing first: `data` spans hosts best, `tensor` needs the fastest links.
-MESH_AXES = ("data", "fsdp", "context", "expert", "tensor")
+# Slowest-changing first: `data` spans hosts best, `tensor` needs the fastest links. `pipeline`
+# passes one activation per micro batch between neighbouring stages, so it crosses hosts well too.
+MESH_AXES = ("data", "pipeline", "fsdp", "context", "expert", "tensor")
 
 # Every logical name that model code uses, mapped to mesh axes.
 RULE_PRESETS: dict[str, tuple[tuple[str, Any], ...]] = {
     # Parameters, gradients and optimizer state sharded over `fsdp` (ZeRO-3), Megatron-style
     # column/row splits over `tensor`; batch over data x fsdp, sequence over context.
     "fsdp_tensor": (
-        ("activation_batch", ("data", "fsdp", "expert")),
+        # Outside the pipelined stack (embedding, output, loss, leading dense blocks) `pipeline`
+        # splits the batch like `data`; inside it the stages take that axis (models/pipeline.py).
+        # Last, so that each device's rows of a pipeline micro batch are those of its
+        # `pipeline` neighbours: entering the pipeline is one all-gather over that axis.
+        ("activation_batch", ("data", "fsdp", "expert", "pipeline")),
         ("activation_length", "context"),
         ("activation_embed", None),
         ("activation_heads", "tensor"),
@@ -46,15 +51,20 @@ RULE_PRESETS: dict[str, tuple[tuple[str, Any], ...]] = {
         # split over `expert`, so the axis acts as data parallel outside the expert layers.
         ("exp", "expert"),
         ("norm", None),
-        ("layers", None),
+        # Stacked blocks are split into pipeline stages: stage s holds a contiguous run of them.
+        ("layers", "pipeline"),
+        # Blocks that run before the pipelined stack (DeepSeek's leading dense blocks): whole on
+        # every stage.
+        ("prefix_layers", None),
     ),
 }
 # Pure FSDP: the same table with nothing on `tensor` (a tensor size > 1 would then only replicate).
 RULE_PRESETS["fsdp"] = tuple((name, None if axis == "tensor" else axis)
                              for name, axis in RULE_PRESETS["fsdp_tensor"])
-# Data parallel: parameters replicated, batch split over every data-like axis.
+# Data parallel: parameters replicated (but for the pipeline's stages), batch split over every
+# data-like axis.
 RULE_PRESETS["data"] = tuple(
-    (name, axis if name == "activation_batch" else None)
+    (name, axis if name in ("activation_batch", "layers") else None)
     for name, axis in RULE_PRESETS["fsdp_tensor"])
 
 
@@ -161,6 +171,28 @@ def use_mesh(mesh: Mesh, rules: Sequence[tuple[str, Any]]) -> Iterator[None]:
         _active.pop()
 
 
+def active_mesh() -> tuple[Mesh, dict[str, Any]] | None:
+    """The (mesh, rule table) `use_mesh` put in force, or None outside it."""
+    return _active[-1] if _active else None
+
+
+def axis_size(axis: str) -> int:
+    """The size of a mesh axis of the active mesh (1 outside `use_mesh`)."""
+    return mesh_shape(_active[-1][0]).get(axis, 1) if _active else 1
+
+
+def without_axis(rules: Sequence[tuple[str, Any]] | dict[str, Any], axis: str
+                 ) -> tuple[tuple[str, Any], ...]:
+    """The rule table with one mesh axis taken out of every rule (inside pipeline stages the
+    stage dimension holds `pipeline`, so the batch must not)."""
+    def drop(rule: Any) -> Any:
+        kept = tuple(t for t in rule_targets(rule) if t != axis)
+        return kept[0] if len(kept) == 1 else (kept or None)
+
+    items = rules.items() if isinstance(rules, dict) else rules
+    return tuple((name, drop(rule)) for name, rule in items)
+
+
 def rule_targets(rule: Any) -> tuple[str, ...]:
     """The mesh axes a rule-table entry names: one axis, several, or none (None)."""
     return (rule,) if isinstance(rule, str) else tuple(rule or ())
@@ -201,13 +233,14 @@ def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
 
 
 def param_logical_axes(abstract_state: Any) -> Any:
-    """The logical axes of every parameter, `layers` prepended for layer-stacked ones."""
+    """The logical axes of every parameter, the stack's axis (`layers`, or the variable's
+    `stack_axis` metadata) prepended for layer-stacked ones."""
     from flax import nnx
 
     def axes_of(var: Any) -> tuple[str, ...]:
         axes = tuple(getattr(var, "logical_axes", ()) or ())
         extra = var.value.ndim - len(axes) if hasattr(var, "value") else 0
-        return ("layers",) * extra + axes
+        return (var.get_metadata().get("stack_axis", "layers"),) * extra + axes
 
     return jax.tree.map(axes_of, abstract_state, is_leaf=lambda v: isinstance(v, nnx.Variable))
 

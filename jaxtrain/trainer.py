@@ -37,6 +37,7 @@ from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.metrics import MetricsWriter, read_jsonl
 from jaxtrain.run_lock import RunLock
 from jaxtrain.sample import complete, load_tokenizer
+from jaxtrain.train import buffers
 from jaxtrain.train import resume as resume_lib
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.step import eval_step, loss_options, train_step
@@ -73,7 +74,9 @@ class Trainer:
         self.tx, self.schedule = self.setup.tx, self.setup.schedule
         self.num_micro, self.layout = self.setup.num_micro, self.setup.layout
         self.batch_sharding = self.setup.batch_sharding
-        self.num_params = state_lib.count_params(self.layout.abstract["params"])
+        # Weights only: fp8 amax histories are state, not parameters.
+        self.num_params = state_lib.count_params(
+            buffers.weights(self.layout.graphdef, self.layout.abstract["params"]))
         self.run_dir = config_lib.run_dir(cfg)
         self.is_primary = jax.process_index() == 0
         if self.is_primary:  # only process 0 writes run-directory files
@@ -390,7 +393,8 @@ class Trainer:
             steps, seconds = window
             tps = tokens_per_step * steps / max(seconds, 1e-9)
             mfu = perf.mfu(self.spec.flops_per_token(cfg.train.seq_len), tps,
-                           cfg.train.peak_flops, self.mesh.devices.size)
+                           cfg.train.peak_flops, self.mesh.devices.size,
+                           fp8=self.spec.quantization == "fp8")
             record.update(tokens_per_s=tps, step_time=seconds / steps, mfu=mfu)
         if cfg.train.eval_every and step_no % cfg.train.eval_every == 0:
             record.update(self.evaluate())

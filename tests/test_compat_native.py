@@ -42,6 +42,11 @@ def test_every_sample_resolves_or_fails_clearly(compat_samples):
             with pytest.raises(ConfigError, match="model zoo cannot build"):
                 compat.load_foreign(path, env={})
             continue
+        if rel.endswith("llama4_17bx128e.toml"):  # tensor 8 x pipeline 4: test_compat_pipeline
+            with pytest.raises(ConfigError, match=r"8 devices are not divisible by .*tensor 8 "
+                                                  r"x context 1 x pipeline 4 = 32"):
+                compat.load_foreign(path, env={})
+            continue
         _, report = compat.load_foreign(path, env={}, allow_unsupported=True)
         key = next(k for k in expected if rel.endswith(k))
         assert {e.key for e in report.by_status("unsupported")} == expected[key], rel
@@ -156,7 +161,8 @@ def test_config_command_prints_report_json(compat_samples, capsys, monkeypatch):
     for var in ("NNODES", "GPUS_PER_NODE", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
     path = compat_samples / "Primus/examples/megatron/configs/MI300X/llama2_7B-FP8-pretrain.yaml"
-    argv = ["config", str(path), "--json", "num_layers=2", "--config.train.steps=7"]
+    argv = ["config", str(path), "--json", "num_layers=2", "fp8_recipe=blockwise",
+            "--config.train.steps=7"]
     assert main(argv + ["--allow-unsupported"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["config"]["train"]["steps"] == 7
@@ -164,13 +170,14 @@ def test_config_command_prints_report_json(compat_samples, capsys, monkeypatch):
     assert payload["derived"]["tokens_per_step"] == 256 * 4096
     assert payload["derived"]["mesh"]["fsdp"] == 8
     keys = {k["key"]: k for k in payload["report"]["keys"]}
-    assert keys["fp8"]["status"] == "unsupported"
+    assert keys["fp8"]["status"] == "mapped"
+    assert keys["fp8_recipe"]["status"] == "unsupported"
     assert keys["num_layers"]["origin"] == "command line"
     # Without --allow-unsupported the same report, and the unsupported key listed apart.
     assert main(argv) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert [e["key"] for e in payload["unsupported"]] == ["fp8"]
-    assert payload["unsupported"][0]["value"] == "hybrid"
+    assert [e["key"] for e in payload["unsupported"]] == ["fp8_recipe"]
+    assert payload["unsupported"][0]["value"] == "blockwise"
 
 
 def test_config_command_reports_unsupported_keys_and_exits_0(tmp_path, capsys):
@@ -209,7 +216,7 @@ def test_config_command_counts_active_parameters(capsys, config, total, active):
 
 def test_train_command_refuses_unsupported_keys(compat_samples, capsys):
     path = compat_samples / "Primus/examples/megatron/configs/MI300X/llama2_7B-FP8-pretrain.yaml"
-    assert main(["--config", str(path), "train_iters=1"]) == 2
+    assert main(["--config", str(path), "train_iters=1", "fp8_recipe=mxfp8"]) == 2
     assert "pass --allow-unsupported" in capsys.readouterr().err
 
 
@@ -223,8 +230,8 @@ def test_maxtext_yaml_with_base_config_and_model_file(compat_samples, tmp_path):
                                       maxtext_root=str(root))
     assert cfg.model.preset == "llama2-7b" and cfg.model.max_seq_len == 1024
     assert (cfg.train.global_batch_size, cfg.train.steps) == (4, 20)  # 0.5 x 8 devices
-    assert derived(cfg, report)["mesh"] == {"data": 1, "fsdp": 4, "context": 1, "expert": 1,
-                                            "tensor": 2}
+    assert derived(cfg, report)["mesh"] == {"data": 1, "pipeline": 1, "fsdp": 4, "context": 1,
+                                            "expert": 1, "tensor": 2}
     assert report.entries["learning_rate"].origin.endswith("base.yml")
     assert report.entries["learning_rate"].status == "mapped"
     # MaxText refuses a command-line value that contradicts the model file unless

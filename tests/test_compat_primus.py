@@ -168,7 +168,8 @@ def test_megatron_llama2_7b(compat_samples):
         1e-5, 0.0, 2, 50, "cosine")
     assert (o.warmup_offset, o.weight_decay, o.b1, o.b2, o.clip_grad_norm) == (
         0, 0.1, 0.9, 0.95, 1.0)
-    assert d["mesh"] == {"data": 1, "fsdp": 8, "context": 1, "expert": 1, "tensor": 1}
+    assert d["mesh"] == {"data": 1, "pipeline": 1, "fsdp": 8, "context": 1, "expert": 1,
+                         "tensor": 1}
     assert cfg.data.kind == "synthetic" and cfg.train.eval_every == 0
     assert cfg.run.seed == 1234 and cfg.train.steps == 50
     # save: null writes no checkpoints; a rerun still resumes (from jaxtrain's final one), and
@@ -209,13 +210,26 @@ def test_megatron_llama31_8b_and_qwen3_8b(compat_samples):
     assert cfg.train.micro_batch_size == 8  # 2 per rank x 4 data-parallel ranks
 
 
-def test_megatron_fp8_is_unsupported_unless_allowed(compat_samples):
-    with pytest.raises(ConfigError, match=r"1 unsupported key\(s\): fp8='hybrid'"):
-        load(compat_samples, "megatron", "llama2_7B-FP8-pretrain.yaml")
-    cfg, report = load(compat_samples, "megatron", "llama2_7B-FP8-pretrain.yaml",
-                       allow_unsupported=True)
-    assert [e.key for e in report.by_status("unsupported")] == ["fp8"]
-    assert cfg.model.dtype == "bfloat16"
+def test_megatron_fp8_maps_to_fp8_matmuls_and_refuses_block_scaling(compat_samples):
+    cfg, report = load(compat_samples, "megatron", "llama2_7B-FP8-pretrain.yaml")
+    m = cfg.model
+    # fp8: hybrid with Primus' trainer defaults: delayed scaling, 1024 steps of amax, max.
+    assert (m.quantization, m.fp8_format, m.fp8_recipe, m.fp8_amax_history, m.fp8_amax_algo,
+            m.fp8_margin, m.fp8_output_layer) == ("fp8", "hybrid", "delayed", 1024, "max", 0,
+                                                  False)
+    assert report.entries["fp8"].status == "mapped" and m.dtype == "bfloat16"
+    assert report.entries["fp8_wgrad"].status == "ignored"
+    cfg, _ = load(compat_samples, "megatron", "llama2_7B-FP8-pretrain.yaml",
+                  native_overrides=["fp8_recipe=tensorwise", "fp8=e4m3"])
+    assert (cfg.model.fp8_recipe, cfg.model.fp8_format) == ("current", "e4m3")
+    with pytest.raises(ConfigError, match=r"1 unsupported key\(s\): fp8_recipe='mxfp8': "
+                                          r"block-scaled fp8 is not implemented"):
+        load(compat_samples, "megatron", "llama2_7B-FP8-pretrain.yaml",
+             native_overrides=["fp8_recipe=mxfp8"])
+    _, report = load(compat_samples, "megatron", "llama2_7B-FP8-pretrain.yaml",
+                     native_overrides=["fp8_dot_product_attention=true"],
+                     allow_unsupported=True)
+    assert [e.key for e in report.by_status("unsupported")] == ["fp8_dot_product_attention"]
 
 
 @pytest.mark.parametrize("name,experts,dense", [
@@ -284,7 +298,8 @@ def test_maxtext_llama2_7b(compat_samples):
     o = cfg.optim
     assert (o.lr, o.min_lr, o.warmup_steps, o.decay_steps, o.warmup_offset) == pytest.approx(
         (3e-5, 3e-6, 5, 49, 0))
-    assert d["mesh"] == {"data": 1, "fsdp": 8, "context": 1, "expert": 1, "tensor": 1}
+    assert d["mesh"] == {"data": 1, "pipeline": 1, "fsdp": 8, "context": 1, "expert": 1,
+                         "tensor": 1}
     assert cfg.data.kind == "synthetic" and cfg.run.name == "llama2_7b_training"
     assert report.entries["base_emb_dim"].origin.endswith("models/llama2-7b.yml")
     assert report.by_status("unsupported") == []

@@ -10,9 +10,10 @@ import sys
 import jax
 from conftest import REPO
 
+from jaxtrain import compile_plan, run
 from jaxtrain import config as config_lib
-from jaxtrain import run
 from jaxtrain.compile_plan import count_collectives
+from jaxtrain.models.pipeline import bubble_fraction
 
 
 def _bytes_per_device(tree) -> int:
@@ -44,6 +45,25 @@ def test_tool_plans_a_debug_config_on_8_devices():
     assert plan["memory"]["argument"] == expected
     # XLA's count adds the masked half of causal attention to the formula's.
     assert 1.0 <= plan["xla_flops"] / plan["formula_flops"] < 1.5
+
+
+def test_plan_of_a_pipeline_shows_stages_bubble_and_the_permutes():
+    cfg = config_lib.load_config(str(REPO / "configs" / "llama_debug.py"), [
+        "model.num_layers=4", "mesh.ici_pipeline=4", "mesh.ici_fsdp=2",
+        "train.global_batch_size=16", "train.seq_len=32"])
+    plan, _ = compile_plan.compile_step(cfg)
+    # 16 sequences, 2 batch shards inside the stages: 8 micro batches of 2 (4 per stage).
+    assert plan.pipeline == {"stages": 4, "blocks_per_stage": "1 of the model.num_layers=4 "
+                             "blocks", "repeats": 1, "micro_batches": 8,
+                             "sequences_per_micro_batch": 2,
+                             "bubble_fraction": round(bubble_fraction(4, 8), 4)}
+    assert plan.collectives["collective-permute"] > 0  # activations move stage to stage
+    setup = run.setup(cfg, check_data=False)
+    assert plan.memory["argument"] == _bytes_per_device(setup.layout.abstract) + \
+        _bytes_per_device(setup.abstract_batch())
+    text = compile_plan.format_plan("llama_debug", plan, [plan])
+    assert "pipeline at 4 layers: 4 stages of 1 of the model.num_layers=4 blocks, 8 micro " \
+           "batches of 2 sequences per pass, 1 repeat(s): stages idle 27.3% of each pass" in text
 
 
 def test_collectives_are_counted_by_opcode():

@@ -58,4 +58,4 @@ def test_devices_asked_for_win(compat_samples, capsys, two_devices):
     assert main(["config", str(REPO / "configs" / "llama_debug.py"), "--devices", "4"]) == 0
     out = capsys.readouterr().out
     assert f"# devices_from: --devices 4 --hosts 1 (planned; {HERE})" in out
-    assert "# mesh_here: {'data': 1, 'fsdp': 2" in out
+    assert "# mesh_here: {'data': 1, 'pipeline': 1, 'fsdp': 2" in out

@@ -203,7 +203,8 @@ def test_expert_parallel_deepseek_training_matches_one_device(spec):
     sharded, metrics, sharded_state, param_shardings, _ = _train(
         spec, _mesh(ici_expert=4, ici_fsdp=2))
     gate_spec = param_shardings["layers"]["mlp"]["gate_proj"].spec
-    assert gate_spec == PartitionSpec(None, "expert", "fsdp", "tensor")
+    # The stacked dimension is named for pipeline stages (an axis of size 1 here).
+    assert gate_spec == PartitionSpec("pipeline", "expert", "fsdp", "tensor")
     np.testing.assert_allclose(sharded, reference, rtol=2e-5)
     for key in ("moe_aux_loss", "moe_load_max", "moe_load_min"):
         np.testing.assert_allclose(metrics[key], ref_metrics[key], rtol=2e-5)

@@ -75,8 +75,45 @@ def test_two_processes_train_exactly_like_one(tmp_path):
     for pid in range(2):
         out = json.loads((tmp_path / f"out{pid}.json").read_text())
         assert out["process_count"] == 2 and out["process_index"] == pid
-        assert out["mesh"] == dict(data=2, fsdp=4, context=1, expert=1, tensor=1)
+        assert out["mesh"] == dict(data=2, pipeline=1, fsdp=4, context=1, expert=1, tensor=1)
         assert out["owners_by_data_row"] == [[0] * 4, [1] * 4]
+
+
+@pytest.mark.slow  # about a minute on two cores, like the test above
+def test_pipeline_stages_in_two_processes_train_like_one_process(tmp_path):
+    """dcn_pipeline=2: each process holds one stage (half the blocks, 4 fsdp shards each) and
+    the activations cross between processes; the losses are one process's without a pipeline."""
+    port = free_port()
+    stages = ["--config.model.num_layers=4", "--config.mesh.dcn_pipeline=2",
+              "--config.mesh.dcn_data=1", "--config.mesh.ici_fsdp=4"]
+    procs = []
+    for pid in range(2):
+        args = train_args(tmp_path / f"run{pid}", tmp_path / "ckpt") + stages
+        args += ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                 "--process-id", str(pid)]
+        log = open(tmp_path / f"log{pid}", "w")
+        procs.append(subprocess.Popen(
+            [sys.executable, WORKER, "train", str(tmp_path / f"out{pid}.json"), "--", *args],
+            env=child_env(4), stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
+    try:
+        reference_args = train_args(tmp_path / "ref", tmp_path / "ref_ckpt")
+        assert main(["train", *reference_args, "--config.model.num_layers=4"]) == 0
+        for proc in procs:
+            proc.wait(timeout=300)
+    finally:
+        for proc in procs:
+            proc.kill()
+    logs = [(tmp_path / f"log{pid}").read_text()[-3000:] for pid in range(2)]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    for pid in range(2):
+        out = json.loads((tmp_path / f"out{pid}.json").read_text())
+        assert out["mesh"] == dict(data=1, pipeline=2, fsdp=4, context=1, expert=1, tensor=1)
+        # Mesh rows are data (one row), the next axis the stages: stage i is process i.
+        assert out["owners_by_data_row"] == [[0] * 4 + [1] * 4]
+    reference = [r["loss"] for r in read_jsonl(tmp_path / "ref" / "metrics.jsonl") if "loss" in r]
+    pair = [r["loss"] for r in read_jsonl(tmp_path / "run0" / "metrics.jsonl") if "loss" in r]
+    assert len(reference) == 4
+    np.testing.assert_allclose(pair, reference, rtol=1e-4)
 
 
 def test_unreachable_coordinator_is_a_clear_error_within_the_timeout():

@@ -20,7 +20,8 @@ SPEC = ModelSpec(vocab_size=128, hidden_size=32, num_layers=2, num_heads=4, num_
 
 def test_mesh_fills_the_wildcard_axis():
     mesh = sharding.make_mesh(mesh_cfg(ici_fsdp=-1, ici_tensor=2))
-    assert sharding.mesh_shape(mesh) == dict(data=1, fsdp=4, context=1, expert=1, tensor=2)
+    assert sharding.mesh_shape(mesh) == dict(data=1, pipeline=1, fsdp=4, context=1, expert=1,
+                                             tensor=2)
 
 
 def test_mesh_that_does_not_fit_shows_the_arithmetic():
@@ -59,12 +60,14 @@ def test_every_logical_name_is_mapped_and_every_rule_is_used(monkeypatch):
         return real(x, axes)
 
     monkeypatch.setattr(sharding, "constrain", recording)
-    # The dense model, a mixture of experts and latent attention use every logical name.
+    # The dense model, a mixture of experts, latent attention and leading dense blocks (the
+    # stack before a pipeline) use every logical name.
     moe = dataclasses.replace(SPEC, num_experts=4, num_experts_per_tok=2,
                               moe_intermediate_size=16)
     mla = dataclasses.replace(moe, kv_lora_rank=8, q_lora_rank=8, qk_nope_head_dim=8,
                               qk_rope_head_dim=8, v_head_dim=8)
-    for spec in (SPEC, moe, mla):
+    prefix = dataclasses.replace(moe, num_layers=3, num_dense_layers=1)
+    for spec in (SPEC, moe, mla, prefix):
         model = build_model(spec)
         model(jnp.zeros((1, 4), jnp.int32))
         _, abstract = state.abstract_model(spec)

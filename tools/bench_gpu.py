@@ -1,4 +1,5 @@
-"""MFU of jaxtrain's train step on one GPU (NVIDIA H100/H200, AMD MI300X/MI325X/MI355X), bf16.
+"""MFU of jaxtrain's train step on one GPU (NVIDIA H100/H200, AMD MI300X/MI325X/MI355X), bf16
+and, with --fp8, fp8 matmuls against bf16.
 
 Two shapes, each compiled once and timed over warm steps on a device-resident synthetic batch:
 a Llama-3-8B-shaped model cut to 8 layers (the full 32 layers' weights plus AdamW state do not fit
@@ -7,10 +8,13 @@ bfloat16 compute, as the preset configs train. It installs nothing beyond the pr
 line per shape and a table, and finishes in a few minutes (compiles take most of it).
 
     python tools/bench_gpu.py                 # on the GPU machine
+    python tools/bench_gpu.py --fp8           # each shape in bf16, then model.quantization=fp8
     python tools/bench_gpu.py --smoke         # tiny shapes, any backend: checks the script runs
 
-MFU is against the data-sheet dense bf16 peak of the device (`jaxtrain.perf`); `--peak-tflops`
-overrides it for a device the table does not know.
+MFU is against the data-sheet dense bf16 peak of the device, or its fp8 peak for the fp8 runs
+(`jaxtrain.perf`); `--peak-tflops` overrides it for a device the table does not know. The fp8
+rows also give the step-time speed-up over the same shape in bf16 (on a CPU, or a GPU without
+float8 units, XLA emulates the types and fp8 is slower).
 """
 
 from __future__ import annotations
@@ -59,36 +63,54 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--peak-tflops", type=float, default=0.0,
                         help="per-device bf16 peak for MFU when the device is not in the table")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (any backend)")
+    parser.add_argument("--fp8", action="store_true",
+                        help="also time each shape with model.quantization=fp8")
     args = parser.parse_args(argv)
+    precisions = ("bf16", "fp8") if args.fp8 else ("bf16",)
 
     device = jax.devices()[0]
     print(f"device: {device.device_kind} ({device.platform}), {jax.device_count()} visible; "
           f"jax {jax.__version__}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}", flush=True)
     rows = []
     for name, path, overrides in CASES:
-        overrides = overrides + (SMOKE if args.smoke else [])
-        if args.peak_tflops:
-            overrides.append(f"--config.train.peak_flops={args.peak_tflops * 1e12}")
-        cfg = config_lib.load_config(str(REPO / path), overrides)
-        start = time.perf_counter()
-        try:
-            figures = bench.benchmark(cfg, steps=args.steps, warmup=args.warmup,
-                                      devices=jax.devices()[:1])
-        except Exception as error:  # one shape failing (memory) must not hide the other
-            print(f"{name}: failed after {time.perf_counter() - start:.0f} s: "
-                  f"{type(error).__name__}: {str(error).splitlines()[0][:300]}", flush=True)
-            continue
-        print(bench.format_report(name, figures), flush=True)
-        rows.append((name, cfg, figures))
+        for precision in precisions:
+            figures = _run(name, path, overrides, precision, args)
+            if figures is not None:
+                rows.append((name, precision, figures))
 
-    print("\n| shape | tokens/step | tokens/s | MFU | step ms | compile s | params |")
-    print("|---|---|---|---|---|---|---|")
-    for name, cfg, f in rows:
-        tokens = cfg.train.global_batch_size * cfg.train.seq_len
-        print(f"| {name} | {tokens:,} | {f['tokens_per_s']:,.0f} | {f['mfu']:.1%} | "
-              f"{f['step_time_s'] * 1e3:.0f} | {f['compile_s']:.0f} | "
-              f"{f['num_params'] / 1e9:.2f}B |")
-    return 0 if len(rows) == len(CASES) else 1
+    print("\n| shape | matmuls | tokens/step | tokens/s | MFU | step ms | vs bf16 | compile s | "
+          "params |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    bf16_step = {name: f["step_time_s"] for name, precision, f in rows if precision == "bf16"}
+    for name, precision, f in rows:
+        speedup = (f"{bf16_step[name] / f['step_time_s']:.2f}x"
+                   if precision == "fp8" and name in bf16_step else "")
+        print(f"| {name} | {precision} | {f['tokens']:,} | {f['tokens_per_s']:,.0f} | "
+              f"{f['mfu']:.1%} | {f['step_time_s'] * 1e3:.0f} | {speedup} | "
+              f"{f['compile_s']:.0f} | {f['num_params'] / 1e9:.2f}B |")
+    return 0 if len(rows) == len(CASES) * len(precisions) else 1
+
+
+def _run(name: str, path: str, overrides: list[str], precision: str,
+         args: argparse.Namespace) -> dict | None:
+    """One shape's figures in one precision, or None (printed) when it fails."""
+    overrides = overrides + (SMOKE if args.smoke else [])
+    if precision == "fp8":
+        overrides.append("--config.model.quantization=fp8")
+    if args.peak_tflops:
+        overrides.append(f"--config.train.peak_flops={args.peak_tflops * 1e12}")
+    cfg = config_lib.load_config(str(REPO / path), overrides)
+    start = time.perf_counter()
+    try:
+        figures = bench.benchmark(cfg, steps=args.steps, warmup=args.warmup,
+                                  devices=jax.devices()[:1])
+    except Exception as error:  # one shape failing (memory) must not hide the others
+        print(f"{name} ({precision}): failed after {time.perf_counter() - start:.0f} s: "
+              f"{type(error).__name__}: {str(error).splitlines()[0][:300]}", flush=True)
+        return None
+    print(bench.format_report(f"{name} ({precision})", figures), flush=True)
+    figures["tokens"] = cfg.train.global_batch_size * cfg.train.seq_len
+    return figures
 
 
 if __name__ == "__main__":

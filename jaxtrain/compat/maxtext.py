@@ -22,7 +22,7 @@ import math
 import os
 from typing import Any
 
-from jaxtrain.compat import known, maxtext_model
+from jaxtrain.compat import fp8, known, maxtext_model, pipeline_keys
 from jaxtrain.compat.report import KeyReport, is_off
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.presets import model_config
@@ -47,10 +47,10 @@ REMAT = {"full": "full", "minimal": "minimal", "minimal_flash": "minimal",
          "save_dot_except_mlp": "dots", "save_qkv_proj": "dots", "qkv_proj_offloaded": "dots",
          "minimal_offloaded": "minimal", "none": "none"}
 # jaxtrain mesh axis <- MaxText axis names (several MaxText axes may fold into one).
-AXES = {"data": ("data",), "fsdp": ("fsdp",), "context": ("sequence", "context"),
-        "expert": ("expert",), "tensor": ("tensor",)}
+AXES = {"data": ("data",), "pipeline": ("pipeline",), "fsdp": ("fsdp",),
+        "context": ("sequence", "context"), "expert": ("expert",), "tensor": ("tensor",)}
 NO_AXIS = ("diloco", "fsdp_transpose", "context_usp_ulysses", "context_autoregressive",
-           "tensor_sequence", "autoregressive", "pipeline")
+           "tensor_sequence", "autoregressive")
 NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("global_parameter_scale", 1, "scaled model sizes are not implemented; set base_* dims"),
     ("mtp_num_layers", 0, "multi-token prediction is not implemented"),
@@ -58,7 +58,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("use_post_ffw_norm", False, "post-MLP norms are not implemented"),
     ("final_logits_soft_cap", 0.0, "logit soft-capping is not implemented"),
     ("attn_logits_soft_cap", 0.0, "logit soft-capping is not implemented"),
-    ("quantization", "", "quantized matmuls are not implemented"),
     ("training_objective", "causal_lm", "only next-token prediction exists"),
     ("partial_rotary_factor", 1.0, "partial rotary embeddings are not implemented"),
     ("num_kv_shared_layers", 0, "shared KV layers are not implemented"),
@@ -104,6 +103,11 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = tuple(
     ("sharding_tolerance", "sharding check"), ("override_logical_axis_rules", "sharding rules"),
     ("shard_mode", "sharding mode"), ("moe_dispatch_no_expert_sharding", "expert sharding"),
     ("use_batch_split_schedule", "overlap schedule (same numbers)"),
+    ("pipeline_delay_activation_forwarding", "pipeline overlap detail (same numbers)"),
+    ("pipeline_fsdp_ag_*", "when pipeline stages gather their weights (same numbers)"),
+    ("scan_pipeline_*", "loop structure of the pipeline (same numbers)"),
+    ("scan_layers_per_stage", "loop structure of the pipeline (same numbers)"),
+    ("set_remat_policy_on_*", "where the pipeline rematerialises (memory only)"),
 ) + tuple((pattern, "vision encoder setting, unused without use_multimodal")
           for pattern in maxtext_model.VISION_KEYS)
 
@@ -362,12 +366,23 @@ def _data_eval_checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
         r.ignored("tokenizer_path", "not a local tokenizer folder; only sampling needs it")
 
 
+def _pipelined_blocks(s: dict[str, Any]) -> int:
+    """The scanned units a pipeline splits: the blocks, the expert blocks after leading dense
+    ones, or the groups of interleaved dense and expert blocks (as MaxText pipelines them)."""
+    layers, step = int(s["model.num_layers"]), int(s.get("model.moe_layer_step", 1) or 1)
+    if not s.get("model.num_experts"):
+        return layers
+    return layers // step if step > 1 else layers - int(s.get("model.num_dense_layers", 0))
+
+
 def to_jaxtrain(r: KeyReport, from_table: str = "") -> dict[str, Any]:
     """Settings for a resolved MaxText config; fills the report."""
     s: dict[str, Any] = {}
     _model(r, s, from_table)
+    fp8.map_maxtext(r, s)
     _training(r, s)
     _mesh(r, s)
+    pipeline_keys.maxtext(r, s, _pipelined_blocks(s))
     _data_eval_checkpoint(r, s)
     for key, neutral, why in NEUTRAL:
         if r.has(key) and not r.handled(key):

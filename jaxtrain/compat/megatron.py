@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jaxtrain.compat import known, megatron_train
+from jaxtrain.compat import fp8, known, megatron_train
 from jaxtrain.compat.architectures import moe_family, unbuildable
 from jaxtrain.compat.megatron_keys import IGNORE_RULES
 from jaxtrain.compat.megatron_mla import MLA_KEYS, map_mla
@@ -39,9 +39,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("fp32_residual_connection", False, "the residual stream follows model.dtype"),
     ("init_method_xavier_uniform", False, "only normal initialisation exists"),
     ("fp16", False, "fp16 with loss scaling is not implemented; use bf16"),
-    ("pipeline_model_parallel_size", 1, "pipeline parallelism is not implemented; use "
-                                        "mesh.ici_fsdp / mesh.ici_tensor"),
-    ("virtual_pipeline_model_parallel_size", None, "pipeline parallelism is not implemented"),
     ("optimizer", "adam", "only AdamW exists (Megatron's `adam` is AdamW)"),
     ("head_lr_mult", 1.0, "per-layer learning-rate multipliers are not implemented"),
     ("weight_decay_incr_style", "constant", "weight-decay schedules are not implemented"),
@@ -66,8 +63,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("exp_avg_sq_dtype", "fp32", "Adam moments are float32"),
     ("loss_scale", None, "fp16 loss scaling is not implemented"),
     ("fp4", None, "FP4 training is not implemented"),
-    ("fp8", None, "FP8 matmuls are not implemented; with --allow-unsupported the run "
-                  "computes in model.dtype (bf16) instead"),
     ("no_save_optim", None, "checkpoints always hold the optimizer state"),
     ("train_samples", None, "sample-based run lengths are not implemented; set train_iters"),
     ("lr_warmup_samples", 0, "sample-based schedules are not implemented; use lr_warmup_iters"),
@@ -280,6 +275,7 @@ def to_jaxtrain(r: KeyReport, default_origins: tuple[str, ...] = ()) -> dict[str
     s: dict[str, Any] = {}
     tp = _int(r, "tensor_model_parallel_size", 1)
     _model(r, s, tp)
+    fp8.map_megatron(r, s)
     megatron_train.map_training(r, s, tp)
     _neutral(r, bool(r.get("multi_latent_attention")))
     r.finish(IGNORE_RULES, default_origins)

@@ -1,7 +1,7 @@
 """Megatron-LM / Primus keys that have no meaning for jaxtrain, grouped by why.
 
 Patterns are fnmatch patterns over the key name. Keys that change the numbers (dropout, MoE,
-FP8, ...) are not here: the Megatron adapter checks them one by one.
+FP8, ...) are not here: the Megatron adapter checks them one by one (FP8: `compat.fp8`).
 """
 
 from __future__ import annotations
@@ -160,6 +160,11 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
     ("yaml_cfg", _RUNTIME), ("spec", _RUNTIME), ("onnx_safe", _RUNTIME), ("test_mode",
                                                                           _RUNTIME),
     ("bert_binary_head", _OTHER_MODELS), ("heterogeneous_layers_config_*", _OTHER_MODELS),
-    ("no_fp8_weight_transpose_cache", _KERNELS), ("first_last_layers_bf16", "FP8/FP4 detail"),
-    ("num_layers_at_*_in_bf16", "FP8/FP4 detail"),
+    ("no_fp8_weight_transpose_cache", _KERNELS),
+    ("disable_delayed_scaling_patches", "Primus runtime patch of how delayed fp8 scales are "
+                                        "updated (the same recipe); jaxtrain updates them in "
+                                        "the train step"),
+    ("moe_router_padding_for_quantization", "pads each expert's tokens to the fp8 kernels' "
+                                            "alignment; the padding rows are zeros, the numbers "
+                                            "the same"),
 )

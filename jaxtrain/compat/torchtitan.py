@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from jaxtrain.compat import known, torchtitan_models
+from jaxtrain.compat import fp8, known, pipeline_keys, torchtitan_models
 from jaxtrain.compat.report import KeyReport
 from jaxtrain.compat.target import has_key
 
@@ -43,9 +43,8 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
                                                 "and TensorBoard when tensorboardX is present"),
     ("comm.*", _COMM), ("memory_estimation.*", "tooling"), ("fault_tolerance.*", "tooling"),
     ("experimental.*", "TorchTitan extension hooks"), ("compile.*", "XLA compiles every step"),
-    ("primus_turbo.*", "Primus GPU kernel switches"), ("quantize.*", "used only when "
-                                                      "model.converters names float8/mx"),
-    ("float8.*", "used only with the float8 converter"), ("mx.*", "used only with mx"),
+    ("primus_turbo.*", "Primus GPU kernel switches (its float8 linear and grouped GEMMs "
+                       "are kernels for the same fp8 numbers)"), ("mx.*", "used only with mx"),
     ("optimizer.implementation", "kernel choice"), ("optimizer.early_step_in_backward",
                                                     "memory choice"),
     ("training.gc_*", "Python garbage collection"), ("training.dataloader.*", "data loader"),
@@ -53,9 +52,7 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
     ("parallelism.fsdp_reshard_after_forward", _COMM),
     ("parallelism.disable_loss_parallel", _COMM),
     ("parallelism.enable_async_tensor_parallel", _COMM),
-    ("parallelism.context_parallel_*", _COMM), ("parallelism.pipeline_parallel_*",
-                                                "pipeline detail (no pipeline here)"),
-    ("parallelism.module_fqns_per_model_part", "pipeline detail"),
+    ("parallelism.context_parallel_*", _COMM),
     ("parallelism.expert_*", "MoE detail (a dense model)"),
     ("checkpoint.last_save_*", "checkpoint format"), ("checkpoint.export_dtype", "format"),
     ("checkpoint.async_mode", "checkpoint writer"), ("checkpoint.enable_*", "checkpoint detail"),
@@ -102,13 +99,10 @@ def _model_extras(r: KeyReport, s: dict[str, Any]) -> None:
                 r.ignored(key, "not a local tokenizer folder; the architecture comes from "
                                "model.name/flavor")
     converters = list(r.get("model.converters") or [])
-    exotic = [c for c in converters if c in ("float8", "mx", "quantize.linear.float8",
-                                             "quantize.linear.mx")]
-    if exotic:
-        r.unsupported("model.converters", f"{exotic}: low-precision matmuls are not "
-                                          "implemented")
-    elif r.has("model.converters"):
-        r.ignored("model.converters", "kernel swaps only (e.g. primus_turbo)")
+    experts = bool(s.get("model.num_experts"))
+    rest = fp8.map_torchtitan(r, s, converters, experts)
+    if r.has("model.converters") and not r.handled("model.converters"):
+        r.ignored("model.converters", f"{rest}: kernel swaps only (e.g. primus_turbo)")
     mode = _get(r, "activation_checkpoint.mode")
     s["model.remat"] = {"none": "none", "full": "full"}.get(mode, "dots")
     r.mapped("activation_checkpoint.mode", "model.remat", "memory/speed only")
@@ -229,11 +223,6 @@ def _parallel(r: KeyReport, s: dict[str, Any]) -> None:
     tp = int(_get(r, "parallelism.tensor_parallel_degree"))
     cp = int(_get(r, "parallelism.context_parallel_degree"))
     pp = int(_get(r, "parallelism.pipeline_parallel_degree"))
-    if pp > 1:
-        r.unsupported("parallelism.pipeline_parallel_degree", "pipeline parallelism is not "
-                      "implemented; use mesh.ici_fsdp / mesh.ici_tensor")
-    else:
-        r.ignored("parallelism.pipeline_parallel_degree", "1: no pipeline")
     if shard < 0:
         if world % (rep * tp * cp * pp):
             raise r.devices_not_divisible({"replicate": rep, "tensor": tp, "context": cp,
@@ -255,6 +244,7 @@ def _parallel(r: KeyReport, s: dict[str, Any]) -> None:
                         ("parallelism.tensor_parallel_degree", "mesh.ici_tensor"),
                         ("parallelism.context_parallel_degree", "mesh.ici_context")):
         r.mapped(key, target)
+    pipeline_keys.torchtitan(r, s, pp, local, batch_degree)
     r.note(f"assumed {world} devices; data parallel degree {batch_degree}")
 
 

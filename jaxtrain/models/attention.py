@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import backend, sharding
+from jaxtrain.models import fp8
 from jaxtrain.models.blockwise_attention import blockwise_causal_attention
 from jaxtrain.models.layer_pattern import AttentionKind, attention_kinds
 from jaxtrain.models.layers import Dense, RMSNorm, make_param
@@ -186,7 +187,7 @@ class Attention(nnx.Module):
         self.kinds = attention_kinds(spec)[0]
         d, n, k, h = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
         common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype)
+                      param_dtype=spec.jnp_param_dtype, fp8=fp8.recipe(spec))
         self.q_proj = Dense((d,), (n, h), ("embed",), ("heads", "head_dim"),
                             use_bias=spec.qkv_bias, **common)
         self.k_proj = Dense((d,), (k, h), ("embed",), ("kv_heads", "head_dim"),

@@ -13,10 +13,16 @@ expert block, and one scan runs group after group (`_scan_groups`).
 
 Blocks that differ only in their attention (sliding / full, chunked RoPE / global NoPE) share a
 stack; each gets its `AttentionKind` index as a scanned per-layer array.
+
+On a mesh whose `pipeline` axis is larger than 1, training runs the stack as a pipeline
+(`jaxtrain.models.pipeline`): `layers` (or the groups of `_scan_groups`) split into stages.
+Leading dense blocks are not part of it: they run first on every stage, with the batch split
+over `pipeline` as over `data`, and their stack is whole on every stage (`prefix_layers`).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -24,12 +30,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models import fp8, pipeline
 from jaxtrain.models.attention import Attention
 from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices
 from jaxtrain.models.layers import Dense, Embed, RMSNorm
 from jaxtrain.models.mla import MLAttention
 from jaxtrain.models.mlp import SwiGLU
-from jaxtrain.models.moe import MoE
+from jaxtrain.models.moe import MoE, balance_loss_of_means
 from jaxtrain.models.rope import rope_angles, rope_angles_for_length
 from jaxtrain.models.spec import ModelSpec
 
@@ -77,15 +84,22 @@ class Block(nnx.Module):
         return self.mlp(x_BLD), {}
 
 
-def _stack(spec: ModelSpec, count: int, dense: bool, rngs: nnx.Rngs) -> Block:
-    """`count` blocks whose parameters are stacked over a leading `layers` dimension."""
+def _stack(spec: ModelSpec, count: int, dense: bool, rngs: nnx.Rngs,
+           axis: str = "layers") -> Block:
+    """`count` blocks whose parameters are stacked over a leading dimension, named `axis` for
+    the sharding rules (`stack_axis` metadata; `layers` when absent)."""
 
     @nnx.split_rngs(splits=count)
     @nnx.vmap(in_axes=(0,), out_axes=0)
     def make_blocks(block_rngs: nnx.Rngs) -> Block:
         return Block(spec, rngs=block_rngs, dense=dense)
 
-    return make_blocks(rngs)
+    blocks = make_blocks(rngs)
+    if axis != "layers":
+        for _, node in nnx.iter_graph(blocks):
+            if isinstance(node, nnx.Variable):
+                node.set_metadata("stack_axis", axis)
+    return blocks
 
 
 class Decoder(nnx.Module):
@@ -94,18 +108,23 @@ class Decoder(nnx.Module):
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         self.spec = spec
+        output_fp8 = fp8.recipe(spec, output_layer=True)
         self.embed = Embed(spec.vocab_size, spec.hidden_size, rngs=rngs, std=spec.init_std,
-                           dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
+                           dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype,
+                           fp8=output_fp8 if spec.tie_embeddings else None)
         stacks = stack_layer_indices(spec)
         if "dense_layers" in stacks:
-            self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs)
+            # Leading dense blocks run before the pipeline; interleaved ones are grouped with
+            # the expert blocks and split into stages with them.
+            axis = "layers" if spec.moe_layer_step > 1 else "prefix_layers"
+            self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs, axis)
         self.layers = _stack(spec, len(stacks["layers"]), False, rngs)
         self.final_norm = RMSNorm(spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype,
                                   param_dtype=spec.jnp_param_dtype)
         self.lm_head = None if spec.tie_embeddings else Dense(
             (spec.hidden_size,), (spec.vocab_size,), ("embed",), ("vocab",), rngs=rngs,
             std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype,
-            out_dtype=jnp.float32)
+            out_dtype=jnp.float32, fp8=output_fp8)
 
     def hidden_states(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
                       segment_ids_BL: jax.Array | None = None, cache: Cache | None = None,
@@ -135,7 +154,15 @@ class Decoder(nnx.Module):
         per_layer = attention_kinds(spec)[1]
         kinds = {name: jnp.asarray([per_layer[i] for i in layers], jnp.int32)
                  for name, layers in stack_layer_indices(spec).items()}
-        if spec.moe_layer_step > 1:
+        if cache is None and sharding.axis_size(pipeline.AXIS) > 1:
+            rows = {"index": index_BL}
+            if segment_ids_BL is not None:
+                rows["segment"] = segment_ids_BL
+            if cos.shape[0] == b and positions_BL is not None:  # per-row positions
+                rows["cos"], rows["sin"] = cos, sin
+            x_BLD, stats = self._pipelined(x_BLD, (cos, sin), rows, kinds, unroll)
+            new_cache = None
+        elif spec.moe_layer_step > 1:
             args = (cos, sin, index_BL, segment_ids_BL if cache is None else None)
             x_BLD, new_cache, stats = self._scan_groups(x_BLD, args, kinds, cache, unroll)
         elif cache is None:
@@ -169,12 +196,60 @@ class Decoder(nnx.Module):
             stats = {}
         return self.final_norm(x_BLD), new_cache, stats
 
-    def _scan_groups(self, x_BLD: jax.Array, args: tuple, kinds: dict[str, jax.Array],
-                     cache: Cache | None, unroll: int | bool
-                     ) -> tuple[jax.Array, Cache | None, dict]:
-        """Alternating dense and expert blocks: one scan step per group of s - 1 dense blocks
-        (slots g(s-1) .. g(s-1) + s-2 of `dense_layers`) and one expert block (slot g of
-        `layers`), so the two stacks keep their own parameter shapes."""
+    def _pipelined(self, x_BLD: jax.Array, rope: tuple, rows: dict[str, jax.Array],
+                   kinds: dict[str, jax.Array], unroll: int | bool
+                   ) -> tuple[jax.Array, dict]:
+        """The training forward through the stack as a pipeline over the `pipeline` mesh axis
+        (see `jaxtrain.models.pipeline`); `rows` holds the per-row inputs (token index, and
+        segment ids and per-row RoPE tables when given)."""
+        spec = self.spec
+
+        def args_of(rows_b: dict[str, jax.Array]) -> tuple:
+            cos, sin = (rows_b["cos"], rows_b["sin"]) if "cos" in rows_b else rope
+            return cos, sin, rows_b["index"], rows_b.get("segment")
+
+        if spec.moe_layer_step > 1:
+            units, group, _ = self._group_units(kinds)
+
+            def unit_fn(x, unit, rows_b):
+                x, (stats, _) = group(x, unit, args_of(rows_b))
+                return x, stats
+        else:
+            dense_layers = getattr(self, "dense_layers", None)
+            if dense_layers is not None:  # leading dense blocks, before the pipeline
+                def layer(x, block, kind):
+                    x, _, _ = block(x, *args_of(rows), kind=kind)
+                    return x
+
+                if spec.remat != "none":
+                    layer = nnx.remat(layer, policy=_REMAT_POLICIES[spec.remat])
+                x_BLD = nnx.scan(layer, in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry,
+                                 unroll=unroll)(x_BLD, dense_layers, kinds["dense_layers"])
+            graphdef, state = nnx.split(self.layers)
+            units = {"blocks": state, "kind": kinds["layers"]}
+
+            def unit_fn(x, unit, rows_b):
+                block = nnx.merge(graphdef, unit["blocks"])
+                x, _, stats = block(x, *args_of(rows_b), kind=unit["kind"])
+                return x, stats
+
+        remat = None
+        if spec.remat != "none":
+            remat = functools.partial(jax.checkpoint, policy=_REMAT_POLICIES[spec.remat])
+        newest = jax.tree.map(lambda v: isinstance(v, fp8.Fp8Amax), units,
+                              is_leaf=lambda v: isinstance(v, nnx.Variable))
+        x_BLD, stats = pipeline.run(unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll,
+                                    newest=newest)
+        if "prob" in stats:  # the balance loss of the whole batch, from its per-unit means
+            stats = dict(stats, aux_loss=balance_loss_of_means(stats["load"], stats["prob"]))
+        return x_BLD, stats
+
+    def _group_units(self, kinds: dict[str, jax.Array]):
+        """(per-group inputs with a leading [groups] dimension, group(x, xs, args) -> (x,
+        (stats, cache)), the [groups x (s-1)] -> [groups, s-1] reshape) for alternating dense
+        and expert blocks: one group is s - 1 dense
+        blocks (slots g(s-1) .. g(s-1) + s-2 of `dense_layers`) and one expert block (slot g
+        of `layers`), so the two stacks keep their own parameter shapes."""
         spec = self.spec
         sub = spec.moe_layer_step - 1
         groups = spec.num_layers // spec.moe_layer_step
@@ -184,15 +259,10 @@ class Decoder(nnx.Module):
         def by_group(t):
             return t.reshape(groups, sub, *t.shape[1:])
 
-        dense_state = jax.tree.map(by_group, dense_state)
-        xs = {"dense": dense_state, "moe": moe_state, "dense_kind": by_group(
-            kinds["dense_layers"]), "moe_kind": kinds["layers"]}
-        if cache is not None:
-            xs["cache"] = {"dense_k": by_group(cache["dense_k"]),
-                           "dense_v": by_group(cache["dense_v"]),
-                           "k": cache["k"], "v": cache["v"]}
+        xs = {"dense": jax.tree.map(by_group, dense_state), "moe": moe_state,
+              "dense_kind": by_group(kinds["dense_layers"]), "moe_kind": kinds["layers"]}
 
-        def group(x, xs):
+        def group(x, xs, args):
             caches = xs.get("cache")
             new = {"dense_k": [], "dense_v": []}
             for r in range(sub):
@@ -210,9 +280,25 @@ class Decoder(nnx.Module):
             new = {name: jnp.stack(values) for name, values in new.items()}
             return x, ({}, dict(new, k=kv[0], v=kv[1]))
 
+        return xs, group, by_group
+
+    def _scan_groups(self, x_BLD: jax.Array, args: tuple, kinds: dict[str, jax.Array],
+                     cache: Cache | None, unroll: int | bool
+                     ) -> tuple[jax.Array, Cache | None, dict]:
+        """Alternating dense and expert blocks: one scan step per group (`_group_units`)."""
+        spec = self.spec
+        xs, group, by_group = self._group_units(kinds)
+        if cache is not None:
+            xs["cache"] = {"dense_k": by_group(cache["dense_k"]),
+                           "dense_v": by_group(cache["dense_v"]),
+                           "k": cache["k"], "v": cache["v"]}
+
+        def step(x, xs):
+            return group(x, xs, args)
+
         if spec.remat != "none" and cache is None:
-            group = jax.checkpoint(group, policy=_REMAT_POLICIES[spec.remat])
-        x_BLD, (stats, new_cache) = jax.lax.scan(group, x_BLD, xs, unroll=unroll)
+            step = jax.checkpoint(step, policy=_REMAT_POLICIES[spec.remat])
+        x_BLD, (stats, new_cache) = jax.lax.scan(step, x_BLD, xs, unroll=unroll)
         if new_cache is not None:
             new_cache = {name: value.reshape(cache[name].shape)
                          for name, value in new_cache.items()}

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models import fp8 as fp8_lib
 from jaxtrain.models.products import backward_operands, float32_operands
 
 
@@ -77,27 +78,37 @@ class Dense(nnx.Module):
 
     `in_axes` / `out_axes` are the logical names of the contracted and produced dimensions,
     e.g. a query projection is `embed -> (heads, head_dim)`, an output projection
-    `(heads, head_dim) -> embed`.
+    `(heads, head_dim) -> embed`. With an `fp8` recipe the product runs in float8
+    (`jaxtrain.models.fp8`), keeping its amax history in `fp8_amax` when the recipe needs one.
     """
 
     def __init__(self, in_shape: Sequence[int], out_shape: Sequence[int],
                  in_axes: Sequence[str], out_axes: Sequence[str], *, rngs: nnx.Rngs,
                  std: float, use_bias: bool = False, dtype=jnp.float32,
-                 param_dtype=jnp.float32, out_dtype=None):
+                 param_dtype=jnp.float32, out_dtype=None,
+                 fp8: fp8_lib.Fp8Recipe | None = None):
         self.in_rank = len(in_shape)
         self.dtype = dtype
         self.out_dtype = out_dtype
+        self.fp8 = fp8
         self.kernel = make_param(rngs, (*in_shape, *out_shape), (*in_axes, *out_axes), std,
                                  param_dtype)
         self.bias = (make_param(rngs, out_shape, out_axes, 0.0, param_dtype)
                      if use_bias else None)
+        if fp8 is not None and fp8.keeps_history:
+            self.fp8_amax = fp8_lib.empty_history(fp8)
 
     def compute_kernel(self) -> jnp.ndarray:
         """The kernel in the compute dtype, as `__call__` multiplies by it."""
         return self.kernel[...].astype(self.dtype)
 
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-        y = project(x.astype(self.dtype), self.compute_kernel(), self.in_rank, self.out_dtype)
+        if self.fp8 is not None:
+            y = fp8_lib.project(x.astype(self.dtype), self.compute_kernel(), self.in_rank,
+                                self.fp8, fp8_lib.history_of(self), self.out_dtype)
+        else:
+            y = project(x.astype(self.dtype), self.compute_kernel(), self.in_rank,
+                        self.out_dtype)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
@@ -119,13 +130,18 @@ class RMSNorm(nnx.Module):
 
 
 class Embed(nnx.Module):
-    """Token embedding table [vocab, embed]; `attend` reuses it as a tied output projection."""
+    """Token embedding table [vocab, embed]; `attend` reuses it as a tied output projection
+    (in float8 with an `fp8` recipe: `model.fp8_output_layer`)."""
 
     def __init__(self, vocab_size: int, size: int, *, rngs: nnx.Rngs, std: float,
-                 dtype=jnp.float32, param_dtype=jnp.float32):
+                 dtype=jnp.float32, param_dtype=jnp.float32,
+                 fp8: fp8_lib.Fp8Recipe | None = None):
         self.dtype = dtype
+        self.fp8 = fp8
         self.embedding = make_param(rngs, (vocab_size, size), ("vocab", "embed"), std,
                                     param_dtype)
+        if fp8 is not None and fp8.keeps_history:
+            self.fp8_amax = fp8_lib.empty_history(fp8)
 
     def __call__(self, tokens_BL: jnp.ndarray) -> jnp.ndarray:
         x_BLD = jnp.take(self.embedding[...], tokens_BL, axis=0).astype(self.dtype)
@@ -138,4 +154,7 @@ class Embed(nnx.Module):
 
     def attend(self, x_BLD: jnp.ndarray) -> jnp.ndarray:
         """Tied output projection: float32 logits [B, L, V] (see `project`)."""
+        if self.fp8 is not None:
+            return fp8_lib.project(x_BLD.astype(self.dtype), self.attend_kernel(), 1, self.fp8,
+                                   fp8_lib.history_of(self), jnp.float32)
         return project(x_BLD.astype(self.dtype), self.attend_kernel(), 1, jnp.float32)

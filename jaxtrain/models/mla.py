@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models import fp8
 from jaxtrain.models.attention import cached_attention, self_attention
 from jaxtrain.models.layers import Dense, RMSNorm
 from jaxtrain.models.rope import apply_rope, apply_rope_interleaved, yarn_mscale
@@ -51,7 +52,7 @@ class MLAttention(nnx.Module):
         r, c = spec.kv_lora_rank, spec.q_lora_rank
         q_width = spec.qk_nope_head_dim + p
         common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype)
+                      param_dtype=spec.jnp_param_dtype, fp8=fp8.recipe(spec))
         norm = dict(dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
         heads = ("heads", "head_dim")
         # Only the attributes in use exist, so the parameter tree matches the checkpoint's.

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models import fp8
 from jaxtrain.models.layers import Dense
 from jaxtrain.models.spec import ModelSpec
 
@@ -50,7 +51,7 @@ class SwiGLU(nnx.Module):
         # intermediate_size overrides the spec's (a mixture of experts' shared experts).
         d, f = spec.hidden_size, intermediate_size or spec.intermediate_size
         common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype)
+                      param_dtype=spec.jnp_param_dtype, fp8=fp8.recipe(spec))
         self.gate_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)

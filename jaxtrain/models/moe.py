@@ -28,11 +28,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models import fp8 as fp8_lib
 from jaxtrain.models.layers import Dense, make_param
 from jaxtrain.models.mlp import SwiGLU, swiglu
 from jaxtrain.models.spec import ModelSpec
 
-MoeStats = dict[str, jax.Array]  # {"aux_loss": [], "z_loss": [], "load": [E], "dropped": []}
+# {"aux_loss": [], "z_loss": [], "load": [E], "prob": [E], "dropped": []}
+MoeStats = dict[str, jax.Array]
 
 
 class RouterBias(nnx.Variable):
@@ -113,6 +115,11 @@ def load_balancing_loss(probs_TE: jax.Array, experts_TK: jax.Array) -> tuple[jax
     return num_experts * jnp.sum(load_E * prob_E), load_E
 
 
+def balance_loss_of_means(load_E: jax.Array, prob_E: jax.Array) -> jax.Array:
+    """`load_balancing_loss` from its two means (any leading dimensions): E x sum_e f_e x p_e."""
+    return load_E.shape[-1] * jnp.sum(load_E * prob_E, axis=-1)
+
+
 def clamped_swiglu(gate: jax.Array, up: jax.Array, alpha: float, limit: float) -> jax.Array:
     """gpt-oss's expert activation: (up + 1) x gate x sigmoid(alpha x gate), with the gate
     clamped to at most `limit` and up to [-limit, limit] so no activation can blow up."""
@@ -145,6 +152,11 @@ class MoE(nnx.Module):
         self.gate_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
         self.up_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
         self.down_proj = make_param(rngs, (e, f, d), ("exp", "mlp", "embed"), spec.init_std, pdt)
+        # fp8 experts: one per-tensor scale over all experts of each weight, one amax history.
+        self.fp8 = fp8_lib.recipe(spec) if spec.fp8_experts else None
+        if self.fp8 is not None and self.fp8.keeps_history:
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                setattr(self, f"{name}_fp8_amax", fp8_lib.empty_history(self.fp8))
         self.activation = (spec.moe_activation, spec.moe_swiglu_alpha, spec.moe_swiglu_limit)
         self.weight_inputs = spec.moe_weight_inputs
         self.capacity_factor = spec.moe_capacity_factor
@@ -168,7 +180,10 @@ class MoE(nnx.Module):
         weights_TK, experts_TK, probs_TE = route(logits_TE, self.k, self.score, self.norm_topk,
                                                  bias_E=bias_E, **self.groups)
         aux_loss, load_E = load_balancing_loss(probs_TE, experts_TK)
-        stats = {"aux_loss": aux_loss, "z_loss": router_z_loss(logits_TE), "load": load_E}
+        # The mean probabilities too: a pipeline, which runs the batch in parts, forms the
+        # balance loss of the whole batch from the parts' means (`balance_loss_of_means`).
+        stats = {"aux_loss": aux_loss, "z_loss": router_z_loss(logits_TE), "load": load_E,
+                 "prob": jnp.mean(probs_TE, axis=0)}
 
         # Sort the T x K assignments by expert; a stable sort keeps token order inside a group.
         num_experts = self.gate_proj.shape[0]
@@ -199,23 +214,34 @@ class MoE(nnx.Module):
         return y_BLD, stats
 
     def _ffn(self, x_RD: jax.Array, matmul) -> jax.Array:
-        """The experts' (clamped) SwiGLU over rows x_RD, with `matmul(rows, weight, bias name)`
-        applying each row's own expert."""
-        gate_RF = matmul(x_RD, self.gate_proj, "gate_bias")
-        up_RF = matmul(x_RD, self.up_proj, "up_bias")
+        """The experts' (clamped) SwiGLU over rows x_RD, with `matmul(rows, weight name, bias
+        name)` applying each row's own expert."""
+        gate_RF = matmul(x_RD, "gate_proj", "gate_bias")
+        up_RF = matmul(x_RD, "up_proj", "up_bias")
         kind, alpha, limit = self.activation
         if kind == "clamped_swiglu":
             h_RF = clamped_swiglu(gate_RF, up_RF, alpha, limit)
         else:
             h_RF = swiglu(gate_RF, up_RF)
-        return matmul(h_RF, self.down_proj, "down_bias")
+        return matmul(h_RF, "down_proj", "down_bias")
+
+    def _product(self, kind: str, lhs: jax.Array, name: str, sizes: jax.Array | None = None
+                 ) -> jax.Array:
+        """lhs times expert weight `name`, in float8 when the spec asks (`models.fp8`)."""
+        w = getattr(self, name)[...].astype(self.dtype)
+        if self.fp8 is not None:
+            return fp8_lib.scaled_product(fp8_lib.Product(kind), lhs, w, self.fp8,
+                                          fp8_lib.history_of(self, f"{name}_fp8_amax"), sizes)
+        if kind == "ragged":
+            return jax.lax.ragged_dot(lhs, w, sizes)
+        return jnp.einsum("ecx,exy->ecy", lhs, w)
 
     def _experts_dropless(self, x_AD: jax.Array, expert_A: jax.Array,
                           sizes_E: jax.Array) -> jax.Array:
         """Every assignment through its expert: one grouped matmul per weight."""
 
-        def grouped(lhs, w, bias):
-            out = jax.lax.ragged_dot(lhs, w[...].astype(self.dtype), sizes_E)
+        def grouped(lhs, name, bias):
+            out = self._product("ragged", lhs, name, sizes_E)
             if hasattr(self, bias):
                 out = out + jnp.take(getattr(self, bias)[...], expert_A, axis=0).astype(
                     self.dtype)
@@ -236,8 +262,8 @@ class MoE(nnx.Module):
         x_ECD = jnp.zeros((num_experts, capacity, x_AD.shape[1]), x_AD.dtype)
         x_ECD = x_ECD.at[expert_A, rank_A].set(x_AD, mode="drop")
 
-        def batched(lhs, w, bias):
-            out = jnp.einsum("ecx,exy->ecy", lhs, w[...].astype(self.dtype))
+        def batched(lhs, name, bias):
+            out = self._product("batched", lhs, name)
             if hasattr(self, bias):
                 out = out + getattr(self, bias)[...][:, None].astype(self.dtype)
             return out

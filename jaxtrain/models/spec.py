@@ -28,6 +28,23 @@ MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu")
 # How top-k is restricted to groups of experts: none | V2 (group score = its best expert) | V3
 # (group score = sum of its two best biased scores).
 MOE_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+# Low-precision matmuls (`jaxtrain.models.fp8`) and their per-tensor scaling recipes.
+QUANTIZATIONS = ("", "fp8")
+FP8_RECIPES = ("delayed", "current")
+FP8_FORMATS = ("hybrid", "e4m3")  # e4m3 forward + e5m2 gradients | e4m3 for both
+FP8_AMAX_ALGOS = ("max", "most_recent")
+# Recipes other stacks offer that scale per block or per row: what each would need.
+_UNSUPPORTED_SCALING = {
+    "mxfp8": "MXFP8 scales every 32 values by a shared power of two; jax.nn.scaled_matmul runs it "
+             "only through cuDNN on NVIDIA Blackwell, and jaxtrain has no block-scaled path",
+    "blockwise": "block-wise (1x128 / 128x128) scaling is not implemented",
+    "rowwise": "row-wise scaling is not implemented",
+    "nvfp4": "FP4 training is not implemented",
+    "mxfp4": "FP4 training is not implemented",
+    "fp4": "FP4 training is not implemented",
+    "int8": "int8 training is not implemented",
+    "fp8_full": "static (fixed) fp8 scales are not implemented",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +98,17 @@ class ModelSpec:
     dtype: str = "float32"  # compute dtype
     remat: str = "none"  # recompute activations in backward: one of REMAT_POLICIES
     scan_layers: bool = True  # scan over the stacked blocks; False unrolls (same params)
+    # FP8 matmuls (jaxtrain/models/fp8.py, docs/fp8.md): the attention, MLP and expert
+    # projections multiply float8 operands with float32 accumulation, per-tensor scaled.
+    quantization: str = ""  # "" (matmuls in model.dtype) | fp8 (docs/fp8.md)
+    fp8_recipe: str = "delayed"  # fp8 scales from: delayed (amax history) | current (this step)
+    fp8_format: str = "hybrid"  # hybrid: e4m3 forward, e5m2 gradients | e4m3: e4m3 for both
+    fp8_amax_history: int = 1024  # delayed: steps of amax history each scale looks back over
+    fp8_amax_algo: str = "max"  # delayed: amax of a scale: the history's max | most_recent
+    fp8_margin: int = 0  # scales leave 2^margin of headroom below the format's largest value
+    fp8_output_layer: bool = False  # the output projection in fp8 too (Transformer Engine: no)
+    fp8_experts: bool = True  # the routed experts' grouped products in fp8 too
+    fp8_stats: bool = False  # per-layer amax and scale of every fp8 tensor as train metrics
     # Multi-head latent attention (DeepSeek V2/V3) when kv_lora_rank > 0: num_kv_heads and
     # head_dim are then unused (presets set num_heads and qk_rope_head_dim, as transformers does).
     kv_lora_rank: int = 0  # width of the compressed key/value latent; 0: grouped-query attention
@@ -179,6 +207,7 @@ class ModelSpec:
             raise ConfigError(f"model.sliding_window={self.sliding_window} must be >= 0 "
                               "(0 means full causal attention).")
         self._validate_rope()
+        self._validate_fp8()
         self._validate_mla()
         self._validate_layer_pattern()
         if self.num_experts:
@@ -195,6 +224,35 @@ class ModelSpec:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to a mixture"
                                   " of experts; set it to its default or set model.num_experts "
                                   "> 0.")
+
+    def _validate_fp8(self) -> None:
+        """The quantization keys: a known recipe, and no fp8 key set while fp8 is off."""
+        for key, allowed in (("quantization", QUANTIZATIONS), ("fp8_recipe", FP8_RECIPES),
+                             ("fp8_format", FP8_FORMATS), ("fp8_amax_algo", FP8_AMAX_ALGOS)):
+            value = getattr(self, key)
+            if value in allowed:
+                continue
+            why = _UNSUPPORTED_SCALING.get(str(value).lower())
+            if why:
+                raise ConfigError(f"model.{key}={value!r} is not supported: {why}. Use "
+                                  "model.quantization='fp8' with model.fp8_recipe='delayed' or "
+                                  "'current' (per-tensor scaling), or '' for model.dtype "
+                                  "matmuls.")
+            raise ConfigError(f"model.{key}={value!r} is not one of {list(allowed)}.")
+        if self.fp8_amax_history < 1:
+            raise ConfigError(f"model.fp8_amax_history={self.fp8_amax_history} must be >= 1.")
+        if not 0 <= self.fp8_margin <= 8:
+            raise ConfigError(f"model.fp8_margin={self.fp8_margin} must be between 0 and 8 "
+                              "(powers of two of headroom).")
+        if self.quantization:
+            return
+        defaults = {f.name: f.default for f in dataclasses.fields(ModelSpec)}
+        for key in ("fp8_recipe", "fp8_format", "fp8_amax_history", "fp8_amax_algo",
+                    "fp8_margin", "fp8_output_layer", "fp8_experts", "fp8_stats"):
+            if getattr(self, key) != defaults[key]:
+                raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to fp8 "
+                                  "matmuls; set model.quantization='fp8' or leave it at its "
+                                  "default.")
 
     def _validate_layer_pattern(self) -> None:
         """Local / global attention layers, chunks, NoPE and attention temperature keys."""

@@ -1,8 +1,11 @@
-"""Model state the optimizer never sees: DeepSeek V3's aux-free expert bias (`RouterBias`).
+"""Model state the optimizer never sees: DeepSeek V3's aux-free expert bias (`RouterBias`) and
+the amax histories of fp8 projections (`Fp8Amax`).
 
 The train state's `params` is the model's whole state as a pure dict (what `nnx.merge` needs,
 and what checkpoints save and restore); the optimizer state is built over, and updates only,
-its `nnx.Param` leaves. The train step sets the buffers itself from the step's expert load.
+its `nnx.Param` leaves. The train step sets the buffers itself: the expert bias from the step's
+expert load, each amax history to what the backward pass returned as its gradient
+(`jaxtrain.models.fp8`).
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
+from jaxtrain.models.fp8 import Fp8Amax
 from jaxtrain.models.moe import RouterBias, updated_router_bias
 
 
@@ -20,6 +25,47 @@ def split(graphdef: nnx.GraphDef, params: Any) -> tuple[dict, dict]:
     Variable type each leaf has in the model (merging only reads the graph at trace time)."""
     state = nnx.state(nnx.merge(graphdef, params))
     return nnx.to_pure_dict(state.filter(nnx.Param)), nnx.to_pure_dict(state.filter(RouterBias))
+
+
+def fp8_histories(graphdef: nnx.GraphDef, tree: Any) -> dict:
+    """The `Fp8Amax` leaves of a whole-state pure dict (or of its gradients: there, the
+    updated histories)."""
+    return nnx.to_pure_dict(nnx.state(nnx.merge(graphdef, tree)).filter(Fp8Amax))
+
+
+def weights(graphdef: nnx.GraphDef, params: Any) -> dict:
+    """Everything but the amax histories: what a Hugging Face export or `init_from` carries."""
+    state = nnx.state(nnx.merge(graphdef, params))
+    return nnx.to_pure_dict(state.filter(nnx.Any(nnx.Param, RouterBias)))
+
+
+def accumulate(graphdef: nnx.GraphDef, total: Any, grads: Any) -> Any:
+    """`total` plus a micro batch's float32 gradients; the amax histories instead take the
+    elementwise maximum, so the step's newest amax is the largest of its micro batches'."""
+    summed = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), total, grads)
+    histories = jax.tree.map(jnp.maximum, fp8_histories(graphdef, total),
+                             fp8_histories(graphdef, grads))
+    return replace(summed, histories)
+
+
+def replace(tree: Any, part: Any) -> Any:
+    """`tree` with the leaves `part` holds (a pure dict whose paths all exist in `tree`)."""
+    if not isinstance(part, dict):
+        return part
+    return {key: replace(value, part[key]) if key in part else value
+            for key, value in tree.items()}
+
+
+def drop(tree: Any, part: Any) -> Any:
+    """`tree` without the leaves at the paths `part` holds (the inverse of `merge`)."""
+    out = {}
+    for key, value in tree.items():
+        if key not in part:
+            out[key] = value
+        elif isinstance(part[key], dict) and isinstance(value, dict):
+            if rest := drop(value, part[key]):
+                out[key] = rest
+    return out
 
 
 def trainable(state: nnx.State) -> nnx.State:

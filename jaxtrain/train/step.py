@@ -15,6 +15,7 @@ import optax
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models import fp8
 from jaxtrain.models.moe import MOE_METRICS, moe_losses
 from jaxtrain.train import buffers
 from jaxtrain.train.chunked_loss import head_losses
@@ -92,7 +93,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
         def accumulate(carry, micro):
             grads_acc, aux_acc = carry
             (_, aux), grads = grad_fn(graphdef, params, micro, z_loss, loss_chunks)
-            grads_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grads_acc, grads)
+            grads_acc = buffers.accumulate(graphdef, grads_acc, grads)
             return (grads_acc, {k: aux_acc[k] + aux[k] for k in aux_acc}), None
 
         zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
@@ -109,6 +110,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
     # Gradients of the summed loss, normalised once by the step's token count: the same
     # update whatever the micro batching.
     denom = jnp.maximum(aux["tokens"], 1.0)
+    # fp8 amax histories come back in place of their gradients (jaxtrain.models.fp8).
+    fp8_amax = buffers.fp8_histories(graphdef, grads)
     grads = jax.tree.map(lambda g, p: (g / denom).astype(p.dtype), grads, params)
     # The optimizer sees only nnx.Params; buffers (the aux-free expert bias) follow the load.
     trainable, frozen = buffers.split(graphdef, params)
@@ -118,7 +121,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
     if frozen and spec.moe_bias_update_rate:
         frozen = buffers.update_router_bias(frozen, aux["moe_layer_load_sum"] / denom,
                                             spec.moe_bias_update_rate)
-    new_params = buffers.merge(new_params, frozen)
+    new_params = buffers.merge(buffers.merge(new_params, frozen), fp8_amax)
     metrics = {
         "loss": aux["ce_sum"] / denom,
         "grad_norm": optax.global_norm(grads),
@@ -126,8 +129,21 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
         "tokens": aux["tokens"],
     }
     metrics.update({k: aux[f"{k}_sum"] / denom for k in MOE_METRICS if f"{k}_sum" in aux})
+    if spec.fp8_stats:
+        metrics.update(fp8_statistics(fp8_amax, spec))
     new_state = {"step": state["step"] + 1, "params": new_params, "opt_state": opt_state}
     return new_state, metrics
+
+
+def fp8_statistics(histories: dict, spec: Any) -> dict[str, jax.Array]:
+    """`model.fp8_stats` metrics from the step's updated amax histories (`models.fp8`)."""
+    def name(path: tuple) -> str:  # layers/attn/q_proj/fp8_amax -> layers/attn/q_proj
+        dotted = "/".join(str(getattr(k, "key", k)) for k in path)
+        return dotted.removesuffix("/fp8_amax").removesuffix("_fp8_amax")
+
+    flat = {name(path): leaf
+            for path, leaf in jax.tree_util.tree_flatten_with_path(histories)[0]}
+    return fp8.statistics(flat, fp8.recipe(spec))
 
 
 def loss_options(train_cfg: Any) -> dict[str, Any]:
