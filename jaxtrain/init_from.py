@@ -32,7 +32,7 @@ STRUCTURAL_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "nu
                      "num_experts", "moe_intermediate_size", "kv_lora_rank", "q_lora_rank",
                      "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "moe_shared_experts",
                      "num_dense_layers", "moe_score_bias", "attention_sinks", "o_bias",
-                     "moe_router_bias", "moe_expert_bias", "moe_layer_step")
+                     "mlp_bias", "moe_router_bias", "moe_expert_bias", "moe_layer_step")
 # Fields that change the computation but not the weights (e.g. a longer RoPE base for context
 # extension): the run's value is used and the difference reported.
 NUMERICAL_FIELDS = ("family", "norm_eps", "rope_theta", "rope_scaling", "sliding_window",

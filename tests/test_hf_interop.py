@@ -140,8 +140,7 @@ def test_unsupported_architecture_names_file_and_choices(tmp_path):
 @pytest.mark.parametrize("change, match", [
     (dict(hidden_act="gelu"), "hidden_act='gelu'"),
     (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope type 'yarn'"),
-    (dict(attention_bias=True), "o_proj bias"),
-    (dict(mlp_bias=True), "mlp_bias"),
+    (dict(mlp_bias=True, architectures=["Qwen2ForCausalLM"]), "only LlamaForCausalLM has MLP"),
     (dict(num_attention_heads=None), "'num_attention_heads' is missing"),
     (dict(num_key_value_heads=3), "not divisible"),
 ])
@@ -155,6 +154,8 @@ def test_family_that_cannot_express_spec():
         hf_config_from_spec(dataclasses.replace(SPECS["llama"], sliding_window=8))
     with pytest.raises(ConfigError, match="qwen2"):
         hf_config_from_spec(dataclasses.replace(SPECS["llama"], qkv_bias=True))
+    with pytest.raises(ConfigError, match="model.mlp_bias=True has no place in Qwen2"):
+        hf_config_from_spec(dataclasses.replace(SPECS["qwen2-window"], mlp_bias=True))
 
 
 @pytest.mark.parametrize("name", ["llama3", "qwen2-window", "qwen3"])

@@ -49,6 +49,9 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
 FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
 _MODEL_TYPE_ARCHITECTURE = {mt: arch for arch, (_, mt) in ARCHITECTURES.items()}
 _QWEN = ("qwen2", "qwen3")
+# Families whose `attention_bias` puts biases on q, k, v and o (gpt-oss and Llama 4 read it in
+# their own modules).
+_ATTENTION_BIAS = ("llama", "qwen3", "qwen3_moe")
 
 
 def _transformers_major() -> int:
@@ -205,13 +208,16 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ConfigError(f"{where}: hidden_act={act!r} is not supported (SwiGLU needs silu).")
-    if cfg.get("mlp_bias"):
-        raise ConfigError(f"{where}: mlp_bias=true is not supported (bias-free MLP only).")
+    mlp_bias = bool(cfg.get("mlp_bias", False))
+    if mlp_bias and family != "llama":
+        raise ConfigError(f"{where}: mlp_bias=true ({arch}) is not supported; only "
+                          "LlamaForCausalLM has MLP biases (its class ignores the key).")
     attention_bias = bool(cfg.get("attention_bias", False))
-    if attention_bias and family in ("llama", "qwen3", "qwen3_moe", *DEEPSEEK_FAMILIES):
-        # Both put the bias on o_proj too, which the decoder does not have.
-        raise ConfigError(f"{where}: attention_bias=true ({arch}) adds an o_proj bias, which "
-                          "is not supported; only Qwen2-style q/k/v biases are.")
+    if attention_bias and family in DEEPSEEK_FAMILIES:
+        raise ConfigError(f"{where}: attention_bias=true ({arch}) is not supported with "
+                          "multi-head latent attention; set it to false.")
+    # Llama and Qwen 3 put the bias on q, k, v and o alike; Qwen2's q/k/v biases are fixed.
+    attention_bias = attention_bias and family in _ATTENTION_BIAS
     hidden = int(_require(cfg, "hidden_size", where))
     heads = int(_require(cfg, "num_attention_heads", where))
     layers = int(_require(cfg, "num_hidden_layers", where))
@@ -235,7 +241,9 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
         max_seq_len=int(_require(cfg, "max_position_embeddings", where)),
         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        qkv_bias=family == "qwen2",
+        qkv_bias=family == "qwen2" or attention_bias,
+        o_bias=attention_bias,
+        mlp_bias=mlp_bias,
         qk_norm=family in ("qwen3", "qwen3_moe"),
         sliding_window=window,
         init_std=float(cfg.get("initializer_range", 0.02)),
@@ -280,11 +288,18 @@ def _check_expressible(spec: ModelSpec, arch: str) -> None:
                               "use family 'deepseek_v2' or 'deepseek_v3', or the default.")
     wants = {"qwen2": (True, False), "qwen3": (False, True),
              "qwen3_moe": (False, True)}.get(family, (False, False))
+    if family in _ATTENTION_BIAS:  # attention_bias: q/k/v and o biases together
+        wants = (spec.qkv_bias, wants[1])
+        if spec.o_bias != spec.qkv_bias:
+            raise ConfigError(f"model.o_bias={spec.o_bias} and model.qkv_bias={spec.qkv_bias} "
+                              f"differ, but {arch}'s attention_bias sets both; set them equal, or use "
+                              "family 'qwen2' for q/k/v biases alone.")
     if (spec.qkv_bias, spec.qk_norm) != wants:
         raise ConfigError(
             f"model.family={family!r} ({arch}) has qkv_bias={wants[0]}, qk_norm={wants[1]} but "
             f"the spec has qkv_bias={spec.qkv_bias}, qk_norm={spec.qk_norm}; use family "
-            "'qwen2' for q/k/v biases, 'qwen3' for qk-norm, 'llama' or 'mistral' for neither.")
+            "'qwen2' for q/k/v biases alone, 'llama' or 'qwen3' for q/k/v and o biases "
+            "(o_bias=True), 'qwen3' for qk-norm, 'llama' or 'mistral' for neither.")
     moe_family = family in ("mixtral", "qwen3_moe")
     if moe_family != bool(spec.num_experts):
         raise ConfigError(f"model.family={family!r} ({arch}) and model.num_experts="
@@ -301,7 +316,8 @@ def _check_expressible(spec: ModelSpec, arch: str) -> None:
 
 def _check_pattern_keys(spec: ModelSpec, arch: str) -> None:
     """ConfigError for a gpt-oss / Llama 4 feature on a family whose class lacks it."""
-    owners = {"attention_sinks": "gpt_oss", "o_bias": ("gpt_oss", "llama4"),
+    owners = {"attention_sinks": "gpt_oss",
+              "o_bias": ("gpt_oss", "llama4", *_ATTENTION_BIAS), "mlp_bias": "llama",
               "global_layer_step": ("gpt_oss", "llama4"), "moe_router_bias": "gpt_oss",
               "moe_expert_bias": "gpt_oss", "moe_activation": "gpt_oss",
               "attention_chunk": "llama4", "nope_global": "llama4", "qk_l2_norm": "llama4",
@@ -393,10 +409,10 @@ def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
         "attention_dropout": 0.0,
         "use_cache": True,
     }
-    if spec.family in ("llama", "qwen3"):
-        cfg["attention_bias"] = False
+    if spec.family in _ATTENTION_BIAS:
+        cfg["attention_bias"] = spec.qkv_bias
     if spec.family == "llama":
-        cfg["mlp_bias"] = False
+        cfg["mlp_bias"] = spec.mlp_bias
     if spec.family in ("mistral", "mixtral"):
         cfg["sliding_window"] = spec.sliding_window or None
     if spec.family in DEEPSEEK_FAMILIES:

@@ -91,6 +91,7 @@ class ModelSpec:
     attn_scale: float = 0.1  # temperature tuning: q x (1 + attn_scale x log1p(...))
     attention_sinks: bool = False  # a learned per-head logit in each softmax denominator
     o_bias: bool = False  # bias on the attention output projection (gpt-oss)
+    mlp_bias: bool = False  # biases on the dense MLP's gate, up and down (Llama's mlp_bias)
     attention_impl: str = "auto"  # auto | blockwise | dot | cudnn: see ATTENTION_IMPLS
     attention_block: int = 0  # blockwise attention: queries per block; 0: by device and length
     init_std: float = 0.02  # standard deviation of the normal weight init
@@ -441,8 +442,9 @@ class ModelSpec:
         """Feed-forward parameters of all blocks, with `experts` routed experts counted in each
         expert block (its router and shared experts included); biases only when asked (FLOPs
         count matmul weights)."""
-        d = self.hidden_size
-        dense = (self.num_layers - self.num_moe_layers) * 3 * d * self.intermediate_size
+        d, f = self.hidden_size, self.intermediate_size
+        dense_biases = 2 * f + d if with_biases and self.mlp_bias else 0
+        dense = (self.num_layers - self.num_moe_layers) * (3 * d * f + dense_biases)
         if not self.num_experts:
             return dense
         routed = experts * self._expert_params(with_biases)

