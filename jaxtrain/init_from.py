@@ -38,7 +38,8 @@ STRUCTURAL_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "nu
 NUMERICAL_FIELDS = ("family", "norm_eps", "rope_theta", "rope_scaling", "sliding_window",
                     "num_experts_per_tok", "moe_score", "moe_norm_topk", "rope_interleave",
                     "moe_topk_method", "moe_n_group", "moe_topk_group", "moe_routed_scaling",
-                    "attention_chunk", "global_layer_step", "nope_global", "qk_l2_norm",
+                    "attention_chunk", "global_layer_step", "leading_global_layers",
+                    "nope_global", "qk_l2_norm",
                     "attn_temperature_tuning", "attn_floor_scale", "attn_scale",
                     "moe_weight_inputs", "moe_activation", "moe_swiglu_alpha",
                     "moe_swiglu_limit", "quantization")

@@ -120,8 +120,9 @@ def test_qwen_and_mistral_windows():
     assert spec_from_hf_config(off).sliding_window == 0
     on = dict(qwen, use_sliding_window=True, sliding_window=16, max_window_layers=0)
     assert spec_from_hf_config(on).sliding_window == 16
-    with pytest.raises(ConfigError, match="sliding window on 1 of 2 layers"):
-        spec_from_hf_config(dict(on, max_window_layers=1))
+    # Layers below max_window_layers attend fully, the rest in the window.
+    some = spec_from_hf_config(dict(on, max_window_layers=1))
+    assert (some.sliding_window, some.leading_global_layers) == (16, 1)
     mistral = dict(_LLAMA_CFG, architectures=["MistralForCausalLM"], sliding_window=None)
     assert spec_from_hf_config(mistral).sliding_window == 0
 

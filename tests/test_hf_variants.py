@@ -6,6 +6,7 @@ parameter count of transformers' model, and trains on a sharded mesh as on one d
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -26,6 +27,7 @@ from parity_helpers import (  # noqa: E402
 )
 from training_helpers import mesh, train  # noqa: E402
 
+from jaxtrain.errors import ConfigError  # noqa: E402
 from jaxtrain.interop.hf import load_hf_params, model_from_params  # noqa: E402
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config  # noqa: E402
 from jaxtrain.models import Decoder, ModelSpec  # noqa: E402
@@ -44,6 +46,15 @@ HF_CASES = {
     "qwen3-attention-bias": ("Qwen3Config", dict(_TINY, num_hidden_layers=2,
                                                  attention_bias=True),
                              dict(qkv_bias=True, o_bias=True, qk_norm=True)),
+    # Layers 0 and 1 attend fully, 2 and 3 in a window of 5 (shorter than the sequence).
+    "qwen2-window-layers": ("Qwen2Config", dict(_TINY, num_hidden_layers=4,
+                                                use_sliding_window=True, sliding_window=5,
+                                                max_window_layers=2),
+                            dict(sliding_window=5, leading_global_layers=2)),
+    "qwen3-window-layer-types": ("Qwen3Config", dict(
+        _TINY, num_hidden_layers=3, use_sliding_window=True, sliding_window=4,
+        layer_types=["full_attention", "sliding_attention", "sliding_attention"]),
+        dict(sliding_window=4, leading_global_layers=1)),
 }
 
 _SPEC = dict(vocab_size=VOCAB, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -54,6 +65,9 @@ SPEC_CASES = {
                                **_SPEC), "LlamaForCausalLM"),
     "qwen3-attention-bias": (ModelSpec(family="qwen3", qkv_bias=True, o_bias=True,
                                        qk_norm=True, **_SPEC), "Qwen3ForCausalLM"),
+    "qwen2-window-layers": (ModelSpec(family="qwen2", qkv_bias=True, sliding_window=5,
+                                      leading_global_layers=1, **{**_SPEC, "num_layers": 3}),
+                            "Qwen2ForCausalLM"),
 }
 
 
@@ -74,7 +88,14 @@ def test_hf_to_jaxtrain_logits_and_counts(case, tmp_path):
     hf_count = sum(p.numel() for p in hf_model.parameters())
     assert spec.num_params() == _param_count(spec) == hf_count
     tokens_BL = tokens(VOCAB, SEQ)
-    assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL, case)
+    ours = model_from_params(spec, params)(tokens_BL)
+    assert_logits_match(ours, hf_model, tokens_BL, case)
+    if spec.leading_global_layers:
+        # Both the window and where it starts must matter at this length.
+        for change in (dict(leading_global_layers=0), dict(sliding_window=0,
+                                                           leading_global_layers=0)):
+            other = model_from_params(dataclasses.replace(spec, **change), params)(tokens_BL)
+            assert float(np.abs(other - ours).max()) > 1e-2, change
 
 
 @pytest.mark.parametrize("case", sorted(SPEC_CASES))
@@ -87,7 +108,28 @@ def test_jaxtrain_to_hf_logits(case, tmp_path):
     assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL, case)
 
 
-@pytest.mark.parametrize("case", ["llama-biases"])
+def test_sliding_layers_jaxtrain_cannot_express_are_named():
+    cfg = dict(_TINY, architectures=["Qwen2ForCausalLM"], model_type="qwen2",
+               num_hidden_layers=3, use_sliding_window=True, sliding_window=4,
+               layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    with pytest.raises(ConfigError, match=r"layer_types=\['sliding_attention', 'full_attention'"):
+        spec_from_hf_config(cfg)
+    # A window on no layer, or use_sliding_window off, is full attention everywhere.
+    for change in (dict(max_window_layers=3, layer_types=None), dict(use_sliding_window=False)):
+        spec = spec_from_hf_config({**cfg, **change})
+        assert (spec.sliding_window, spec.leading_global_layers) == (0, 0)
+
+
+
+def test_flops_count_the_window_on_sliding_layers_only():
+    spec = SPEC_CASES["qwen2-window-layers"][0]  # 3 layers, the last two in a window of 5
+    full = dataclasses.replace(spec, sliding_window=0, leading_global_layers=0)
+    t, n, h = 64, spec.num_heads, spec.head_dim
+    per_context = 3 * 2 * n * (2 * h) / 2  # FLOPs per token per attended position per layer
+    assert full.flops_per_token(t) - spec.flops_per_token(t) == 2 * (t - 5) * per_context
+
+
+@pytest.mark.parametrize("case", ["llama-biases", "qwen2-window-layers"])
 def test_variant_trains_sharded_as_on_one_device(case):
     spec = SPEC_CASES[case][0]
     reference, _, _, _, _ = train(spec, mesh(), steps=3)

@@ -28,8 +28,9 @@ ARCH_FIELDS = {
     "tie_word_embeddings": "model.tie_embeddings", "rope_theta": "model.rope_theta",
     "rope_scaling": "model.rope_scaling", "rope_parameters": "model.rope_*",
     "partial_rotary_factor": "(full rotary)", "sliding_window": "model.sliding_window",
-    "use_sliding_window": "model.sliding_window", "max_window_layers": "model.sliding_window",
-    "layer_types": "model.sliding_window",
+    "use_sliding_window": "model.sliding_window",
+    "max_window_layers": "model.leading_global_layers",
+    "layer_types": "model.sliding_window, model.leading_global_layers",
 }
 _RUNTIME = ("not an architecture field: token ids, dtypes, caching and metadata do not change "
             "the model (spec_from_hf_config rejects fields that would)")

@@ -148,22 +148,28 @@ def _yarn_fields(cfg: Mapping[str, Any], params: Mapping[str, Any], where: str
                 rope_truncate=bool(params.get("truncate", True)))
 
 
-def _qwen_window(cfg: Mapping[str, Any], num_layers: int, where: str) -> int:
-    """Qwen's window: set only with use_sliding_window, on the layers `layer_types` marks
-    (or those at index >= max_window_layers); our decoder needs it on all layers or none."""
+def _qwen_window(cfg: Mapping[str, Any], num_layers: int, where: str) -> dict[str, int]:
+    """Qwen's window: set only with use_sliding_window, on the layers `layer_types` marks (by
+    default those at index >= max_window_layers, as transformers derives them); the full
+    attention layers before the first sliding one are the spec's leading global layers."""
     window = cfg.get("sliding_window")
     if not cfg.get("use_sliding_window") or not window:
-        return 0
-    types = cfg.get("layer_types") or [
+        return {"sliding_window": 0}
+    types = list(cfg.get("layer_types") or [
         "sliding_attention" if i >= cfg.get("max_window_layers", 28) else "full_attention"
-        for i in range(num_layers)]
-    sliding = sum(t == "sliding_attention" for t in types)
-    if sliding == 0:
-        return 0
-    if sliding != len(types):
-        raise ConfigError(f"{where}: sliding window on {sliding} of {len(types)} layers is not "
-                          "supported; jaxtrain applies one window to every layer or none.")
-    return int(window)
+        for i in range(num_layers)])
+    if len(types) != num_layers:
+        raise ConfigError(f"{where}: layer_types has {len(types)} entries for "
+                          f"num_hidden_layers={num_layers}; give one per layer.")
+    sliding = [t == "sliding_attention" for t in types]
+    if not any(sliding):
+        return {"sliding_window": 0}
+    first = sliding.index(True)
+    if not all(sliding[first:]):
+        raise ConfigError(f"{where}: layer_types={types} is not supported; jaxtrain slides on "
+                          "every layer from one index on (max_window_layers), after full "
+                          "attention on the layers before it.")
+    return {"sliding_window": int(window), "leading_global_layers": first}
 
 
 def _moe_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str, Any]:
@@ -224,11 +230,11 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
     if family in _QWEN:
         window = _qwen_window(cfg, layers, where)
     elif family in ("mistral", "mixtral"):
-        window = int(cfg.get("sliding_window") or 0)
+        window = {"sliding_window": int(cfg.get("sliding_window") or 0)}
     elif family == "qwen3_moe" and cfg.get("use_sliding_window"):
         raise ConfigError(f"{where}: use_sliding_window=true is not supported for {arch}.")
     else:
-        window = 0
+        window = {"sliding_window": 0}
     fields = dict(
         family=family,
         vocab_size=int(_require(cfg, "vocab_size", where)),
@@ -245,7 +251,7 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
         o_bias=attention_bias,
         mlp_bias=mlp_bias,
         qk_norm=family in ("qwen3", "qwen3_moe"),
-        sliding_window=window,
+        **window,
         init_std=float(cfg.get("initializer_range", 0.02)),
         **_rope_fields(cfg, where),
         **_moe_fields(cfg, family, where),
@@ -318,7 +324,8 @@ def _check_pattern_keys(spec: ModelSpec, arch: str) -> None:
     """ConfigError for a gpt-oss / Llama 4 feature on a family whose class lacks it."""
     owners = {"attention_sinks": "gpt_oss",
               "o_bias": ("gpt_oss", "llama4", *_ATTENTION_BIAS), "mlp_bias": "llama",
-              "global_layer_step": ("gpt_oss", "llama4"), "moe_router_bias": "gpt_oss",
+              "global_layer_step": ("gpt_oss", "llama4"), "leading_global_layers": _QWEN,
+              "moe_router_bias": "gpt_oss",
               "moe_expert_bias": "gpt_oss", "moe_activation": "gpt_oss",
               "attention_chunk": "llama4", "nope_global": "llama4", "qk_l2_norm": "llama4",
               "attn_temperature_tuning": "llama4", "moe_weight_inputs": "llama4",
@@ -423,10 +430,11 @@ def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
         cfg.update(_moe_config(spec))
     if spec.family in _QWEN:
         window = bool(spec.sliding_window)
+        full = spec.leading_global_layers if window else spec.num_layers
         cfg.update(use_sliding_window=window, sliding_window=spec.sliding_window or None,
-                   max_window_layers=0 if window else spec.num_layers,
-                   layer_types=[("sliding_attention" if window else "full_attention")]
-                   * spec.num_layers)
+                   max_window_layers=full,
+                   layer_types=["full_attention" if i < full else "sliding_attention"
+                                for i in range(spec.num_layers)])
     rope = _rope_parameters(spec)
     weight_dtype = dtype or spec.param_dtype
     if _transformers_major() >= 5:
