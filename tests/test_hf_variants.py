@@ -36,6 +36,8 @@ VOCAB, SEQ = 128, 20
 _TINY = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-5)
 
+_MOE = dict(_TINY, num_hidden_layers=4, moe_intermediate_size=32, num_experts=4,
+            num_experts_per_tok=2, norm_topk_prob=True)
 # name -> (config class, kwargs, the spec fields the file must give)
 HF_CASES = {
     "llama-biases": ("LlamaConfig", dict(_TINY, num_hidden_layers=2, attention_bias=True,
@@ -55,10 +57,23 @@ HF_CASES = {
         _TINY, num_hidden_layers=3, use_sliding_window=True, sliding_window=4,
         layer_types=["full_attention", "sliding_attention", "sliding_attention"]),
         dict(sliding_window=4, leading_global_layers=1)),
+    # Dense layers (intermediate_size 96) mixed with expert layers (moe_intermediate_size 32).
+    "qwen3_moe-sparse-step": ("Qwen3MoeConfig", dict(_MOE, decoder_sparse_step=2,
+                                                     mlp_only_layers=[]),
+                              dict(moe_layer_step=2, num_dense_layers=0, num_moe_layers=2)),
+    "qwen3_moe-step-and-first-dense": ("Qwen3MoeConfig", dict(_MOE, decoder_sparse_step=2,
+                                                              mlp_only_layers=[0]),
+                                       dict(moe_layer_step=2, num_dense_layers=0,
+                                            num_moe_layers=2)),
+    "qwen3_moe-first-dense": ("Qwen3MoeConfig", dict(_MOE, decoder_sparse_step=1,
+                                                     mlp_only_layers=[0]),
+                              dict(moe_layer_step=1, num_dense_layers=1, num_moe_layers=3)),
 }
 
 _SPEC = dict(vocab_size=VOCAB, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
              head_dim=16, intermediate_size=96, max_seq_len=256, norm_eps=1e-6, init_std=0.15)
+_SPEC_MOE = dict(_SPEC, num_layers=4, num_experts=4, num_experts_per_tok=2,
+                 moe_intermediate_size=32, moe_score="softmax_topk")
 # name -> (spec, the transformers class it exports as)
 SPEC_CASES = {
     "llama-biases": (ModelSpec(family="llama", qkv_bias=True, o_bias=True, mlp_bias=True,
@@ -68,6 +83,11 @@ SPEC_CASES = {
     "qwen2-window-layers": (ModelSpec(family="qwen2", qkv_bias=True, sliding_window=5,
                                       leading_global_layers=1, **{**_SPEC, "num_layers": 3}),
                             "Qwen2ForCausalLM"),
+    "qwen3_moe-sparse-step": (ModelSpec(family="qwen3_moe", qk_norm=True, moe_layer_step=2,
+                                        **_SPEC_MOE), "Qwen3MoeForCausalLM"),
+    "qwen3_moe-first-dense": (ModelSpec(family="qwen3_moe", qk_norm=True, num_dense_layers=1,
+                                        **{**_SPEC_MOE, "num_layers": 3}),
+                              "Qwen3MoeForCausalLM"),
 }
 
 
@@ -129,11 +149,23 @@ def test_flops_count_the_window_on_sliding_layers_only():
     assert full.flops_per_token(t) - spec.flops_per_token(t) == 2 * (t - 5) * per_context
 
 
-@pytest.mark.parametrize("case", ["llama-biases", "qwen2-window-layers"])
+@pytest.mark.parametrize("only, step", [([0, 3], 2), ([1], 1), ([], 3), ([0, 1, 2, 3], 1)])
+def test_expert_layers_jaxtrain_cannot_express_are_named(only, step):
+    cfg = dict(_MOE, architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+               decoder_sparse_step=step, mlp_only_layers=only)
+    with pytest.raises(ConfigError, match=rf"decoder_sparse_step={step}, mlp_only_layers="
+                                          rf"\[{', '.join(map(str, only))}\] put experts in"):
+        spec_from_hf_config(cfg)
+
+
+@pytest.mark.parametrize("case", ["llama-biases", "qwen2-window-layers",
+                                  "qwen3_moe-sparse-step", "qwen3_moe-first-dense"])
 def test_variant_trains_sharded_as_on_one_device(case):
     spec = SPEC_CASES[case][0]
     reference, _, _, _, _ = train(spec, mesh(), steps=3)
-    sharded, _, _, shardings, _ = train(spec, mesh(ici_fsdp=2, ici_tensor=2), steps=3)
+    parallel = dict(ici_expert=2, ici_fsdp=2) if spec.num_experts else dict(ici_fsdp=2,
+                                                                             ici_tensor=2)
+    sharded, _, _, shardings, _ = train(spec, mesh(**parallel), steps=3)
     assert reference[-1] < reference[0]
     np.testing.assert_allclose(sharded, reference, rtol=2e-5)
     if spec.mlp_bias:  # the new biases are sharded like their projections' outputs

@@ -31,6 +31,8 @@ ARCH_FIELDS = {
     "use_sliding_window": "model.sliding_window",
     "max_window_layers": "model.leading_global_layers",
     "layer_types": "model.sliding_window, model.leading_global_layers",
+    "decoder_sparse_step": "model.moe_layer_step",
+    "mlp_only_layers": "model.num_dense_layers, model.moe_layer_step",
 }
 _RUNTIME = ("not an architecture field: token ids, dtypes, caching and metadata do not change "
             "the model (spec_from_hf_config rejects fields that would)")

@@ -187,18 +187,33 @@ def _moe_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str, An
         return dict(fields, num_experts=int(_require(cfg, "num_local_experts", where)),
                     moe_intermediate_size=int(_require(cfg, "intermediate_size", where)),
                     moe_score="topk_softmax", moe_norm_topk=True)
-    step = int(cfg.get("decoder_sparse_step", 1))
-    dense_layers = list(cfg.get("mlp_only_layers") or [])
-    if step != 1 or dense_layers:
-        raise ConfigError(f"{where}: decoder_sparse_step={step}, mlp_only_layers={dense_layers} "
-                          "mixes dense and expert layers, which is not supported; jaxtrain needs "
-                          "experts in every layer (decoder_sparse_step=1, mlp_only_layers=[]).")
     experts = cfg.get("num_experts") or cfg.get("num_local_experts")
     if experts is None:
         raise ConfigError(f"{where}: required key 'num_experts' is missing.")
-    return dict(fields, num_experts=int(experts),
+    return dict(fields, num_experts=int(experts), **_qwen_moe_layers(cfg, where),
                 moe_intermediate_size=int(_require(cfg, "moe_intermediate_size", where)),
                 moe_score="softmax_topk", moe_norm_topk=bool(cfg.get("norm_topk_prob", False)))
+
+
+def _qwen_moe_layers(cfg: Mapping[str, Any], where: str) -> dict[str, int]:
+    """num_dense_layers / moe_layer_step for Qwen3-MoE's expert layers: those not in
+    `mlp_only_layers` whose index + 1 is a multiple of `decoder_sparse_step`."""
+    layers = int(_require(cfg, "num_hidden_layers", where))
+    step = int(cfg.get("decoder_sparse_step", 1))
+    only = list(cfg.get("mlp_only_layers") or [])
+    if step < 1:
+        raise ConfigError(f"{where}: decoder_sparse_step={step} must be a positive integer.")
+    experts = [i for i in range(layers) if i not in only and (i + 1) % step == 0]
+    if step > 1 and layers % step == 0 and experts == list(range(step - 1, layers, step)):
+        return {"moe_layer_step": step}
+    if experts and experts == list(range(experts[0], layers)):
+        return {"num_dense_layers": experts[0]}
+    raise ConfigError(
+        f"{where}: decoder_sparse_step={step}, mlp_only_layers={only} put experts in layers "
+        f"{experts} of {layers}, which is not supported; jaxtrain places expert layers after "
+        "leading dense ones (decoder_sparse_step=1, mlp_only_layers=[0, ..., k-1]) or in the "
+        "last layer of every group of decoder_sparse_step layers (num_hidden_layers a multiple "
+        "of it, mlp_only_layers among the other layers).")
 
 
 def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
@@ -282,7 +297,8 @@ def _check_expressible(spec: ModelSpec, arch: str) -> None:
     if family in _FAMILY_KEYS:
         _FAMILY_KEYS[family][1](spec, arch)
         return
-    deepseek_only = {"kv_lora_rank": spec.mla, "num_dense_layers": spec.num_dense_layers,
+    deepseek_only = {"kv_lora_rank": spec.mla,
+                     "num_dense_layers": spec.num_dense_layers and family != "qwen3_moe",
                      "moe_shared_experts": spec.moe_shared_experts,
                      "moe_score_bias": spec.moe_score_bias,
                      "moe_score": spec.moe_score == "sigmoid",
@@ -329,7 +345,7 @@ def _check_pattern_keys(spec: ModelSpec, arch: str) -> None:
               "moe_expert_bias": "gpt_oss", "moe_activation": "gpt_oss",
               "attention_chunk": "llama4", "nope_global": "llama4", "qk_l2_norm": "llama4",
               "attn_temperature_tuning": "llama4", "moe_weight_inputs": "llama4",
-              "moe_layer_step": "llama4", "rope_truncate": "gpt_oss",
+              "moe_layer_step": ("llama4", "qwen3_moe"), "rope_truncate": "gpt_oss",
               "rope_interleave": ("llama4", "deepseek_v2", "deepseek_v3")}
     defaults = {"moe_activation": "swiglu", "moe_layer_step": 1, "rope_truncate": True}
     for key, families in owners.items():
@@ -380,7 +396,8 @@ def _moe_config(spec: ModelSpec) -> dict[str, Any]:
     norm = spec.moe_norm_topk or spec.moe_score == "topk_softmax"
     return dict(cfg, num_experts=spec.num_experts,
                 moe_intermediate_size=spec.moe_intermediate_size, norm_topk_prob=norm,
-                decoder_sparse_step=1, mlp_only_layers=[], use_sliding_window=False,
+                decoder_sparse_step=spec.moe_layer_step,
+                mlp_only_layers=list(range(spec.num_dense_layers)), use_sliding_window=False,
                 sliding_window=None)
 
 
