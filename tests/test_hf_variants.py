@@ -141,6 +141,21 @@ def test_sliding_layers_jaxtrain_cannot_express_are_named():
 
 
 
+@pytest.mark.parametrize("case", ["qwen2-window-layers", "llama-biases"])
+def test_cached_decoding_matches_the_full_forward(case):
+    spec = SPEC_CASES[case][0]
+    model = model_from_params(spec, random_params(spec))
+    tokens_BL = tokens(VOCAB, SEQ)
+    full_BLV = model(tokens_BL)
+    cache = model.init_cache(2, 32)
+    h_BLD, cache = model.hidden_states(tokens_BL[:, :7], cache=cache, cache_index=0)
+    outs = [model.logits(h_BLD)]
+    for i in range(7, SEQ):
+        h_BLD, cache = model.hidden_states(tokens_BL[:, i:i + 1], cache=cache, cache_index=i)
+        outs.append(model.logits(h_BLD))
+    np.testing.assert_allclose(np.concatenate(outs, 1), full_BLV, atol=1e-4)
+
+
 def test_flops_count_the_window_on_sliding_layers_only():
     spec = SPEC_CASES["qwen2-window-layers"][0]  # 3 layers, the last two in a window of 5
     full = dataclasses.replace(spec, sliding_window=0, leading_global_layers=0)
