@@ -112,6 +112,7 @@ RANGES: dict[str, Range] = {
     "model.sliding_window": Range(0, hint="0: full causal attention"),
     "model.attention_chunk": Range(0, hint="0: off"),
     "model.global_layer_step": Range(0, hint="0: every block alike"),
+    "model.leading_global_layers": Range(0, hint="0: no leading global blocks"),
     "model.attention_block": Range(0, hint="0: chosen by device and sequence length"),
     "model.num_experts": Range(0, hint="0: a dense MLP"),
     "model.attn_scale": Range(),

@@ -49,6 +49,10 @@ def without_mla(preset, head_dim, kv_heads, **differences):
 RESOLVES = [
     # --- Megatron (Primus): the vocabulary is the tokenizer's, padded to 128 x TP.
     (MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"), [], "llama", published("llama2-7b")),
+    # add_bias_linear: biases on q/k/v, the output projection and the MLP (Llama's
+    # attention_bias + mlp_bias).
+    (MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"), ["add_bias_linear=true"], "llama",
+     published("llama2-7b", qkv_bias=True, o_bias=True, mlp_bias=True)),
     (MEGATRON.format("MI300X/llama3.1_8B-BF16-pretrain"), [], "llama",
      published("llama3.1-8b", rope_scaling="none")),  # the preset leaves use_rope_scaling off
     # Untied output (untie_embeddings_and_output_weights): 1.50e9, not the tied 1.24e9.
@@ -192,6 +196,17 @@ def test_file_resolves_to_its_family_and_counts(compat_samples, path, native, fa
     assert spec.family == family
     assert spec.num_params() == pytest.approx(expected.num_params(), rel=0.01)
     assert spec.num_active_params() == pytest.approx(expected.num_active_params(), rel=0.01)
+
+
+def test_megatron_linear_biases(compat_samples):
+    # Biases are a small share of the count, so the table above cannot tell them apart.
+    cfg, _ = _load(compat_samples, MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"),
+                   ["add_bias_linear=true"])
+    spec = ModelSpec.from_config(cfg.model)
+    assert (spec.family, spec.qkv_bias, spec.o_bias, spec.mlp_bias) == ("llama", True, True, True)
+    path = MEGATRON.format("MI300X/mixtral_8x7B_v0.1-BF16-pretrain")
+    with pytest.raises(ConfigError, match="add_bias_linear"):
+        _load(compat_samples, path, ["add_bias_linear=true"])
 
 
 def test_expected_figures_are_the_published_ones():

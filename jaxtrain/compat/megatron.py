@@ -25,7 +25,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("hidden_dropout", 0.0, "dropout is not implemented (pretraining runs without it)"),
     ("attention_dropout", 0.0, "dropout is not implemented (pretraining runs without it)"),
     ("swiglu", True, "only the SwiGLU MLP exists"),
-    ("add_bias_linear", False, "linear layers have no biases (only q/k/v biases)"),
     ("normalization", "RMSNorm", "only RMSNorm exists"),
     ("apply_layernorm_1p", False, "zero-centred norm weights are not implemented"),
     ("apply_residual_connection_post_layernorm", False, "only pre-norm residuals exist"),
@@ -123,10 +122,14 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     kv = int(groups) if r.get("group_query_attention") and groups else heads
     head_dim = int(r.get("kv_channels") or hidden // heads)
     qk_norm, qkv_bias = bool(r.get("qk_layernorm")), bool(r.get("add_qkv_bias"))
+    linear_bias = _linear_bias(r)
     model = {"num_layers": layers, "hidden_size": hidden, "num_heads": heads,
              "num_kv_heads": kv, "head_dim": head_dim, "intermediate_size": int(ffn),
-             "qk_norm": qk_norm, "qkv_bias": qkv_bias,
-             "family": "qwen3" if qk_norm else "qwen2" if qkv_bias else "llama",
+             "qk_norm": qk_norm, "qkv_bias": qkv_bias or linear_bias, "o_bias": linear_bias,
+             "mlp_bias": linear_bias,
+             # Llama's attention_bias / mlp_bias hold every linear bias; Qwen2 the q/k/v ones.
+             "family": ("qwen3" if qk_norm else "llama" if linear_bias
+                        else "qwen2" if qkv_bias else "llama"),
              "norm_eps": float(r.get("norm_epsilon", 1e-5)),
              "rope_theta": float(r.get("rotary_base", 10000)),
              "tie_embeddings": not r.get("untie_embeddings_and_output_weights", True),
@@ -206,6 +209,22 @@ def _family(model: dict[str, Any]) -> str:
     if model.get("num_experts") or model.get("kv_lora_rank"):
         return moe_family(model)
     return model["family"]
+
+
+def _linear_bias(r: KeyReport) -> bool:
+    """Whether `add_bias_linear` gives every linear layer a bias (q/k/v, output projection,
+    both MLP projections), which jaxtrain builds for dense models; recorded in the report."""
+    if not r.has("add_bias_linear"):
+        return False
+    if not r.get("add_bias_linear"):
+        r.ignored("add_bias_linear", "matches jaxtrain's fixed behaviour")
+        return False
+    if r.get("num_experts") or r.get("multi_latent_attention"):
+        r.unsupported("add_bias_linear", "linear biases are built for dense grouped-query "
+                      "models only, not with experts or multi-latent attention")
+        return False
+    r.mapped("add_bias_linear", "model.qkv_bias, model.o_bias, model.mlp_bias")
+    return True
 
 
 def _vocab(r: KeyReport, s: dict[str, Any], tp: int) -> int:

@@ -181,6 +181,9 @@ def _block_maps(spec: ModelSpec, dense: bool) -> list[TensorMap]:
         for proj, ins, outs in (("gate", d, f), ("up", d, f), ("down", f, d)):
             maps.append(_kernel(("layers", "mlp", f"{proj}_proj", "kernel"),
                                 f"{lay}{mlp}.{proj}_proj.weight", (ins,), (outs,)))
+            if spec.mlp_bias:
+                maps.append(_vector(("layers", "mlp", f"{proj}_proj", "bias"),
+                                    f"{lay}{mlp}.{proj}_proj.bias", (outs,)))
     maps.append(_vector(("layers", "input_norm", "scale"), f"{lay}input_layernorm.weight", (d,)))
     maps.append(_vector(("layers", "post_attn_norm", "scale"),
                         f"{lay}post_attention_layernorm.weight", (d,)))

@@ -64,7 +64,8 @@ class Block(nnx.Module):
         self.attn = MLAttention(spec, rngs=rngs) if spec.mla else Attention(spec, rngs=rngs)
         self.post_attn_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
         experts = spec.num_experts and not dense
-        self.mlp = MoE(spec, rngs=rngs) if experts else SwiGLU(spec, rngs=rngs)
+        self.mlp = (MoE(spec, rngs=rngs) if experts
+                    else SwiGLU(spec, rngs=rngs, use_bias=spec.mlp_bias))
 
     def __call__(self, x_BLD, cos, sin, index_BL, segment_BL=None, cache=None, kind=0):
         extra = {} if isinstance(self.attn, MLAttention) else {"kind": kind}

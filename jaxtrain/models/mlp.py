@@ -47,11 +47,13 @@ swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
 class SwiGLU(nnx.Module):
     """Gated MLP with SiLU, as in Llama, Qwen and Mistral."""
 
-    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, intermediate_size: int = 0):
-        # intermediate_size overrides the spec's (a mixture of experts' shared experts).
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, intermediate_size: int = 0,
+                 use_bias: bool = False):
+        # intermediate_size overrides the spec's (a mixture of experts' shared experts);
+        # use_bias adds biases to all three projections (Llama's mlp_bias).
         d, f = spec.hidden_size, intermediate_size or spec.intermediate_size
         common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype, fp8=fp8.recipe(spec))
+                      param_dtype=spec.jnp_param_dtype, fp8=fp8.recipe(spec), use_bias=use_bias)
         self.gate_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)

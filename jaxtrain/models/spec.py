@@ -84,6 +84,7 @@ class ModelSpec:
     attention_chunk: int = 0  # > 0: tokens see only earlier tokens of their chunk (Llama 4)
     # Global blocks ignore sliding_window / attention_chunk (gpt-oss: 2, Llama 4: 4).
     global_layer_step: int = 0  # > 0: every this-many-th block is global; 0: all blocks alike
+    leading_global_layers: int = 0  # the first this-many blocks are global (max_window_layers)
     nope_global: bool = False  # global blocks skip RoPE (Llama 4's NoPE layers)
     qk_l2_norm: bool = False  # weightless RMS norm of q and k after RoPE, RoPE blocks (Llama 4)
     attn_temperature_tuning: bool = False  # NoPE blocks scale q by log1p(floor((i+1)/floor))
@@ -91,6 +92,7 @@ class ModelSpec:
     attn_scale: float = 0.1  # temperature tuning: q x (1 + attn_scale x log1p(...))
     attention_sinks: bool = False  # a learned per-head logit in each softmax denominator
     o_bias: bool = False  # bias on the attention output projection (gpt-oss)
+    mlp_bias: bool = False  # biases on the dense MLP's gate, up and down (Llama's mlp_bias)
     attention_impl: str = "auto"  # auto | blockwise | dot | cudnn: see ATTENTION_IMPLS
     attention_block: int = 0  # blockwise attention: queries per block; 0: by device and length
     init_std: float = 0.02  # standard deviation of the normal weight init
@@ -263,6 +265,15 @@ class ModelSpec:
             raise ConfigError(f"model.attention_chunk={self.attention_chunk} and model."
                               f"sliding_window={self.sliding_window} are both set; local layers "
                               "use one of them, so set the other to 0.")
+        if self.leading_global_layers < 0 or self.leading_global_layers >= self.num_layers:
+            raise ConfigError(f"model.leading_global_layers={self.leading_global_layers} must be "
+                              f"between 0 and model.num_layers - 1 = {self.num_layers - 1}: at "
+                              "least one block keeps the sliding window (set the window to 0 "
+                              "for global attention everywhere).")
+        if self.leading_global_layers and not (self.sliding_window or self.attention_chunk):
+            raise ConfigError(f"model.leading_global_layers={self.leading_global_layers} needs "
+                              "local layers to follow: set model.sliding_window (or "
+                              "attention_chunk), or set it to 0.")
         if self.global_layer_step == 1:
             raise ConfigError("model.global_layer_step=1 makes every layer global; set it to 0 "
                               "and model.sliding_window / attention_chunk to 0 instead.")
@@ -275,8 +286,8 @@ class ModelSpec:
         if self.attn_floor_scale <= 0:
             raise ConfigError(f"model.attn_floor_scale={self.attn_floor_scale} must be > 0.")
         if self.mla:
-            for key in ("attention_chunk", "global_layer_step", "attention_sinks", "o_bias",
-                        "qk_l2_norm"):
+            for key in ("attention_chunk", "global_layer_step", "leading_global_layers",
+                        "attention_sinks", "o_bias", "qk_l2_norm"):
                 if getattr(self, key):
                     raise ConfigError(f"model.{key}={getattr(self, key)!r} is not supported with"
                                       " multi-head latent attention (model.kv_lora_rank > 0); "
@@ -441,8 +452,9 @@ class ModelSpec:
         """Feed-forward parameters of all blocks, with `experts` routed experts counted in each
         expert block (its router and shared experts included); biases only when asked (FLOPs
         count matmul weights)."""
-        d = self.hidden_size
-        dense = (self.num_layers - self.num_moe_layers) * 3 * d * self.intermediate_size
+        d, f = self.hidden_size, self.intermediate_size
+        dense_biases = 2 * f + d if with_biases and self.mlp_bias else 0
+        dense = (self.num_layers - self.num_moe_layers) * (3 * d * f + dense_biases)
         if not self.num_experts:
             return dense
         routed = experts * self._expert_params(with_biases)
