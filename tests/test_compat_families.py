@@ -90,6 +90,20 @@ RESOLVES = [
      published("llama4-scout-17b-16e", vocab_size=202112, qk_norm=True)),
     (MEGATRON.format("MI300X/llama4_17B128E-BF16-pretrain"), [], "deepseek_v2",
      published("llama4-maverick-17b-128e", vocab_size=202112)),
+    # Primus' grok presets (llama_base.yaml underneath): what Megatron builds from them, GPT
+    # layers with SwiGLU experts (softmax over the top-2 logits), untied output, the Mixtral
+    # 8x22B tokenizer's 32768 entries; grok2.yaml adds Primus' router and output soft-caps and
+    # no dense MLP beside the experts: 216.4e9 total, 61.7e9 active (the file's comment says
+    # 270B / 62B: the total is xAI's Grok-2 with its residual MLP, the active count this build).
+    (MEGATRON.format("MI300X/grok1-FP8-pretrain"), [], "grok",
+     ModelSpec(family="grok", vocab_size=32768, hidden_size=6144, num_layers=64, num_heads=48,
+               num_kv_heads=8, head_dim=128, intermediate_size=32768, num_experts=8,
+               num_experts_per_tok=2, moe_intermediate_size=32768)),
+    (MEGATRON.format("MI300X/grok2-FP8-pretrain"), [], "grok",
+     ModelSpec(family="grok", vocab_size=32768, hidden_size=8192, num_layers=64, num_heads=64,
+               num_kv_heads=8, head_dim=128, intermediate_size=21824, num_experts=8,
+               num_experts_per_tok=2, moe_intermediate_size=16384, final_logit_softcap=50.0,
+               router_logit_softcap=30.0)),
     # --- MaxText through Primus (its model presets name MaxText's models/*.yml).
     (MAXTEXT_PRIMUS.format("MI300X/llama2_7B-bf16-pretrain"), [], "llama",
      published("llama2-7b")),
@@ -225,6 +239,23 @@ def test_unbuildable_architecture_is_refused_by_name(compat_samples, path, nativ
     message = str(err.value)
     assert named in message
     assert "an architecture jaxtrain's model zoo cannot build" in message
+
+
+def test_primus_grok_presets_keep_what_megatron_builds(compat_samples):
+    cfg, report = _load(compat_samples, MEGATRON.format("MI300X/grok2-FP8-pretrain"), [],
+                        allow_unsupported=True)
+    spec = ModelSpec.from_config(cfg.model)
+    # Primus' patches cap the output and router logits; the GPT layers stay Megatron's.
+    assert (spec.final_logit_softcap, spec.router_logit_softcap) == (50.0, 30.0)
+    assert (spec.moe_activation, spec.post_norms, spec.attn_logit_softcap) == ("swiglu", False,
+                                                                                0.0)
+    # moe_router_load_balancing_type none: no balancing loss despite moe_aux_loss_coeff 0.01.
+    assert spec.moe_aux_loss_coef == 0.0
+    assert report.entries["moe_router_load_balancing_type"].status == "mapped"
+    assert not report.by_status("unsupported")
+    assert any("family grok" in line and "SwiGLU" in line for line in report.notes)
+    # The xAI presets carry what Megatron does not build.
+    assert model_spec("grok-2").num_params() == pytest.approx(270e9, rel=0.01)
 
 
 def test_config_prints_no_parameter_count_for_a_refused_file(compat_samples, capsys):

@@ -53,9 +53,8 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("end_weight_decay", None, "weight-decay schedules are not implemented"),
     ("exit_interval", None, "runs stop at train.steps only"),
     ("exit_duration_in_mins", None, "runs stop at train.steps only"),
-    ("final_logit_softcapping", None, "logit soft-capping is not implemented"),
-    ("attn_logit_softcapping", None, "logit soft-capping is not implemented"),
-    ("router_logit_softcapping", None, "router logit soft-capping is not implemented"),
+    ("attn_logit_softcapping", None, "Primus' Megatron patches do not apply it (its grok2.yaml "
+                                     "leaves it off: 'Not working yet')"),
     ("main_grads_dtype", "fp32", "gradients are accumulated in float32"),
     ("main_params_dtype", "fp32", "master parameters are float32"),
     ("exp_avg_dtype", "fp32", "Adam moments are float32"),
@@ -196,16 +195,51 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
         map_mla(r, model)
     if r.get("num_experts"):
         map_moe(r, model)
-    model["family"] = _family(model)
-    r.note(f"family {model['family']}: Megatron names no architecture, so the zoo family is "
-           "the one these settings define (whatever the preset or tokenizer is called)")
+    _softcaps(r, model)
+    model["family"] = _family(model, _grok_preset(r))
+    if model["family"] == "grok":
+        r.note("family grok: Primus' grok preset (or its soft-capped logits); Megatron builds "
+               "its GPT layers, so the model keeps their SwiGLU experts, pre-norm-only blocks, "
+               "plain embeddings and uncapped attention scores, not xAI's GELU experts, output "
+               "norms, multipliers and capped attention (presets grok-1 / grok-2 have those)")
+    else:
+        r.note(f"family {model['family']}: Megatron names no architecture, so the zoo family "
+               "is the one these settings define (whatever the preset or tokenizer is called)")
     model["vocab_size"] = _vocab(r, s, tp)
     s.update({f"model.{k}": v for k, v in model.items()})
     s["model.preset"] = ""
 
 
-def _family(model: dict[str, Any]) -> str:
-    """The zoo family the mapped settings are: Megatron names none, so its traits decide."""
+def _softcaps(r: KeyReport, model: dict[str, Any]) -> None:
+    """Primus' logit soft-caps (its Megatron patches: cap x tanh(x / cap) on the output logits
+    before the loss, and on the router logits before routing)."""
+    for key, target in (("final_logit_softcapping", "final_logit_softcap"),
+                        ("router_logit_softcapping", "router_logit_softcap")):
+        if not r.has(key):
+            continue
+        value = r.get(key)
+        if is_off(value) or not float(value) > 0:
+            r.ignored(key, "unset: no soft-cap")
+        elif target == "router_logit_softcap" and not r.get("num_experts"):
+            r.ignored(key, "no experts (num_experts unset): no router")
+        else:
+            model[target] = float(value)
+            r.mapped(key, f"model.{target}", "cap x tanh(x / cap), as Primus applies it")
+
+
+def _grok_preset(r: KeyReport) -> bool:
+    """Whether the model keys come from Primus' grok presets (grok_base.yaml and the files
+    that extend it), which name xAI's Grok as their architecture."""
+    names = (origin.replace("\\", "/").rsplit("/", 1)[-1] for origin in r.origins.values())
+    return any(name.startswith("grok") and name.endswith(".yaml") for name in names)
+
+
+def _family(model: dict[str, Any], grok: bool = False) -> str:
+    """The zoo family the mapped settings are: Megatron names none, so its traits decide
+    (Grok's soft-capped logits, or Primus' grok presets, make a mixture of experts Grok)."""
+    if model.get("num_experts") and (grok or model.get("final_logit_softcap")
+                                     or model.get("router_logit_softcap")):
+        return "grok"
     if model.get("num_experts") or model.get("kv_lora_rank"):
         return moe_family(model)
     return model["family"]

@@ -347,7 +347,15 @@ def _check_pattern_keys(spec: ModelSpec, arch: str) -> None:
               "attn_temperature_tuning": "llama4", "moe_weight_inputs": "llama4",
               "moe_layer_step": ("llama4", "qwen3_moe"), "rope_truncate": "gpt_oss",
               "rope_interleave": ("llama4", "deepseek_v2", "deepseek_v3")}
-    defaults = {"moe_activation": "swiglu", "moe_layer_step": 1, "rope_truncate": True}
+    # Grok's switches: transformers has no Grok class, so no exported family may carry them.
+    owners.update(dict.fromkeys(("mlp_activation", "attn_logit_softcap", "attn_temperature_len",
+                                 "router_logit_softcap", "final_logit_softcap", "post_norms",
+                                 "embed_multiplier", "output_multiplier", "moe_residual_mlp"),
+                                "grok"))
+    defaults = {"moe_activation": "swiglu", "moe_layer_step": 1, "rope_truncate": True,
+                "mlp_activation": "swiglu", "embed_multiplier": 1.0, "output_multiplier": 1.0,
+                "attn_logit_softcap": 0.0, "attn_temperature_len": 0,
+                "router_logit_softcap": 0.0, "final_logit_softcap": 0.0}
     for key, families in owners.items():
         families = (families,) if isinstance(families, str) else families
         if getattr(spec, key) != defaults.get(key, False) and spec.family not in families:

@@ -33,7 +33,7 @@ from jaxtrain import sharding
 from jaxtrain.models import fp8, pipeline
 from jaxtrain.models.attention import Attention
 from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices
-from jaxtrain.models.layers import Dense, Embed, RMSNorm
+from jaxtrain.models.layers import Dense, Embed, RMSNorm, softcap
 from jaxtrain.models.mla import MLAttention
 from jaxtrain.models.mlp import SwiGLU
 from jaxtrain.models.moe import MoE, balance_loss_of_means
@@ -66,13 +66,20 @@ class Block(nnx.Module):
         experts = spec.num_experts and not dense
         self.mlp = (MoE(spec, rngs=rngs) if experts
                     else SwiGLU(spec, rngs=rngs, use_bias=spec.mlp_bias))
+        if spec.post_norms:  # Grok: the attention and MLP outputs are normed before the add
+            self.attn_out_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
+            self.mlp_out_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
 
     def __call__(self, x_BLD, cos, sin, index_BL, segment_BL=None, cache=None, kind=0):
         extra = {} if isinstance(self.attn, MLAttention) else {"kind": kind}
         attn_BLD, cache = self.attn(self.input_norm(x_BLD), cos, sin, index_BL, segment_BL,
                                     cache, **extra)
+        if hasattr(self, "attn_out_norm"):
+            attn_BLD = self.attn_out_norm(attn_BLD)
         x_BLD = x_BLD + attn_BLD
         mlp_BLD, stats = self._mlp(self.post_attn_norm(x_BLD))
+        if hasattr(self, "mlp_out_norm"):
+            mlp_BLD = self.mlp_out_norm(mlp_BLD)
         x_BLD = x_BLD + mlp_BLD
         x_BLD = sharding.constrain(x_BLD, ("activation_batch", "activation_length",
                                            "activation_embed"))
@@ -149,6 +156,8 @@ class Decoder(nnx.Module):
         else:
             cos, sin = rope_angles(spec, index_BL if positions_BL is None else positions_BL)
         x_BLD = self.embed(tokens_BL)
+        if spec.embed_multiplier != 1.0:
+            x_BLD = x_BLD * jnp.asarray(spec.embed_multiplier, x_BLD.dtype)
         unroll = True if not spec.scan_layers else 1
 
         dense_layers = getattr(self, "dense_layers", None)
@@ -311,15 +320,22 @@ class Decoder(nnx.Module):
             logits_BLV = self.embed.attend(x_BLD)
         else:
             logits_BLV = self.lm_head(x_BLD)
+        if self.spec.output_multiplier != 1.0:
+            logits_BLV = logits_BLV * self.spec.output_multiplier
+        if self.spec.final_logit_softcap:
+            logits_BLV = softcap(logits_BLV, self.spec.final_logit_softcap)
         return sharding.constrain(logits_BLV, ("activation_batch", "activation_length",
                                                "activation_vocab"))
 
     def output_kernel(self) -> jax.Array:
         """The output projection [D, V] in the compute dtype: `logits(x)` is x @ this in
-        float32 (the embedding, transposed, when tied)."""
-        if self.lm_head is None:
-            return self.embed.attend_kernel()
-        return self.lm_head.compute_kernel()
+        float32 (the embedding, transposed, when tied; times `output_multiplier`), before any
+        `final_logit_softcap`."""
+        kernel = self.embed.attend_kernel() if self.lm_head is None else \
+            self.lm_head.compute_kernel()
+        if self.spec.output_multiplier != 1.0:
+            kernel = kernel * jnp.asarray(self.spec.output_multiplier, kernel.dtype)
+        return kernel
 
     def __call__(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
                  segment_ids_BL: jax.Array | None = None) -> jax.Array:

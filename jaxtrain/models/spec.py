@@ -24,7 +24,9 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims", "minimal")
 # Mixtral, gpt-oss | Qwen-MoE, DeepSeek V2 | DeepSeek V3 | Llama 4 (sigmoid of the top-k logits)
 MOE_SCORES = ("topk_softmax", "softmax_topk", "sigmoid", "topk_sigmoid")
 # Expert activation: silu(gate) x up, or gpt-oss's clamped variant (see `moe.clamped_swiglu`).
-MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu")
+MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu", "geglu")
+# Dense MLP activation: silu(gate) x up, or tanh-approximated gelu(gate) x up (Grok).
+MLP_ACTIVATIONS = ("swiglu", "geglu")
 # How top-k is restricted to groups of experts: none | V2 (group score = its best expert) | V3
 # (group score = sum of its two best biased scores).
 MOE_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
@@ -140,9 +142,20 @@ class ModelSpec:
     # An expert keeps its first ceil(factor x tokens x k / experts) assignments of a micro batch,
     # in token order, and drops the rest (static shapes).
     moe_capacity_factor: float = 0.0  # expert capacity over the even share; 0: dropless
-    moe_activation: str = "swiglu"  # swiglu | clamped_swiglu (gpt-oss)
+    moe_activation: str = "swiglu"  # swiglu | clamped_swiglu (gpt-oss) | geglu (Grok)
     moe_swiglu_alpha: float = 1.702  # clamped_swiglu: gate x sigmoid(alpha x gate)
     moe_swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
+    # Grok (xAI's Grok-1 / Grok-2): soft-capped logits (cap x tanh(x / cap); 0: off), norms
+    # on the attention and MLP outputs, scaled embeddings and logits, GELU-gated MLPs.
+    mlp_activation: str = "swiglu"  # dense MLPs: swiglu | geglu (gelu(gate) x up, Grok)
+    attn_logit_softcap: float = 0.0  # caps scaled q.k scores before the softmax (Grok: 30)
+    attn_temperature_len: int = 0  # > 0: queries at index i > this scale by log2(i) / log2(it)
+    router_logit_softcap: float = 0.0  # caps the router logits (Grok-2: 30)
+    final_logit_softcap: float = 0.0  # caps the output logits (Grok-2: 50)
+    post_norms: bool = False  # RMSNorm on the attention and MLP outputs before each residual add
+    embed_multiplier: float = 1.0  # scales the token embeddings (Grok-1: 78.38 = sqrt(6144))
+    output_multiplier: float = 1.0  # scales the output logits (Grok-1: 1 / sqrt(3))
+    moe_residual_mlp: bool = False  # a dense MLP beside the experts, (mlp + moe) / sqrt(2)
 
     @property
     def jnp_dtype(self) -> Any:
@@ -209,6 +222,7 @@ class ModelSpec:
             raise ConfigError(f"model.sliding_window={self.sliding_window} must be >= 0 "
                               "(0 means full causal attention).")
         self._validate_rope()
+        self._validate_grok()
         self._validate_fp8()
         self._validate_mla()
         self._validate_layer_pattern()
@@ -220,12 +234,31 @@ class ModelSpec:
                        "moe_router_bias": self.moe_router_bias,
                        "moe_expert_bias": self.moe_expert_bias,
                        "moe_weight_inputs": self.moe_weight_inputs,
-                       "moe_activation": self.moe_activation != "swiglu"}
+                       "moe_activation": self.moe_activation != "swiglu",
+                       "router_logit_softcap": self.router_logit_softcap,
+                       "moe_residual_mlp": self.moe_residual_mlp}
         for key, used in expert_only.items():
             if used:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to a mixture"
                                   " of experts; set it to its default or set model.num_experts "
                                   "> 0.")
+
+    def _validate_grok(self) -> None:
+        """Soft-caps, multipliers and the dense MLP activation (Grok's switches)."""
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ConfigError(f"model.mlp_activation={self.mlp_activation!r} is not one of "
+                              f"{list(MLP_ACTIVATIONS)}.")
+        for key in ("attn_logit_softcap", "router_logit_softcap", "final_logit_softcap",
+                    "attn_temperature_len"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 (0: off).")
+        for key in ("embed_multiplier", "output_multiplier"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be > 0 (1: off).")
+        if self.attention_impl == "cudnn" and self.attn_logit_softcap:
+            raise ConfigError(f"model.attention_impl='cudnn' cannot soft-cap attention scores "
+                              f"(model.attn_logit_softcap={self.attn_logit_softcap}); use "
+                              "'blockwise', 'dot' or 'auto'.")
 
     def _validate_fp8(self) -> None:
         """The quantization keys: a known recipe, and no fp8 key set while fp8 is off."""
@@ -459,6 +492,8 @@ class ModelSpec:
             return dense
         routed = experts * self._expert_params(with_biases)
         shared = self.moe_shared_experts * 3 * d * self.moe_intermediate_size
+        if self.moe_residual_mlp:
+            shared += 3 * d * self.intermediate_size
         router = d * self.num_experts
         if with_biases and self.moe_router_bias:
             router += self.num_experts
@@ -470,7 +505,7 @@ class ModelSpec:
         The aux-free expert bias is a buffer, not a parameter, as in transformers.
         """
         d = self.hidden_size
-        layer = self._attn_params() + 2 * d
+        layer = self._attn_params() + (4 if self.post_norms else 2) * d
         embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
         return self.num_layers * layer + self._ffn_params(self.num_experts) + embed + d
 
