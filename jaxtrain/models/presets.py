@@ -12,6 +12,7 @@ import dataclasses
 from ml_collections import ConfigDict
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.models.presets_ssm import SSM_PRESETS, SSM_PUBLISHED_PARAMS
 from jaxtrain.models.spec import ModelSpec
 
 # Shared per-family values; each preset adds its sizes.
@@ -258,6 +259,8 @@ PUBLISHED_PARAMS: dict[str, int] = {
     "llama4-scout-17b-16e": 107_769_861_120,
     "llama4-maverick-17b-128e": 400_711_848_960,
 }
+PRESETS.update(SSM_PRESETS)
+PUBLISHED_PARAMS.update(SSM_PUBLISHED_PARAMS)
 
 
 def preset_names() -> list[str]:

@@ -12,6 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.models import block_pattern as blocks
 from jaxtrain.models.layer_pattern import attention_kinds
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -33,6 +34,7 @@ QUANTIZATIONS = ("", "fp8")
 FP8_RECIPES = ("delayed", "current")
 FP8_FORMATS = ("hybrid", "e4m3")  # e4m3 forward + e5m2 gradients | e4m3 for both
 FP8_AMAX_ALGOS = ("max", "most_recent")
+MLP_ACTIVATIONS = ("swiglu", "relu2")
 # Recipes other stacks offer that scale per block or per row: what each would need.
 _UNSUPPORTED_SCALING = {
     "mxfp8": "MXFP8 scales every 32 values by a shared power of two; jax.nn.scaled_matmul runs it "
@@ -141,6 +143,28 @@ class ModelSpec:
     moe_activation: str = "swiglu"  # swiglu | clamped_swiglu (gpt-oss)
     moe_swiglu_alpha: float = 1.702  # clamped_swiglu: gate x sigmoid(alpha x gate)
     moe_swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
+    # Hybrid and state-space models (jaxtrain/models/hybrid.py, docs/models.md): one pre-norm
+    # residual sublayer per character, M mamba, * attention (MLA with kv_lora_rank), - MLP,
+    # E mixture of experts (Megatron's hybrid_override_pattern); "" = transformer blocks.
+    block_pattern: str = ""  # len == num_layers when set; Mamba-2 LM: "MMMM..."
+    mamba_version: int = 2  # M sublayers: 2 (Mamba-2, SSD) | 1 (Mamba-1, selective scan)
+    ssm_state_size: int = 128  # N: state width per head (Mamba-2) / per channel (Mamba-1)
+    ssm_head_dim: int = 64  # Mamba-2 head width P
+    ssm_num_heads: int = 0  # Mamba-2 heads; 0: ssm_expand x hidden_size / ssm_head_dim
+    ssm_expand: int = 2  # inner width over hidden_size (Mamba-1; Mamba-2 when heads are 0)
+    ssm_n_groups: int = 1  # Mamba-2 groups sharing B and C (and the gated norm's groups)
+    ssm_conv_kernel: int = 4  # causal depthwise convolution width
+    ssm_conv_bias: bool = True  # bias on the convolution
+    ssm_proj_bias: bool = False  # biases on the in/out projections
+    ssm_chunk_size: int = 128  # tokens per chunk of the chunked scan (a speed knob only)
+    ssm_dt_rank: int = 0  # Mamba-1 time-step rank; 0: ceil(hidden_size / 16)
+    ssm_dt_min: float = 0.001  # time-step init: log-uniform in [dt_min, dt_max]
+    ssm_dt_max: float = 0.1
+    ssm_dt_floor: float = 1e-4  # time-step init: smallest step
+    ssm_dt_limit_min: float = 0.0  # clamp of the time step (0, 0: none)
+    ssm_dt_limit_max: float = 0.0  # 0: no upper clamp
+    mlp_activation: str = "swiglu"  # MLP (-) sublayers: swiglu | relu2 (ungated, Nemotron-H)
+    use_rope: bool = True  # hybrid attention rotates q/k; False: no position encoding
 
     @property
     def jnp_dtype(self) -> Any:
@@ -166,6 +190,8 @@ class ModelSpec:
         one in every `moe_layer_step`)."""
         if not self.num_experts:
             return 0
+        if self.block_pattern:
+            return self.block_pattern.count("E")
         return (self.num_layers - self.num_dense_layers) // self.moe_layer_step
 
     @classmethod
@@ -210,6 +236,7 @@ class ModelSpec:
         self._validate_fp8()
         self._validate_mla()
         self._validate_layer_pattern()
+        self._validate_blocks()
         if self.num_experts:
             self._validate_moe()
             return
@@ -224,6 +251,64 @@ class ModelSpec:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to a mixture"
                                   " of experts; set it to its default or set model.num_experts "
                                   "> 0.")
+
+    def _validate_blocks(self) -> None:
+        """The hybrid pattern and the state-space keys."""
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ConfigError(f"model.mlp_activation={self.mlp_activation!r} is not one of "
+                              f"{list(MLP_ACTIVATIONS)}.")
+        if not self.block_pattern:
+            for key, default in (("mlp_activation", "swiglu"), ("use_rope", True)):
+                if getattr(self, key) != default:
+                    raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to "
+                                      "hybrid stacks; set model.block_pattern or leave it at "
+                                      f"{default!r}.")
+            return
+        try:
+            kinds = blocks.pattern_kinds(self.block_pattern)
+        except ValueError as e:
+            raise ConfigError(f"model.block_pattern={self.block_pattern!r}: {e}.") from None
+        if len(self.block_pattern) != self.num_layers:
+            raise ConfigError(f"model.block_pattern={self.block_pattern!r} has "
+                              f"{len(self.block_pattern)} sublayers but model.num_layers="
+                              f"{self.num_layers}; set num_layers to the pattern's length.")
+        if "moe" in kinds and not self.num_experts:
+            raise ConfigError(f"model.block_pattern={self.block_pattern!r} has E sublayers; "
+                              "set model.num_experts > 0 (and moe_intermediate_size).")
+        if self.num_experts and "moe" not in kinds:
+            raise ConfigError(f"model.num_experts={self.num_experts} but model.block_pattern="
+                              f"{self.block_pattern!r} has no E sublayer; add one or set "
+                              "num_experts=0.")
+        unsupported = {"quantization": self.quantization, "moe_score_bias":
+                       self.moe_score_bias, "num_dense_layers": self.num_dense_layers,
+                       "moe_layer_step": self.moe_layer_step != 1,
+                       "global_layer_step": self.global_layer_step}
+        for key, used in unsupported.items():
+            if used:
+                raise ConfigError(f"model.{key}={getattr(self, key)!r} is not supported with "
+                                  "model.block_pattern (hybrid stacks); leave it at its "
+                                  "default.")
+        if self.mamba_version not in (1, 2):
+            raise ConfigError(f"model.mamba_version={self.mamba_version} must be 1 or 2.")
+        for key in ("ssm_state_size", "ssm_head_dim", "ssm_expand", "ssm_n_groups",
+                    "ssm_conv_kernel", "ssm_chunk_size"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be a positive "
+                                  "integer.")
+        for key in ("ssm_num_heads", "ssm_dt_rank"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 (0: derived).")
+        if self.mamba_version == 2 and "mamba" in kinds:
+            heads = blocks.ssm_heads(self)
+            if not self.ssm_num_heads and (self.ssm_expand * self.hidden_size
+                                           % self.ssm_head_dim):
+                raise ConfigError(f"model.ssm_expand x hidden_size = "
+                                  f"{self.ssm_expand * self.hidden_size} is not divisible by "
+                                  f"model.ssm_head_dim={self.ssm_head_dim}; set "
+                                  "model.ssm_num_heads or another head width.")
+            if heads % self.ssm_n_groups:
+                raise ConfigError(f"model.ssm_n_groups={self.ssm_n_groups} must divide the "
+                                  f"{heads} Mamba-2 heads (model.ssm_num_heads).")
 
     def _validate_fp8(self) -> None:
         """The quantization keys: a known recipe, and no fp8 key set while fp8 is off."""
@@ -458,8 +543,11 @@ class ModelSpec:
         The aux-free expert bias is a buffer, not a parameter, as in transformers.
         """
         d = self.hidden_size
-        layer = self._attn_params() + 2 * d
         embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
+        if self.block_pattern:
+            return embed + d + sum(blocks.kind_params(self, kind) for kind in
+                                   blocks.pattern_kinds(self.block_pattern))
+        layer = self._attn_params() + 2 * d
         return self.num_layers * layer + self._ffn_params(self.num_experts) + embed + d
 
     def num_active_params(self) -> int:
@@ -480,6 +568,10 @@ class ModelSpec:
         routed experts; MLA counts its low-rank projections as the weights they are. A local
         layer's context is its sliding window or chunk in place of T when shorter.
         """
+        if self.block_pattern:  # per sublayer kind, see blocks.kind_flops
+            head = 6.0 * self.vocab_size * self.hidden_size
+            return head + sum(blocks.kind_flops(self, kind, seq_len) for kind in
+                              blocks.pattern_kinds(self.block_pattern))
         matmul = self.num_layers * self._attn_matmul_params()
         matmul += self._ffn_params(self.num_experts_per_tok, with_biases=False)
         matmul += self.vocab_size * self.hidden_size  # the output projection
