@@ -159,7 +159,7 @@ class ModelSpec:
     ssm_chunk_size: int = 128  # tokens per chunk of the chunked scan (a speed knob only)
     ssm_dt_rank: int = 0  # Mamba-1 time-step rank; 0: ceil(hidden_size / 16)
     ssm_dt_min: float = 0.001  # time-step init: log-uniform in [dt_min, dt_max]
-    ssm_dt_max: float = 0.1
+    ssm_dt_max: float = 0.1  # time-step init: upper end of the log-uniform range
     ssm_dt_floor: float = 1e-4  # time-step init: smallest step
     ssm_dt_limit_min: float = 0.0  # clamp of the time step (0, 0: none)
     ssm_dt_limit_max: float = 0.0  # 0: no upper clamp
