@@ -133,3 +133,25 @@ def test_flops_count_the_scan():
     # 6 x matmul weights dominate at 370M; the scan adds a few percent.
     matmul = 6 * (spec.num_params() - spec.vocab_size * spec.hidden_size)
     assert 1.0 < spec.flops_per_token(2048) / (matmul + 6 * spec.vocab_size * 1024) < 1.3
+
+
+def test_megatron_hybrid_allocation():
+    from jaxtrain.compat.megatron_mamba import allocate_layers
+
+    # 2 attention among 8 Mamba: sections of 8/3, an attention sublayer where the running
+    # remainder drops below 1/2.
+    assert allocate_layers(10, 0.2, 0.0) == "MMM*MM*MMM"
+    assert allocate_layers(9, 0.0, 0.0) == "M" * 9
+    # The 48-sublayer example in Megatron's mamba_hybrid_layer_allocation.py.
+    assert allocate_layers(48, 0.25, 0.25) == "MM-*MM-*MM*-MM*-MM*-MM*-M*M-M*M-M*M-M*M-*MM-*MM-"
+
+
+def test_megatron_gdn_hybrid_is_refused_naming_the_mixer(compat_samples):
+    from jaxtrain import compat
+
+    path = compat_samples / "Primus/examples/megatron/configs/MI300X/mamba_370M-pretrain.yaml"
+    # Zebra-Llama's GDN variants: a hybrid with linear-attention head settings.
+    with pytest.raises(ConfigError, match="gated delta net \\(GDN\\) mixers, which jaxtrain "
+                                          "does not build yet"):
+        compat.load_foreign(path, env={}, allow_unsupported=True, native_overrides=[
+            "is_hybrid_model=true", "linear_num_key_heads=8", "linear_key_head_dim=64"])
