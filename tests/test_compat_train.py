@@ -137,3 +137,18 @@ def test_primus_megatron_grok_trains_two_steps(compat_samples, tmp_path, name):
     assert cfg.model.final_logit_softcap == (50.0 if name == "grok2" else 0.0)
     step, history = train(cfg)
     assert step == 2 and all(math.isfinite(h["loss"]) for h in history)
+
+
+def test_primus_megatron_mamba_370m_trains_three_steps(compat_samples, tmp_path):
+    cfg, report = compat.load_foreign(
+        compat_samples / "Primus/examples/megatron/configs/MI300X/mamba_370M-pretrain.yaml",
+        {"run.dir": str(tmp_path / "run"), "train.progress": False, "model.ssm_chunk_size": 8},
+        env={}, native_overrides=["num_layers=2", "hidden_size=64", "mamba_state_dim=8",
+                                  "mamba_head_dim=16", "mamba_num_groups=2",
+                                  "seq_length=32", "max_position_embeddings=32",
+                                  "global_batch_size=8", "micro_batch_size=1",
+                                  "train_iters=3", "lr_warmup_iters=0"])
+    assert (cfg.model.family, cfg.model.block_pattern, cfg.model.ssm_n_groups) == (
+        "mamba2", "MM", 2)
+    step, history = train(cfg)
+    assert step == 3 and all(math.isfinite(h["loss"]) for h in history)

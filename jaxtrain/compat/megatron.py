@@ -15,6 +15,7 @@ from typing import Any
 from jaxtrain.compat import fp8, known, megatron_train
 from jaxtrain.compat.architectures import moe_family, unbuildable
 from jaxtrain.compat.megatron_keys import IGNORE_RULES
+from jaxtrain.compat.megatron_mamba import map_mamba
 from jaxtrain.compat.megatron_mla import MLA_KEYS, map_mla
 from jaxtrain.compat.megatron_moe import MOE_KEYS, map_moe
 from jaxtrain.compat.report import KeyReport, is_off
@@ -197,6 +198,8 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
         map_moe(r, model)
     _softcaps(r, model)
     model["family"] = _family(model, _grok_preset(r))
+    if r.get("model_type") == "mamba":  # Mamba-2 / hybrid stacks: compat/megatron_mamba.py
+        map_mamba(r, model)
     if model["family"] == "grok":
         r.note("family grok: Primus' grok preset (or its soft-capped logits); Megatron builds "
                "its GPT layers, so the model keeps their SwiGLU experts, pre-norm-only blocks, "
@@ -294,7 +297,6 @@ def _vocab(r: KeyReport, s: dict[str, Any], tp: int) -> int:
 
 # Megatron model types and layer switches that build what the zoo cannot: (key, what).
 _OTHER_MODEL_TYPES = {
-    "mamba": "a Mamba state-space (or Mamba-attention hybrid) model",
     "diffusion_model": "a diffusion transformer for images",
     "flux_schnell": "Flux, a diffusion transformer for images",
     "deepseek_v4": "DeepSeek-V4 (compressed attention, hyper-connections)",
@@ -311,6 +313,10 @@ def refuse_unbuildable(r: KeyReport) -> None:
     """Refuses, by the key that names it, a Megatron model the zoo cannot build: a model_type
     other than gpt, or GPT layers the zoo lacks."""
     kind = r.get("model_type", "gpt")
+    if kind == "mamba":
+        r.mapped("model_type", "model.block_pattern", "Megatron's MambaModel: Mamba-2 and "
+                 "hybrid stacks")
+        return
     if kind not in (None, "gpt"):
         what = _OTHER_MODEL_TYPES.get(str(kind), "a Megatron model type with no jaxtrain "
                                                  "family (jaxtrain's are GPT decoders)")

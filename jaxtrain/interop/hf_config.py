@@ -27,6 +27,7 @@ from jaxtrain.interop.hf_deepseek import (
 )
 from jaxtrain.interop.hf_gpt_oss import check_gpt_oss_expressible, gpt_oss_config, gpt_oss_fields
 from jaxtrain.interop.hf_llama4 import check_llama4_expressible, llama4_config, llama4_fields
+from jaxtrain.interop.hf_ssm import SSM_ARCHITECTURES, SSM_FAMILIES, ssm_config, ssm_fields
 from jaxtrain.models.spec import ModelSpec
 
 # Families whose keys live in their own module: (read fields, check a spec, write keys).
@@ -45,6 +46,7 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "DeepseekV3ForCausalLM": ("deepseek_v3", "deepseek_v3"),
     "GptOssForCausalLM": ("gpt_oss", "gpt_oss"),
     "Llama4ForCausalLM": ("llama4", "llama4_text"),
+    **SSM_ARCHITECTURES,
 }
 FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
 _MODEL_TYPE_ARCHITECTURE = {mt: arch for arch, (_, mt) in ARCHITECTURES.items()}
@@ -226,6 +228,8 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
     cfg, where = read_hf_config(cfg)
     arch = hf_architecture(cfg, where)
     family = ARCHITECTURES[arch][0]
+    if family in SSM_FAMILIES:
+        return _checked_spec({**ssm_fields(cfg, family, where), **overrides}, overrides, where)
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ConfigError(f"{where}: hidden_act={act!r} is not supported (SwiGLU needs silu).")
@@ -275,11 +279,17 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
         fields.update(deepseek_fields(cfg, family, where))
     elif family in _FAMILY_KEYS:
         fields.update(_FAMILY_KEYS[family][0](cfg, where))
+    return _checked_spec({**fields, **overrides}, overrides, where)
+
+
+def _checked_spec(fields: dict[str, Any], overrides: Mapping[str, Any], where: str
+                  ) -> ModelSpec:
+    """The validated spec of `fields`, naming `where` in its errors."""
     known = {f.name for f in dataclasses.fields(ModelSpec)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigError(f"spec overrides {unknown} are not ModelSpec fields.")
-    spec = ModelSpec(**{**fields, **overrides})
+    spec = ModelSpec(**fields)
     try:
         spec.validate()
     except ConfigError as e:
@@ -422,6 +432,15 @@ def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
         raise ConfigError(f"model.family={spec.family!r} has no Hugging Face architecture; "
                           f"supported families: {', '.join(sorted(FAMILY_ARCHITECTURE))}.")
     arch = FAMILY_ARCHITECTURE[spec.family]
+    if spec.family in SSM_FAMILIES:
+        weights = dtype or spec.param_dtype
+        dtype_key = "dtype" if _transformers_major() >= 5 else "torch_dtype"
+        return {"architectures": [arch], "model_type": ARCHITECTURES[arch][1],
+                **ssm_config(spec), dtype_key: weights, **(extra or {})}
+    if spec.block_pattern:
+        raise ConfigError(f"model.block_pattern={spec.block_pattern!r} (model.family="
+                          f"{spec.family!r}) has no Hugging Face architecture; use family "
+                          f"{' / '.join(map(repr, SSM_FAMILIES))}.")
     _check_expressible(spec, arch)
     cfg: dict[str, Any] = {
         "architectures": [arch],

@@ -11,6 +11,9 @@ every other family keeps its parameter tree. When dense and expert blocks altern
 `moe_layer_step` s), `dense_layers` holds the s - 1 dense blocks of every group and `layers` its
 expert block, and one scan runs group after group (`_scan_groups`).
 
+A spec with a `block_pattern` (Mamba, Mamba-2, Megatron / Nemotron-H hybrids) holds its
+sublayers in `blocks` (`jaxtrain.models.hybrid`) in place of `layers`.
+
 Blocks that differ only in their attention (sliding / full, chunked RoPE / global NoPE) share a
 stack; each gets its `AttentionKind` index as a scanned per-layer array.
 
@@ -30,8 +33,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.errors import ConfigError
 from jaxtrain.models import fp8, pipeline
 from jaxtrain.models.attention import Attention
+from jaxtrain.models.block_pattern import HYBRID_PIPELINE_ERROR
+from jaxtrain.models.hybrid import Context as HybridContext
+from jaxtrain.models.hybrid import HybridStack
 from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices
 from jaxtrain.models.layers import Dense, Embed, RMSNorm, softcap
 from jaxtrain.models.mla import MLAttention
@@ -120,13 +127,16 @@ class Decoder(nnx.Module):
         self.embed = Embed(spec.vocab_size, spec.hidden_size, rngs=rngs, std=spec.init_std,
                            dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype,
                            fp8=output_fp8 if spec.tie_embeddings else None)
-        stacks = stack_layer_indices(spec)
-        if "dense_layers" in stacks:
-            # Leading dense blocks run before the pipeline; interleaved ones are grouped with
-            # the expert blocks and split into stages with them.
-            axis = "layers" if spec.moe_layer_step > 1 else "prefix_layers"
-            self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs, axis)
-        self.layers = _stack(spec, len(stacks["layers"]), False, rngs)
+        if spec.block_pattern:  # a hybrid / state-space stack (models/hybrid.py)
+            self.blocks = HybridStack(spec, rngs=rngs)
+        else:
+            stacks = stack_layer_indices(spec)
+            if "dense_layers" in stacks:
+                # Leading dense blocks run before the pipeline; interleaved ones are grouped
+                # with the expert blocks and split into stages with them.
+                axis = "layers" if spec.moe_layer_step > 1 else "prefix_layers"
+                self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs, axis)
+            self.layers = _stack(spec, len(stacks["layers"]), False, rngs)
         self.final_norm = RMSNorm(spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype,
                                   param_dtype=spec.jnp_param_dtype)
         self.lm_head = None if spec.tie_embeddings else Dense(
@@ -159,6 +169,14 @@ class Decoder(nnx.Module):
         if spec.embed_multiplier != 1.0:
             x_BLD = x_BLD * jnp.asarray(spec.embed_multiplier, x_BLD.dtype)
         unroll = True if not spec.scan_layers else 1
+        if spec.block_pattern:
+            if cache is None and sharding.axis_size(pipeline.AXIS) > 1:
+                raise ConfigError(HYBRID_PIPELINE_ERROR.format(pattern=spec.block_pattern))
+            ctx = HybridContext(cos, sin, index_BL, segment_ids_BL)
+            x_BLD, new_cache, stats = self.blocks(
+                x_BLD, ctx, cache, remat=spec.remat != "none",
+                remat_policy=_REMAT_POLICIES.get(spec.remat), unroll=unroll)
+            return self.final_norm(x_BLD), new_cache, stats
 
         dense_layers = getattr(self, "dense_layers", None)
         per_layer = attention_kinds(spec)[1]
@@ -362,6 +380,8 @@ class Decoder(nnx.Module):
         """An empty key/value cache for `batch` rows of up to `max_len` tokens."""
         spec = self.spec
         dtype = dtype or spec.jnp_dtype
+        if spec.block_pattern:
+            return self.blocks.init_cache(batch, max_len, dtype)
         if spec.mla:
             k_shape = (batch, max_len, spec.num_heads,
                        spec.qk_nope_head_dim + spec.qk_rope_head_dim)

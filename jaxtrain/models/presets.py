@@ -12,6 +12,7 @@ import dataclasses
 from ml_collections import ConfigDict
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.models.presets_ssm import SSM_PRESETS, SSM_PUBLISHED_PARAMS
 from jaxtrain.models.spec import ModelSpec
 
 # Shared per-family values; each preset adds its sizes.
@@ -293,6 +294,8 @@ PUBLISHED_PARAMS: dict[str, int] = {
     "grok-1": 315_684_820_992,
     "grok-2": 269_515_497_472,
 }
+PRESETS.update(SSM_PRESETS)
+PUBLISHED_PARAMS.update(SSM_PUBLISHED_PARAMS)
 
 
 def preset_names() -> list[str]:

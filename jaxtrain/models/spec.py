@@ -12,6 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.models import block_pattern as blocks
 from jaxtrain.models.layer_pattern import attention_kinds
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -25,8 +26,9 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims", "minimal")
 MOE_SCORES = ("topk_softmax", "softmax_topk", "sigmoid", "topk_sigmoid")
 # Expert activation: silu(gate) x up, or gpt-oss's clamped variant (see `moe.clamped_swiglu`).
 MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu", "geglu")
-# Dense MLP activation: silu(gate) x up, or tanh-approximated gelu(gate) x up (Grok).
-MLP_ACTIVATIONS = ("swiglu", "geglu")
+# Dense MLP activation: silu(gate) x up, tanh-approximated gelu(gate) x up (Grok), or the
+# ungated relu(x)^2 of Nemotron-H's hybrid MLP sublayers.
+MLP_ACTIVATIONS = ("swiglu", "geglu", "relu2")
 # How top-k is restricted to groups of experts: none | V2 (group score = its best expert) | V3
 # (group score = sum of its two best biased scores).
 MOE_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
@@ -147,7 +149,8 @@ class ModelSpec:
     moe_swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
     # Grok (xAI's Grok-1 / Grok-2): soft-capped logits (cap x tanh(x / cap); 0: off), norms
     # on the attention and MLP outputs, scaled embeddings and logits, GELU-gated MLPs.
-    mlp_activation: str = "swiglu"  # dense MLPs: swiglu | geglu (gelu(gate) x up, Grok)
+    mlp_activation: str = "swiglu"  # dense MLPs: swiglu | geglu (gelu(gate) x up, Grok) |
+    #   relu2 (relu(x)^2, ungated; hybrid MLP sublayers only, Nemotron-H)
     attn_logit_softcap: float = 0.0  # caps scaled q.k scores before the softmax (Grok: 30)
     attn_temperature_len: int = 0  # > 0: queries at index i > this scale by log2(i) / log2(it)
     router_logit_softcap: float = 0.0  # caps the router logits (Grok-2: 30)
@@ -156,6 +159,27 @@ class ModelSpec:
     embed_multiplier: float = 1.0  # scales the token embeddings (Grok-1: 78.38 = sqrt(6144))
     output_multiplier: float = 1.0  # scales the output logits (Grok-1: 1 / sqrt(3))
     moe_residual_mlp: bool = False  # a dense MLP beside the experts, (mlp + moe) / sqrt(2)
+    # Hybrid and state-space models (jaxtrain/models/hybrid.py, docs/models.md): one pre-norm
+    # residual sublayer per character, M mamba, * attention (MLA with kv_lora_rank), - MLP,
+    # E mixture of experts (Megatron's hybrid_override_pattern); "" = transformer blocks.
+    block_pattern: str = ""  # len == num_layers when set; Mamba-2 LM: "MMMM..."
+    mamba_version: int = 2  # M sublayers: 2 (Mamba-2, SSD) | 1 (Mamba-1, selective scan)
+    ssm_state_size: int = 128  # N: state width per head (Mamba-2) / per channel (Mamba-1)
+    ssm_head_dim: int = 64  # Mamba-2 head width P
+    ssm_num_heads: int = 0  # Mamba-2 heads; 0: ssm_expand x hidden_size / ssm_head_dim
+    ssm_expand: int = 2  # inner width over hidden_size (Mamba-1; Mamba-2 when heads are 0)
+    ssm_n_groups: int = 1  # Mamba-2 groups sharing B and C (and the gated norm's groups)
+    ssm_conv_kernel: int = 4  # causal depthwise convolution width
+    ssm_conv_bias: bool = True  # bias on the convolution
+    ssm_proj_bias: bool = False  # biases on the in/out projections
+    ssm_chunk_size: int = 128  # tokens per chunk of the chunked scan (a speed knob only)
+    ssm_dt_rank: int = 0  # Mamba-1 time-step rank; 0: ceil(hidden_size / 16)
+    ssm_dt_min: float = 0.001  # time-step init: log-uniform in [dt_min, dt_max]
+    ssm_dt_max: float = 0.1  # time-step init: upper end of the log-uniform range
+    ssm_dt_floor: float = 1e-4  # time-step init: smallest step
+    ssm_dt_limit_min: float = 0.0  # clamp of the time step (0, 0: none)
+    ssm_dt_limit_max: float = 0.0  # 0: no upper clamp
+    use_rope: bool = True  # hybrid attention rotates q/k; False: no position encoding
 
     @property
     def jnp_dtype(self) -> Any:
@@ -181,6 +205,8 @@ class ModelSpec:
         one in every `moe_layer_step`)."""
         if not self.num_experts:
             return 0
+        if self.block_pattern:
+            return self.block_pattern.count("E")
         return (self.num_layers - self.num_dense_layers) // self.moe_layer_step
 
     @classmethod
@@ -226,6 +252,7 @@ class ModelSpec:
         self._validate_fp8()
         self._validate_mla()
         self._validate_layer_pattern()
+        self._validate_blocks()
         if self.num_experts:
             self._validate_moe()
             return
@@ -259,6 +286,60 @@ class ModelSpec:
             raise ConfigError(f"model.attention_impl='cudnn' cannot soft-cap attention scores "
                               f"(model.attn_logit_softcap={self.attn_logit_softcap}); use "
                               "'blockwise', 'dot' or 'auto'.")
+
+    def _validate_blocks(self) -> None:
+        """The hybrid pattern and the state-space keys."""
+        if not self.block_pattern:
+            for key, hybrid_only in (("mlp_activation", "relu2"), ("use_rope", False)):
+                if getattr(self, key) == hybrid_only:
+                    raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to "
+                                      "hybrid stacks; set model.block_pattern or change it.")
+            return
+        try:
+            kinds = blocks.pattern_kinds(self.block_pattern)
+        except ValueError as e:
+            raise ConfigError(f"model.block_pattern={self.block_pattern!r}: {e}.") from None
+        if len(self.block_pattern) != self.num_layers:
+            raise ConfigError(f"model.block_pattern={self.block_pattern!r} has "
+                              f"{len(self.block_pattern)} sublayers but model.num_layers="
+                              f"{self.num_layers}; set num_layers to the pattern's length.")
+        if "moe" in kinds and not self.num_experts:
+            raise ConfigError(f"model.block_pattern={self.block_pattern!r} has E sublayers; "
+                              "set model.num_experts > 0 (and moe_intermediate_size).")
+        if self.num_experts and "moe" not in kinds:
+            raise ConfigError(f"model.num_experts={self.num_experts} but model.block_pattern="
+                              f"{self.block_pattern!r} has no E sublayer; add one or set "
+                              "num_experts=0.")
+        unsupported = {"quantization": self.quantization, "moe_score_bias":
+                       self.moe_score_bias, "num_dense_layers": self.num_dense_layers,
+                       "moe_layer_step": self.moe_layer_step != 1,
+                       "global_layer_step": self.global_layer_step}
+        for key, used in unsupported.items():
+            if used:
+                raise ConfigError(f"model.{key}={getattr(self, key)!r} is not supported with "
+                                  "model.block_pattern (hybrid stacks); leave it at its "
+                                  "default.")
+        if self.mamba_version not in (1, 2):
+            raise ConfigError(f"model.mamba_version={self.mamba_version} must be 1 or 2.")
+        for key in ("ssm_state_size", "ssm_head_dim", "ssm_expand", "ssm_n_groups",
+                    "ssm_conv_kernel", "ssm_chunk_size"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be a positive "
+                                  "integer.")
+        for key in ("ssm_num_heads", "ssm_dt_rank"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 (0: derived).")
+        if self.mamba_version == 2 and "mamba" in kinds:
+            heads = blocks.ssm_heads(self)
+            if not self.ssm_num_heads and (self.ssm_expand * self.hidden_size
+                                           % self.ssm_head_dim):
+                raise ConfigError(f"model.ssm_expand x hidden_size = "
+                                  f"{self.ssm_expand * self.hidden_size} is not divisible by "
+                                  f"model.ssm_head_dim={self.ssm_head_dim}; set "
+                                  "model.ssm_num_heads or another head width.")
+            if heads % self.ssm_n_groups:
+                raise ConfigError(f"model.ssm_n_groups={self.ssm_n_groups} must divide the "
+                                  f"{heads} Mamba-2 heads (model.ssm_num_heads).")
 
     def _validate_fp8(self) -> None:
         """The quantization keys: a known recipe, and no fp8 key set while fp8 is off."""
@@ -505,8 +586,11 @@ class ModelSpec:
         The aux-free expert bias is a buffer, not a parameter, as in transformers.
         """
         d = self.hidden_size
-        layer = self._attn_params() + (4 if self.post_norms else 2) * d
         embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
+        if self.block_pattern:
+            return embed + d + sum(blocks.kind_params(self, kind) for kind in
+                                   blocks.pattern_kinds(self.block_pattern))
+        layer = self._attn_params() + (4 if self.post_norms else 2) * d
         return self.num_layers * layer + self._ffn_params(self.num_experts) + embed + d
 
     def num_active_params(self) -> int:
@@ -527,6 +611,10 @@ class ModelSpec:
         routed experts; MLA counts its low-rank projections as the weights they are. A local
         layer's context is its sliding window or chunk in place of T when shorter.
         """
+        if self.block_pattern:  # per sublayer kind, see blocks.kind_flops
+            head = 6.0 * self.vocab_size * self.hidden_size
+            return head + sum(blocks.kind_flops(self, kind, seq_len) for kind in
+                              blocks.pattern_kinds(self.block_pattern))
         matmul = self.num_layers * self._attn_matmul_params()
         matmul += self._ffn_params(self.num_experts_per_tok, with_biases=False)
         matmul += self.vocab_size * self.hidden_size  # the output projection
