@@ -108,7 +108,11 @@ RANGES: dict[str, Range] = {
         "rope_mscale", "rope_mscale_all_dim", "init_std", "kv_lora_rank", "q_lora_rank",
         "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "moe_intermediate_size",
         "moe_shared_experts", "num_dense_layers", "moe_bias_update_rate", "moe_aux_loss_coef",
-        "moe_z_loss_coef", "moe_capacity_factor")},
+        "moe_z_loss_coef", "moe_capacity_factor", "linear_num_key_heads",
+        "linear_num_value_heads")},
+    **{f"model.{key}": COUNT for key in (
+        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel")},
+    "model.linear_chunk": Range(0, hint="0: the mixer's default"),
     "model.sliding_window": Range(0, hint="0: full causal attention"),
     "model.attention_chunk": Range(0, hint="0: off"),
     "model.global_layer_step": Range(0, hint="0: every block alike"),

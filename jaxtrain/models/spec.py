@@ -180,6 +180,17 @@ class ModelSpec:
     ssm_dt_limit_min: float = 0.0  # clamp of the time step (0, 0: none)
     ssm_dt_limit_max: float = 0.0  # 0: no upper clamp
     use_rope: bool = True  # hybrid attention rotates q/k; False: no position encoding
+    # Delta-rule token mixers (models/gated_delta.py, models/kda.py), for blocks a hybrid stack
+    # makes Gated DeltaNet or Kimi delta attention; linear_num_key_heads = 0: none.
+    linear_num_key_heads: int = 0  # query/key heads
+    linear_num_value_heads: int = 0  # value heads, a multiple of the key heads (grouped values)
+    linear_key_head_dim: int = 128  # query/key width per head
+    linear_value_head_dim: int = 128  # value width per head
+    linear_conv_kernel: int = 4  # taps of the causal depthwise conv on q, k and v
+    linear_short_conv: bool = True  # False: silu(projection) without the conv (FLA's option)
+    linear_output_gate: bool = True  # GDN: norm(o) x silu(x W_g); False: norm(o) alone (FLA)
+    linear_gate_bias: bool = False  # KDA: bias on the output gate's up projection (FLA: True)
+    linear_chunk: int = 0  # tokens per chunk of the chunked delta rule; 0: 64 GDN, 16 KDA
 
     @property
     def jnp_dtype(self) -> Any:
@@ -253,6 +264,7 @@ class ModelSpec:
         self._validate_mla()
         self._validate_layer_pattern()
         self._validate_blocks()
+        self._validate_linear()
         if self.num_experts:
             self._validate_moe()
             return
@@ -340,6 +352,24 @@ class ModelSpec:
             if heads % self.ssm_n_groups:
                 raise ConfigError(f"model.ssm_n_groups={self.ssm_n_groups} must divide the "
                                   f"{heads} Mamba-2 heads (model.ssm_num_heads).")
+
+    def _validate_linear(self) -> None:
+        """The delta-rule mixer keys, when linear_num_key_heads > 0 turns them on."""
+        if not self.linear_num_key_heads:
+            return
+        for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                    "linear_value_head_dim", "linear_conv_kernel"):
+            if int(getattr(self, key)) <= 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be a positive integer"
+                                  " for Gated DeltaNet / Kimi delta attention blocks.")
+        if self.linear_num_value_heads % self.linear_num_key_heads:
+            raise ConfigError(
+                f"model.linear_num_value_heads={self.linear_num_value_heads} is not a multiple "
+                f"of model.linear_num_key_heads={self.linear_num_key_heads}: each query/key head "
+                "serves a whole number of value heads.")
+        if self.linear_chunk < 0:
+            raise ConfigError(f"model.linear_chunk={self.linear_chunk} must be >= 0 (0: the "
+                              "mixer's default chunk).")
 
     def _validate_fp8(self) -> None:
         """The quantization keys: a known recipe, and no fp8 key set while fp8 is off."""
