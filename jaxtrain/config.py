@@ -229,6 +229,10 @@ def validate(cfg: ConfigDict) -> ModelSpec:
         raise ConfigError(f"model.fp8_output_layer=True and train.loss_chunks={chunks} are both "
                           "set: the chunked loss multiplies by the output kernel itself, in "
                           "model.dtype; set train.loss_chunks=0 or model.fp8_output_layer=False.")
+    if chunks and spec.final_logit_softcap:
+        raise ConfigError(f"model.final_logit_softcap={spec.final_logit_softcap} and "
+                          f"train.loss_chunks={chunks} are both set: the chunked loss has no "
+                          "soft-cap on its logits; set train.loss_chunks=0.")
     if o.schedule not in SCHEDULES:
         raise ConfigError(f"optim.schedule={o.schedule!r} is not one of {SCHEDULES}.")
     # A warmup longer than the run is allowed: a shortened smoke run of a real recipe simply

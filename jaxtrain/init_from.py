@@ -32,13 +32,14 @@ STRUCTURAL_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "nu
                      "num_experts", "moe_intermediate_size", "kv_lora_rank", "q_lora_rank",
                      "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "moe_shared_experts",
                      "num_dense_layers", "moe_score_bias", "attention_sinks", "o_bias",
-                     "moe_router_bias", "moe_expert_bias", "moe_layer_step")
+                     "mlp_bias", "moe_router_bias", "moe_expert_bias", "moe_layer_step")
 # Fields that change the computation but not the weights (e.g. a longer RoPE base for context
 # extension): the run's value is used and the difference reported.
 NUMERICAL_FIELDS = ("family", "norm_eps", "rope_theta", "rope_scaling", "sliding_window",
                     "num_experts_per_tok", "moe_score", "moe_norm_topk", "rope_interleave",
                     "moe_topk_method", "moe_n_group", "moe_topk_group", "moe_routed_scaling",
-                    "attention_chunk", "global_layer_step", "nope_global", "qk_l2_norm",
+                    "attention_chunk", "global_layer_step", "leading_global_layers",
+                    "nope_global", "qk_l2_norm",
                     "attn_temperature_tuning", "attn_floor_scale", "attn_scale",
                     "moe_weight_inputs", "moe_activation", "moe_swiglu_alpha",
                     "moe_swiglu_limit", "quantization")

@@ -19,6 +19,7 @@ from typing import Any
 from jax.sharding import Mesh
 
 from jaxtrain.config import micro_batch_size
+from jaxtrain.models.block_pattern import HYBRID_PIPELINE_ERROR
 from jaxtrain.models.layer_pattern import stack_layer_indices
 from jaxtrain.models.pipeline import Schedule, bubble_fraction
 from jaxtrain.models.spec import ModelSpec
@@ -92,6 +93,8 @@ def check_stages(spec: ModelSpec, stages: int, schedule: Schedule, mesh_cfg: Any
     repeats)."""
     if stages <= 1:
         return
+    if spec.block_pattern:
+        raise MeshError(HYBRID_PIPELINE_ERROR.format(pattern=spec.block_pattern))
     origin = _axis_origin(mesh_cfg, "pipeline", stages)
     units, what = pipeline_units(spec)
     parts, repeats = stages * schedule.repeats, schedule.repeats

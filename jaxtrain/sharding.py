@@ -51,6 +51,15 @@ RULE_PRESETS: dict[str, tuple[tuple[str, Any], ...]] = {
         # split over `expert`, so the axis acts as data parallel outside the expert layers.
         ("exp", "expert"),
         ("norm", None),
+        # Mamba mixers (models/mamba2.py, mamba.py): the fused (z, x, B, C, dt) projection,
+        # convolution channels, per-head and inner-channel vectors, and small state / dt-rank /
+        # kernel dims stay whole on `tensor` (their concatenated layout does not split into
+        # head-aligned column blocks); `embed` still shards the projections over `fsdp`.
+        ("ssm_proj", None),
+        ("ssm_conv", None),
+        ("ssm_heads", None),
+        ("ssm_inner", None),
+        ("ssm_state", None),
         # Stacked blocks are split into pipeline stages: stage s holds a contiguous run of them.
         ("layers", "pipeline"),
         # Blocks that run before the pipelined stack (DeepSeek's leading dense blocks): whole on

@@ -49,6 +49,10 @@ def without_mla(preset, head_dim, kv_heads, **differences):
 RESOLVES = [
     # --- Megatron (Primus): the vocabulary is the tokenizer's, padded to 128 x TP.
     (MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"), [], "llama", published("llama2-7b")),
+    # add_bias_linear: biases on q/k/v, the output projection and the MLP (Llama's
+    # attention_bias + mlp_bias).
+    (MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"), ["add_bias_linear=true"], "llama",
+     published("llama2-7b", qkv_bias=True, o_bias=True, mlp_bias=True)),
     (MEGATRON.format("MI300X/llama3.1_8B-BF16-pretrain"), [], "llama",
      published("llama3.1-8b", rope_scaling="none")),  # the preset leaves use_rope_scaling off
     # Untied output (untie_embeddings_and_output_weights): 1.50e9, not the tied 1.24e9.
@@ -86,6 +90,20 @@ RESOLVES = [
      published("llama4-scout-17b-16e", vocab_size=202112, qk_norm=True)),
     (MEGATRON.format("MI300X/llama4_17B128E-BF16-pretrain"), [], "deepseek_v2",
      published("llama4-maverick-17b-128e", vocab_size=202112)),
+    # Primus' grok presets (llama_base.yaml underneath): what Megatron builds from them, GPT
+    # layers with SwiGLU experts (softmax over the top-2 logits), untied output, the Mixtral
+    # 8x22B tokenizer's 32768 entries; grok2.yaml adds Primus' router and output soft-caps and
+    # no dense MLP beside the experts: 216.4e9 total, 61.7e9 active (the file's comment says
+    # 270B / 62B: the total is xAI's Grok-2 with its residual MLP, the active count this build).
+    (MEGATRON.format("MI300X/grok1-FP8-pretrain"), [], "grok",
+     ModelSpec(family="grok", vocab_size=32768, hidden_size=6144, num_layers=64, num_heads=48,
+               num_kv_heads=8, head_dim=128, intermediate_size=32768, num_experts=8,
+               num_experts_per_tok=2, moe_intermediate_size=32768)),
+    (MEGATRON.format("MI300X/grok2-FP8-pretrain"), [], "grok",
+     ModelSpec(family="grok", vocab_size=32768, hidden_size=8192, num_layers=64, num_heads=64,
+               num_kv_heads=8, head_dim=128, intermediate_size=21824, num_experts=8,
+               num_experts_per_tok=2, moe_intermediate_size=16384, final_logit_softcap=50.0,
+               router_logit_softcap=30.0)),
     # --- MaxText through Primus (its model presets name MaxText's models/*.yml).
     (MAXTEXT_PRIMUS.format("MI300X/llama2_7B-bf16-pretrain"), [], "llama",
      published("llama2-7b")),
@@ -152,11 +170,15 @@ RESOLVES = [
     (BASE_YML, ["model_name=llama4-17b-16e"], "llama4", published("llama4-scout-17b-16e")),
     (BASE_YML, ["model_name=llama4-17b-128e"], "llama4",
      published("llama4-maverick-17b-128e")),
+    # Megatron's MambaModel with is_hybrid_model false: 48 Mamba-2 layers. The file ties
+    # its embeddings through `bases: mamba_base.yaml`, a key the YAML loader does not follow
+    # (only `extends`), so it resolves untied, as language_model.yaml sets.
+    (MEGATRON.format("MI300X/mamba_370M-pretrain"), [], "mamba2",
+     model_spec("mamba-370m", tie_embeddings=False)),
 ]
 
 # (file, native overrides, the key=value the refusal names)
 REFUSED = [
-    (MEGATRON.format("MI300X/mamba_370M-pretrain"), [], "model_type='mamba'"),
     (MEGATRON.format("MI355X/deepseek_v4_flash-BF16-pretrain"), [], "model_type='deepseek_v4'"),
     (MEGATRON.format("MI355X/lfm2_8B_A1B-BF16-pretrain"), [], "lfm_layer_types=["),
     (MEGATRON.format("MI300X/qwen3_5_35B_A3B-BF16-pretrain"), [],
@@ -194,6 +216,17 @@ def test_file_resolves_to_its_family_and_counts(compat_samples, path, native, fa
     assert spec.num_active_params() == pytest.approx(expected.num_active_params(), rel=0.01)
 
 
+def test_megatron_linear_biases(compat_samples):
+    # Biases are a small share of the count, so the table above cannot tell them apart.
+    cfg, _ = _load(compat_samples, MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"),
+                   ["add_bias_linear=true"])
+    spec = ModelSpec.from_config(cfg.model)
+    assert (spec.family, spec.qkv_bias, spec.o_bias, spec.mlp_bias) == ("llama", True, True, True)
+    path = MEGATRON.format("MI300X/mixtral_8x7B_v0.1-BF16-pretrain")
+    with pytest.raises(ConfigError, match="add_bias_linear"):
+        _load(compat_samples, path, ["add_bias_linear=true"])
+
+
 def test_expected_figures_are_the_published_ones():
     # The presets the table calls published: their totals are the published checkpoints'.
     for preset in ("llama2-7b", "mixtral-8x7b", "qwen3-235b-a22b", "deepseek-v3",
@@ -212,11 +245,28 @@ def test_unbuildable_architecture_is_refused_by_name(compat_samples, path, nativ
     assert "an architecture jaxtrain's model zoo cannot build" in message
 
 
+def test_primus_grok_presets_keep_what_megatron_builds(compat_samples):
+    cfg, report = _load(compat_samples, MEGATRON.format("MI300X/grok2-FP8-pretrain"), [],
+                        allow_unsupported=True)
+    spec = ModelSpec.from_config(cfg.model)
+    # Primus' patches cap the output and router logits; the GPT layers stay Megatron's.
+    assert (spec.final_logit_softcap, spec.router_logit_softcap) == (50.0, 30.0)
+    assert (spec.moe_activation, spec.post_norms, spec.attn_logit_softcap) == ("swiglu", False,
+                                                                                0.0)
+    # moe_router_load_balancing_type none: no balancing loss despite moe_aux_loss_coeff 0.01.
+    assert spec.moe_aux_loss_coef == 0.0
+    assert report.entries["moe_router_load_balancing_type"].status == "mapped"
+    assert not report.by_status("unsupported")
+    assert any("family grok" in line and "SwiGLU" in line for line in report.notes)
+    # The xAI presets carry what Megatron does not build.
+    assert model_spec("grok-2").num_params() == pytest.approx(270e9, rel=0.01)
+
+
 def test_config_prints_no_parameter_count_for_a_refused_file(compat_samples, capsys):
-    path = compat_samples / MEGATRON.format("MI300X/mamba_370M-pretrain")
+    path = compat_samples / MEGATRON.format("MI355X/deepseek_v4_flash-BF16-pretrain")
     assert main(["config", str(path), "--json"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "model_type='mamba'" in err and "num_params" not in err
+    assert out == "" and "model_type='deepseek_v4'" in err and "num_params" not in err
 
 
 def test_maxtext_base_yml_with_model_name_counts_only_what_the_user_set(compat_samples,

@@ -146,6 +146,25 @@ def test_hf_config_json(tmp_path):
         compat.load_foreign(path, env={})
 
 
+@pytest.mark.parametrize("preset, changes, key, target", [
+    ("llama-debug", dict(qkv_bias=True, o_bias=True, mlp_bias=True), "mlp_bias",
+     "model.mlp_bias"),
+    ("qwen2-debug", dict(sliding_window=8, leading_global_layers=1), "max_window_layers",
+     "model.leading_global_layers"),
+    ("qwen3-moe-debug", dict(moe_layer_step=2), "decoder_sparse_step", "model.moe_layer_step"),
+    ("qwen3-moe-debug", dict(num_dense_layers=1), "mlp_only_layers",
+     "model.num_dense_layers, model.moe_layer_step"),
+])
+def test_hf_config_json_variants_map(tmp_path, preset, changes, key, target):
+    """Biases, per-layer windows and mixed dense / expert layers are mapped, not refused."""
+    spec = model_spec(preset, **changes)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf_config_from_spec(spec)))
+    cfg, report = compat.load_foreign(path, env={})
+    assert {k: cfg.model[k] for k in changes} == changes
+    assert (report.entries[key].status, report.entries[key].target) == ("mapped", target)
+
+
 def test_unrecognised_files(tmp_path):
     path = tmp_path / "x.yaml"
     path.write_text("learning_rate_foo: 1\n")

@@ -120,3 +120,35 @@ def test_primus_megatron_deepseek_v2_lite_mla_trains_two_steps(compat_samples, t
         32, "yarn", 1, 1)
     step, history = train(cfg)
     assert step == 2 and all(math.isfinite(h["loss"]) for h in history)
+
+
+@pytest.mark.parametrize("name", ["grok1", "grok2"])
+def test_primus_megatron_grok_trains_two_steps(compat_samples, tmp_path, name):
+    # The FP8 example with fp8 and pipeline stages off (bf16 compute, one CPU device); grok2
+    # keeps Primus' output and router soft-caps.
+    cfg, report = compat.load_foreign(
+        compat_samples / f"Primus/examples/megatron/configs/MI300X/{name}-FP8-pretrain.yaml",
+        {"run.dir": str(tmp_path / "run"), "train.progress": False, "mesh.ici_expert": 1,
+         "model.vocab_size": 512},
+        env={}, native_overrides=[*MOE_SHRINK, "num_query_groups=2", "fp8=null",
+                                   "pipeline_model_parallel_size=1",
+                                   "num_virtual_stages_per_pipeline_rank=null"])
+    assert (cfg.model.family, cfg.model.num_experts) == ("grok", 4)
+    assert cfg.model.final_logit_softcap == (50.0 if name == "grok2" else 0.0)
+    step, history = train(cfg)
+    assert step == 2 and all(math.isfinite(h["loss"]) for h in history)
+
+
+def test_primus_megatron_mamba_370m_trains_three_steps(compat_samples, tmp_path):
+    cfg, report = compat.load_foreign(
+        compat_samples / "Primus/examples/megatron/configs/MI300X/mamba_370M-pretrain.yaml",
+        {"run.dir": str(tmp_path / "run"), "train.progress": False, "model.ssm_chunk_size": 8},
+        env={}, native_overrides=["num_layers=2", "hidden_size=64", "mamba_state_dim=8",
+                                  "mamba_head_dim=16", "mamba_num_groups=2",
+                                  "seq_length=32", "max_position_embeddings=32",
+                                  "global_batch_size=8", "micro_batch_size=1",
+                                  "train_iters=3", "lr_warmup_iters=0"])
+    assert (cfg.model.family, cfg.model.block_pattern, cfg.model.ssm_n_groups) == (
+        "mamba2", "MM", 2)
+    step, history = train(cfg)
+    assert step == 3 and all(math.isfinite(h["loss"]) for h in history)

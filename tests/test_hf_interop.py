@@ -120,8 +120,9 @@ def test_qwen_and_mistral_windows():
     assert spec_from_hf_config(off).sliding_window == 0
     on = dict(qwen, use_sliding_window=True, sliding_window=16, max_window_layers=0)
     assert spec_from_hf_config(on).sliding_window == 16
-    with pytest.raises(ConfigError, match="sliding window on 1 of 2 layers"):
-        spec_from_hf_config(dict(on, max_window_layers=1))
+    # Layers below max_window_layers attend fully, the rest in the window.
+    some = spec_from_hf_config(dict(on, max_window_layers=1))
+    assert (some.sliding_window, some.leading_global_layers) == (16, 1)
     mistral = dict(_LLAMA_CFG, architectures=["MistralForCausalLM"], sliding_window=None)
     assert spec_from_hf_config(mistral).sliding_window == 0
 
@@ -140,8 +141,7 @@ def test_unsupported_architecture_names_file_and_choices(tmp_path):
 @pytest.mark.parametrize("change, match", [
     (dict(hidden_act="gelu"), "hidden_act='gelu'"),
     (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope type 'yarn'"),
-    (dict(attention_bias=True), "o_proj bias"),
-    (dict(mlp_bias=True), "mlp_bias"),
+    (dict(mlp_bias=True, architectures=["Qwen2ForCausalLM"]), "only LlamaForCausalLM has MLP"),
     (dict(num_attention_heads=None), "'num_attention_heads' is missing"),
     (dict(num_key_value_heads=3), "not divisible"),
 ])
@@ -155,6 +155,8 @@ def test_family_that_cannot_express_spec():
         hf_config_from_spec(dataclasses.replace(SPECS["llama"], sliding_window=8))
     with pytest.raises(ConfigError, match="qwen2"):
         hf_config_from_spec(dataclasses.replace(SPECS["llama"], qkv_bias=True))
+    with pytest.raises(ConfigError, match="model.mlp_bias=True has no place in Qwen2"):
+        hf_config_from_spec(dataclasses.replace(SPECS["qwen2-window"], mlp_bias=True))
 
 
 @pytest.mark.parametrize("name", ["llama3", "qwen2-window", "qwen3"])

@@ -36,7 +36,7 @@ def test_the_documented_rehearsal_trains_two_processes(tmp_path):
                          text=True, timeout=600)
     logs = "\n".join(p.read_text() for p in tmp_path.glob("rehearsal.*.log"))
     assert out.returncode == 0, out.stdout + out.stderr + logs
-    assert "mesh {'data': 2, 'fsdp': 4" in logs
+    assert "mesh {'data': 2, 'pipeline': 1, 'fsdp': 4" in logs
     steps = [r["step"] for r in read_jsonl(run / "metrics.jsonl") if "loss" in r]
     assert steps[-1] == 40
     assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) \

@@ -67,7 +67,11 @@ def test_every_logical_name_is_mapped_and_every_rule_is_used(monkeypatch):
     mla = dataclasses.replace(moe, kv_lora_rank=8, q_lora_rank=8, qk_nope_head_dim=8,
                               qk_rope_head_dim=8, v_head_dim=8)
     prefix = dataclasses.replace(moe, num_layers=3, num_dense_layers=1)
-    for spec in (SPEC, moe, mla, prefix):
+    # and the state-space mixers (Mamba-2 and Mamba-1) in a hybrid stack.
+    hybrid = dataclasses.replace(SPEC, num_layers=4, block_pattern="M*M-", ssm_state_size=8,
+                                 ssm_head_dim=8, ssm_n_groups=2, ssm_chunk_size=4)
+    mamba1 = dataclasses.replace(hybrid, block_pattern="MMMM", mamba_version=1)
+    for spec in (SPEC, moe, mla, prefix, hybrid, mamba1):
         model = build_model(spec)
         model(jnp.zeros((1, 4), jnp.int32))
         _, abstract = state.abstract_model(spec)

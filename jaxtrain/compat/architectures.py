@@ -15,7 +15,7 @@ from jaxtrain.errors import ConfigError
 
 # The zoo's families (ModelSpec.family), each with its Hugging Face architecture.
 ZOO_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2",
-                "deepseek_v3", "gpt_oss", "llama4")
+                "deepseek_v3", "gpt_oss", "llama4", "grok", "mamba", "mamba2", "nemotron_h")
 
 
 def unbuildable(source: str, key: str, value: Any, what: str) -> ConfigError:

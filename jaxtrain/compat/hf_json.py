@@ -22,14 +22,17 @@ ARCH_FIELDS = {
     "vocab_size": "model.vocab_size", "hidden_size": "model.hidden_size",
     "intermediate_size": "model.intermediate_size", "num_hidden_layers": "model.num_layers",
     "num_attention_heads": "model.num_heads", "num_key_value_heads": "model.num_kv_heads",
-    "head_dim": "model.head_dim", "hidden_act": "(SwiGLU)", "mlp_bias": "(no MLP bias)",
-    "attention_bias": "model.qkv_bias", "max_position_embeddings": "model.max_seq_len",
+    "head_dim": "model.head_dim", "hidden_act": "(SwiGLU)", "mlp_bias": "model.mlp_bias",
+    "attention_bias": "model.qkv_bias, model.o_bias", "max_position_embeddings": "model.max_seq_len",
     "initializer_range": "model.init_std", "rms_norm_eps": "model.norm_eps",
     "tie_word_embeddings": "model.tie_embeddings", "rope_theta": "model.rope_theta",
     "rope_scaling": "model.rope_scaling", "rope_parameters": "model.rope_*",
     "partial_rotary_factor": "(full rotary)", "sliding_window": "model.sliding_window",
-    "use_sliding_window": "model.sliding_window", "max_window_layers": "model.sliding_window",
-    "layer_types": "model.sliding_window",
+    "use_sliding_window": "model.sliding_window",
+    "max_window_layers": "model.leading_global_layers",
+    "layer_types": "model.sliding_window, model.leading_global_layers",
+    "decoder_sparse_step": "model.moe_layer_step",
+    "mlp_only_layers": "model.num_dense_layers, model.moe_layer_step",
 }
 _RUNTIME = ("not an architecture field: token ids, dtypes, caching and metadata do not change "
             "the model (spec_from_hf_config rejects fields that would)")

@@ -60,6 +60,7 @@ TOKENIZER_SIZES: dict[str, int] = {
     "deepseek-v3": 128815,  # 128000 + 815 special tokens (ids up to 128814)
     "kimi-k2-": 163840,  # 163584 + 256 reserved special tokens
     "glm-4-9b": 151343,  # 151329 + 14 special tokens ([gMASK], <|user|>, ...)
+    "gpt-neox-20b": 50277,  # 50254 + 23 added tokens (Primus' Mamba configs)
 }
 
 

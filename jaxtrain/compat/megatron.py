@@ -15,6 +15,7 @@ from typing import Any
 from jaxtrain.compat import fp8, known, megatron_train
 from jaxtrain.compat.architectures import moe_family, unbuildable
 from jaxtrain.compat.megatron_keys import IGNORE_RULES
+from jaxtrain.compat.megatron_mamba import map_mamba
 from jaxtrain.compat.megatron_mla import MLA_KEYS, map_mla
 from jaxtrain.compat.megatron_moe import MOE_KEYS, map_moe
 from jaxtrain.compat.report import KeyReport, is_off
@@ -25,7 +26,6 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("hidden_dropout", 0.0, "dropout is not implemented (pretraining runs without it)"),
     ("attention_dropout", 0.0, "dropout is not implemented (pretraining runs without it)"),
     ("swiglu", True, "only the SwiGLU MLP exists"),
-    ("add_bias_linear", False, "linear layers have no biases (only q/k/v biases)"),
     ("normalization", "RMSNorm", "only RMSNorm exists"),
     ("apply_layernorm_1p", False, "zero-centred norm weights are not implemented"),
     ("apply_residual_connection_post_layernorm", False, "only pre-norm residuals exist"),
@@ -54,9 +54,8 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("end_weight_decay", None, "weight-decay schedules are not implemented"),
     ("exit_interval", None, "runs stop at train.steps only"),
     ("exit_duration_in_mins", None, "runs stop at train.steps only"),
-    ("final_logit_softcapping", None, "logit soft-capping is not implemented"),
-    ("attn_logit_softcapping", None, "logit soft-capping is not implemented"),
-    ("router_logit_softcapping", None, "router logit soft-capping is not implemented"),
+    ("attn_logit_softcapping", None, "Primus' Megatron patches do not apply it (its grok2.yaml "
+                                     "leaves it off: 'Not working yet')"),
     ("main_grads_dtype", "fp32", "gradients are accumulated in float32"),
     ("main_params_dtype", "fp32", "master parameters are float32"),
     ("exp_avg_dtype", "fp32", "Adam moments are float32"),
@@ -123,10 +122,14 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     kv = int(groups) if r.get("group_query_attention") and groups else heads
     head_dim = int(r.get("kv_channels") or hidden // heads)
     qk_norm, qkv_bias = bool(r.get("qk_layernorm")), bool(r.get("add_qkv_bias"))
+    linear_bias = _linear_bias(r)
     model = {"num_layers": layers, "hidden_size": hidden, "num_heads": heads,
              "num_kv_heads": kv, "head_dim": head_dim, "intermediate_size": int(ffn),
-             "qk_norm": qk_norm, "qkv_bias": qkv_bias,
-             "family": "qwen3" if qk_norm else "qwen2" if qkv_bias else "llama",
+             "qk_norm": qk_norm, "qkv_bias": qkv_bias or linear_bias, "o_bias": linear_bias,
+             "mlp_bias": linear_bias,
+             # Llama's attention_bias / mlp_bias hold every linear bias; Qwen2 the q/k/v ones.
+             "family": ("qwen3" if qk_norm else "llama" if linear_bias
+                        else "qwen2" if qkv_bias else "llama"),
              "norm_eps": float(r.get("norm_epsilon", 1e-5)),
              "rope_theta": float(r.get("rotary_base", 10000)),
              "tie_embeddings": not r.get("untie_embeddings_and_output_weights", True),
@@ -193,19 +196,72 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
         map_mla(r, model)
     if r.get("num_experts"):
         map_moe(r, model)
-    model["family"] = _family(model)
-    r.note(f"family {model['family']}: Megatron names no architecture, so the zoo family is "
-           "the one these settings define (whatever the preset or tokenizer is called)")
+    _softcaps(r, model)
+    model["family"] = _family(model, _grok_preset(r))
+    if r.get("model_type") == "mamba":  # Mamba-2 / hybrid stacks: compat/megatron_mamba.py
+        map_mamba(r, model)
+    if model["family"] == "grok":
+        r.note("family grok: Primus' grok preset (or its soft-capped logits); Megatron builds "
+               "its GPT layers, so the model keeps their SwiGLU experts, pre-norm-only blocks, "
+               "plain embeddings and uncapped attention scores, not xAI's GELU experts, output "
+               "norms, multipliers and capped attention (presets grok-1 / grok-2 have those)")
+    else:
+        r.note(f"family {model['family']}: Megatron names no architecture, so the zoo family "
+               "is the one these settings define (whatever the preset or tokenizer is called)")
     model["vocab_size"] = _vocab(r, s, tp)
     s.update({f"model.{k}": v for k, v in model.items()})
     s["model.preset"] = ""
 
 
-def _family(model: dict[str, Any]) -> str:
-    """The zoo family the mapped settings are: Megatron names none, so its traits decide."""
+def _softcaps(r: KeyReport, model: dict[str, Any]) -> None:
+    """Primus' logit soft-caps (its Megatron patches: cap x tanh(x / cap) on the output logits
+    before the loss, and on the router logits before routing)."""
+    for key, target in (("final_logit_softcapping", "final_logit_softcap"),
+                        ("router_logit_softcapping", "router_logit_softcap")):
+        if not r.has(key):
+            continue
+        value = r.get(key)
+        if is_off(value) or not float(value) > 0:
+            r.ignored(key, "unset: no soft-cap")
+        elif target == "router_logit_softcap" and not r.get("num_experts"):
+            r.ignored(key, "no experts (num_experts unset): no router")
+        else:
+            model[target] = float(value)
+            r.mapped(key, f"model.{target}", "cap x tanh(x / cap), as Primus applies it")
+
+
+def _grok_preset(r: KeyReport) -> bool:
+    """Whether the model keys come from Primus' grok presets (grok_base.yaml and the files
+    that extend it), which name xAI's Grok as their architecture."""
+    names = (origin.replace("\\", "/").rsplit("/", 1)[-1] for origin in r.origins.values())
+    return any(name.startswith("grok") and name.endswith(".yaml") for name in names)
+
+
+def _family(model: dict[str, Any], grok: bool = False) -> str:
+    """The zoo family the mapped settings are: Megatron names none, so its traits decide
+    (Grok's soft-capped logits, or Primus' grok presets, make a mixture of experts Grok)."""
+    if model.get("num_experts") and (grok or model.get("final_logit_softcap")
+                                     or model.get("router_logit_softcap")):
+        return "grok"
     if model.get("num_experts") or model.get("kv_lora_rank"):
         return moe_family(model)
     return model["family"]
+
+
+def _linear_bias(r: KeyReport) -> bool:
+    """Whether `add_bias_linear` gives every linear layer a bias (q/k/v, output projection,
+    both MLP projections), which jaxtrain builds for dense models; recorded in the report."""
+    if not r.has("add_bias_linear"):
+        return False
+    if not r.get("add_bias_linear"):
+        r.ignored("add_bias_linear", "matches jaxtrain's fixed behaviour")
+        return False
+    if r.get("num_experts") or r.get("multi_latent_attention"):
+        r.unsupported("add_bias_linear", "linear biases are built for dense grouped-query "
+                      "models only, not with experts or multi-latent attention")
+        return False
+    r.mapped("add_bias_linear", "model.qkv_bias, model.o_bias, model.mlp_bias")
+    return True
 
 
 def _vocab(r: KeyReport, s: dict[str, Any], tp: int) -> int:
@@ -241,7 +297,6 @@ def _vocab(r: KeyReport, s: dict[str, Any], tp: int) -> int:
 
 # Megatron model types and layer switches that build what the zoo cannot: (key, what).
 _OTHER_MODEL_TYPES = {
-    "mamba": "a Mamba state-space (or Mamba-attention hybrid) model",
     "diffusion_model": "a diffusion transformer for images",
     "flux_schnell": "Flux, a diffusion transformer for images",
     "deepseek_v4": "DeepSeek-V4 (compressed attention, hyper-connections)",
@@ -258,6 +313,10 @@ def refuse_unbuildable(r: KeyReport) -> None:
     """Refuses, by the key that names it, a Megatron model the zoo cannot build: a model_type
     other than gpt, or GPT layers the zoo lacks."""
     kind = r.get("model_type", "gpt")
+    if kind == "mamba":
+        r.mapped("model_type", "model.block_pattern", "Megatron's MambaModel: Mamba-2 and "
+                 "hybrid stacks")
+        return
     if kind not in (None, "gpt"):
         what = _OTHER_MODEL_TYPES.get(str(kind), "a Megatron model type with no jaxtrain "
                                                  "family (jaxtrain's are GPT decoders)")

@@ -194,7 +194,14 @@ def _losses(r: KeyReport, model: dict[str, Any]) -> None:
     kind = r.get("moe_router_load_balancing_type", "aux_loss")
     aux = _float(r, "moe_aux_loss_coeff", 0.0)
     kinds = kind if isinstance(kind, (list, tuple)) else [kind]
-    if aux and kinds in (["aux_loss"], ["global_aux_loss"]):
+    if kinds == ["none"]:  # Megatron then adds no balancing loss, whatever the coefficient
+        model["moe_aux_loss_coef"] = 0.0
+        r.mapped("moe_router_load_balancing_type", "model.moe_aux_loss_coef",
+                 "none: no balancing loss")
+        if r.has("moe_aux_loss_coeff"):
+            r.ignored("moe_aux_loss_coeff", "not applied: moe_router_load_balancing_type is "
+                      "none")
+    elif aux and kinds in (["aux_loss"], ["global_aux_loss"]):
         model["moe_aux_loss_coef"] = aux * layers
         r.mapped("moe_aux_loss_coeff", "model.moe_aux_loss_coef", why)
         r.mapped("moe_router_load_balancing_type", "model.moe_aux_loss_coef",

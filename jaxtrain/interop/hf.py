@@ -36,6 +36,7 @@ from safetensors.numpy import save_file
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config
 from jaxtrain.interop.hf_layout import check_expert_layout, is_extra_layer
+from jaxtrain.interop.hf_ssm import SSM_FAMILIES, ssm_tensor_rows
 from jaxtrain.models.decoder import Decoder
 from jaxtrain.models.layer_pattern import stack_layer_indices
 from jaxtrain.models.moe import RouterBias
@@ -151,6 +152,9 @@ def _vector(path: tuple[str, ...], name: str, shape: tuple[int, ...]) -> TensorM
 
 def tensor_maps(spec: ModelSpec) -> list[TensorMap]:
     """The parameter <-> tensor table for a spec, in Hugging Face checkpoint order."""
+    if spec.family in SSM_FAMILIES:  # Mamba, Mamba-2, Nemotron-H: see hf_ssm
+        return [TensorMap(path, name, shape, hf_shape, in_rank, layer_ids=ids)
+                for path, name, shape, hf_shape, in_rank, ids in ssm_tensor_rows(spec)]
     d, v = spec.hidden_size, spec.vocab_size
     maps = [TensorMap(("embed", "embedding"), "model.embed_tokens.weight", (v, d), (v, d))]
     stacks = stack_layer_indices(spec)
@@ -181,6 +185,9 @@ def _block_maps(spec: ModelSpec, dense: bool) -> list[TensorMap]:
         for proj, ins, outs in (("gate", d, f), ("up", d, f), ("down", f, d)):
             maps.append(_kernel(("layers", "mlp", f"{proj}_proj", "kernel"),
                                 f"{lay}{mlp}.{proj}_proj.weight", (ins,), (outs,)))
+            if spec.mlp_bias:
+                maps.append(_vector(("layers", "mlp", f"{proj}_proj", "bias"),
+                                    f"{lay}{mlp}.{proj}_proj.bias", (outs,)))
     maps.append(_vector(("layers", "input_norm", "scale"), f"{lay}input_layernorm.weight", (d,)))
     maps.append(_vector(("layers", "post_attn_norm", "scale"),
                         f"{lay}post_attention_layernorm.weight", (d,)))

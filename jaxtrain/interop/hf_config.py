@@ -27,6 +27,7 @@ from jaxtrain.interop.hf_deepseek import (
 )
 from jaxtrain.interop.hf_gpt_oss import check_gpt_oss_expressible, gpt_oss_config, gpt_oss_fields
 from jaxtrain.interop.hf_llama4 import check_llama4_expressible, llama4_config, llama4_fields
+from jaxtrain.interop.hf_ssm import SSM_ARCHITECTURES, SSM_FAMILIES, ssm_config, ssm_fields
 from jaxtrain.models.spec import ModelSpec
 
 # Families whose keys live in their own module: (read fields, check a spec, write keys).
@@ -45,10 +46,14 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "DeepseekV3ForCausalLM": ("deepseek_v3", "deepseek_v3"),
     "GptOssForCausalLM": ("gpt_oss", "gpt_oss"),
     "Llama4ForCausalLM": ("llama4", "llama4_text"),
+    **SSM_ARCHITECTURES,
 }
 FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
 _MODEL_TYPE_ARCHITECTURE = {mt: arch for arch, (_, mt) in ARCHITECTURES.items()}
 _QWEN = ("qwen2", "qwen3")
+# Families whose `attention_bias` puts biases on q, k, v and o (gpt-oss and Llama 4 read it in
+# their own modules).
+_ATTENTION_BIAS = ("llama", "qwen3", "qwen3_moe")
 
 
 def _transformers_major() -> int:
@@ -145,22 +150,28 @@ def _yarn_fields(cfg: Mapping[str, Any], params: Mapping[str, Any], where: str
                 rope_truncate=bool(params.get("truncate", True)))
 
 
-def _qwen_window(cfg: Mapping[str, Any], num_layers: int, where: str) -> int:
-    """Qwen's window: set only with use_sliding_window, on the layers `layer_types` marks
-    (or those at index >= max_window_layers); our decoder needs it on all layers or none."""
+def _qwen_window(cfg: Mapping[str, Any], num_layers: int, where: str) -> dict[str, int]:
+    """Qwen's window: set only with use_sliding_window, on the layers `layer_types` marks (by
+    default those at index >= max_window_layers, as transformers derives them); the full
+    attention layers before the first sliding one are the spec's leading global layers."""
     window = cfg.get("sliding_window")
     if not cfg.get("use_sliding_window") or not window:
-        return 0
-    types = cfg.get("layer_types") or [
+        return {"sliding_window": 0}
+    types = list(cfg.get("layer_types") or [
         "sliding_attention" if i >= cfg.get("max_window_layers", 28) else "full_attention"
-        for i in range(num_layers)]
-    sliding = sum(t == "sliding_attention" for t in types)
-    if sliding == 0:
-        return 0
-    if sliding != len(types):
-        raise ConfigError(f"{where}: sliding window on {sliding} of {len(types)} layers is not "
-                          "supported; jaxtrain applies one window to every layer or none.")
-    return int(window)
+        for i in range(num_layers)])
+    if len(types) != num_layers:
+        raise ConfigError(f"{where}: layer_types has {len(types)} entries for "
+                          f"num_hidden_layers={num_layers}; give one per layer.")
+    sliding = [t == "sliding_attention" for t in types]
+    if not any(sliding):
+        return {"sliding_window": 0}
+    first = sliding.index(True)
+    if not all(sliding[first:]):
+        raise ConfigError(f"{where}: layer_types={types} is not supported; jaxtrain slides on "
+                          "every layer from one index on (max_window_layers), after full "
+                          "attention on the layers before it.")
+    return {"sliding_window": int(window), "leading_global_layers": first}
 
 
 def _moe_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str, Any]:
@@ -178,18 +189,33 @@ def _moe_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str, An
         return dict(fields, num_experts=int(_require(cfg, "num_local_experts", where)),
                     moe_intermediate_size=int(_require(cfg, "intermediate_size", where)),
                     moe_score="topk_softmax", moe_norm_topk=True)
-    step = int(cfg.get("decoder_sparse_step", 1))
-    dense_layers = list(cfg.get("mlp_only_layers") or [])
-    if step != 1 or dense_layers:
-        raise ConfigError(f"{where}: decoder_sparse_step={step}, mlp_only_layers={dense_layers} "
-                          "mixes dense and expert layers, which is not supported; jaxtrain needs "
-                          "experts in every layer (decoder_sparse_step=1, mlp_only_layers=[]).")
     experts = cfg.get("num_experts") or cfg.get("num_local_experts")
     if experts is None:
         raise ConfigError(f"{where}: required key 'num_experts' is missing.")
-    return dict(fields, num_experts=int(experts),
+    return dict(fields, num_experts=int(experts), **_qwen_moe_layers(cfg, where),
                 moe_intermediate_size=int(_require(cfg, "moe_intermediate_size", where)),
                 moe_score="softmax_topk", moe_norm_topk=bool(cfg.get("norm_topk_prob", False)))
+
+
+def _qwen_moe_layers(cfg: Mapping[str, Any], where: str) -> dict[str, int]:
+    """num_dense_layers / moe_layer_step for Qwen3-MoE's expert layers: those not in
+    `mlp_only_layers` whose index + 1 is a multiple of `decoder_sparse_step`."""
+    layers = int(_require(cfg, "num_hidden_layers", where))
+    step = int(cfg.get("decoder_sparse_step", 1))
+    only = list(cfg.get("mlp_only_layers") or [])
+    if step < 1:
+        raise ConfigError(f"{where}: decoder_sparse_step={step} must be a positive integer.")
+    experts = [i for i in range(layers) if i not in only and (i + 1) % step == 0]
+    if step > 1 and layers % step == 0 and experts == list(range(step - 1, layers, step)):
+        return {"moe_layer_step": step}
+    if experts and experts == list(range(experts[0], layers)):
+        return {"num_dense_layers": experts[0]}
+    raise ConfigError(
+        f"{where}: decoder_sparse_step={step}, mlp_only_layers={only} put experts in layers "
+        f"{experts} of {layers}, which is not supported; jaxtrain places expert layers after "
+        "leading dense ones (decoder_sparse_step=1, mlp_only_layers=[0, ..., k-1]) or in the "
+        "last layer of every group of decoder_sparse_step layers (num_hidden_layers a multiple "
+        "of it, mlp_only_layers among the other layers).")
 
 
 def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
@@ -202,27 +228,32 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
     cfg, where = read_hf_config(cfg)
     arch = hf_architecture(cfg, where)
     family = ARCHITECTURES[arch][0]
+    if family in SSM_FAMILIES:
+        return _checked_spec({**ssm_fields(cfg, family, where), **overrides}, overrides, where)
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
         raise ConfigError(f"{where}: hidden_act={act!r} is not supported (SwiGLU needs silu).")
-    if cfg.get("mlp_bias"):
-        raise ConfigError(f"{where}: mlp_bias=true is not supported (bias-free MLP only).")
+    mlp_bias = bool(cfg.get("mlp_bias", False))
+    if mlp_bias and family != "llama":
+        raise ConfigError(f"{where}: mlp_bias=true ({arch}) is not supported; only "
+                          "LlamaForCausalLM has MLP biases (its class ignores the key).")
     attention_bias = bool(cfg.get("attention_bias", False))
-    if attention_bias and family in ("llama", "qwen3", "qwen3_moe", *DEEPSEEK_FAMILIES):
-        # Both put the bias on o_proj too, which the decoder does not have.
-        raise ConfigError(f"{where}: attention_bias=true ({arch}) adds an o_proj bias, which "
-                          "is not supported; only Qwen2-style q/k/v biases are.")
+    if attention_bias and family in DEEPSEEK_FAMILIES:
+        raise ConfigError(f"{where}: attention_bias=true ({arch}) is not supported with "
+                          "multi-head latent attention; set it to false.")
+    # Llama and Qwen 3 put the bias on q, k, v and o alike; Qwen2's q/k/v biases are fixed.
+    attention_bias = attention_bias and family in _ATTENTION_BIAS
     hidden = int(_require(cfg, "hidden_size", where))
     heads = int(_require(cfg, "num_attention_heads", where))
     layers = int(_require(cfg, "num_hidden_layers", where))
     if family in _QWEN:
         window = _qwen_window(cfg, layers, where)
     elif family in ("mistral", "mixtral"):
-        window = int(cfg.get("sliding_window") or 0)
+        window = {"sliding_window": int(cfg.get("sliding_window") or 0)}
     elif family == "qwen3_moe" and cfg.get("use_sliding_window"):
         raise ConfigError(f"{where}: use_sliding_window=true is not supported for {arch}.")
     else:
-        window = 0
+        window = {"sliding_window": 0}
     fields = dict(
         family=family,
         vocab_size=int(_require(cfg, "vocab_size", where)),
@@ -235,9 +266,11 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
         max_seq_len=int(_require(cfg, "max_position_embeddings", where)),
         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        qkv_bias=family == "qwen2",
+        qkv_bias=family == "qwen2" or attention_bias,
+        o_bias=attention_bias,
+        mlp_bias=mlp_bias,
         qk_norm=family in ("qwen3", "qwen3_moe"),
-        sliding_window=window,
+        **window,
         init_std=float(cfg.get("initializer_range", 0.02)),
         **_rope_fields(cfg, where),
         **_moe_fields(cfg, family, where),
@@ -246,11 +279,17 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path,
         fields.update(deepseek_fields(cfg, family, where))
     elif family in _FAMILY_KEYS:
         fields.update(_FAMILY_KEYS[family][0](cfg, where))
+    return _checked_spec({**fields, **overrides}, overrides, where)
+
+
+def _checked_spec(fields: dict[str, Any], overrides: Mapping[str, Any], where: str
+                  ) -> ModelSpec:
+    """The validated spec of `fields`, naming `where` in its errors."""
     known = {f.name for f in dataclasses.fields(ModelSpec)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigError(f"spec overrides {unknown} are not ModelSpec fields.")
-    spec = ModelSpec(**{**fields, **overrides})
+    spec = ModelSpec(**fields)
     try:
         spec.validate()
     except ConfigError as e:
@@ -268,7 +307,8 @@ def _check_expressible(spec: ModelSpec, arch: str) -> None:
     if family in _FAMILY_KEYS:
         _FAMILY_KEYS[family][1](spec, arch)
         return
-    deepseek_only = {"kv_lora_rank": spec.mla, "num_dense_layers": spec.num_dense_layers,
+    deepseek_only = {"kv_lora_rank": spec.mla,
+                     "num_dense_layers": spec.num_dense_layers and family != "qwen3_moe",
                      "moe_shared_experts": spec.moe_shared_experts,
                      "moe_score_bias": spec.moe_score_bias,
                      "moe_score": spec.moe_score == "sigmoid",
@@ -280,11 +320,18 @@ def _check_expressible(spec: ModelSpec, arch: str) -> None:
                               "use family 'deepseek_v2' or 'deepseek_v3', or the default.")
     wants = {"qwen2": (True, False), "qwen3": (False, True),
              "qwen3_moe": (False, True)}.get(family, (False, False))
+    if family in _ATTENTION_BIAS:  # attention_bias: q/k/v and o biases together
+        wants = (spec.qkv_bias, wants[1])
+        if spec.o_bias != spec.qkv_bias:
+            raise ConfigError(f"model.o_bias={spec.o_bias} and model.qkv_bias={spec.qkv_bias} "
+                              f"differ, but {arch}'s attention_bias sets both; set them equal, or use "
+                              "family 'qwen2' for q/k/v biases alone.")
     if (spec.qkv_bias, spec.qk_norm) != wants:
         raise ConfigError(
             f"model.family={family!r} ({arch}) has qkv_bias={wants[0]}, qk_norm={wants[1]} but "
             f"the spec has qkv_bias={spec.qkv_bias}, qk_norm={spec.qk_norm}; use family "
-            "'qwen2' for q/k/v biases, 'qwen3' for qk-norm, 'llama' or 'mistral' for neither.")
+            "'qwen2' for q/k/v biases alone, 'llama' or 'qwen3' for q/k/v and o biases "
+            "(o_bias=True), 'qwen3' for qk-norm, 'llama' or 'mistral' for neither.")
     moe_family = family in ("mixtral", "qwen3_moe")
     if moe_family != bool(spec.num_experts):
         raise ConfigError(f"model.family={family!r} ({arch}) and model.num_experts="
@@ -301,14 +348,24 @@ def _check_expressible(spec: ModelSpec, arch: str) -> None:
 
 def _check_pattern_keys(spec: ModelSpec, arch: str) -> None:
     """ConfigError for a gpt-oss / Llama 4 feature on a family whose class lacks it."""
-    owners = {"attention_sinks": "gpt_oss", "o_bias": ("gpt_oss", "llama4"),
-              "global_layer_step": ("gpt_oss", "llama4"), "moe_router_bias": "gpt_oss",
+    owners = {"attention_sinks": "gpt_oss",
+              "o_bias": ("gpt_oss", "llama4", *_ATTENTION_BIAS), "mlp_bias": "llama",
+              "global_layer_step": ("gpt_oss", "llama4"), "leading_global_layers": _QWEN,
+              "moe_router_bias": "gpt_oss",
               "moe_expert_bias": "gpt_oss", "moe_activation": "gpt_oss",
               "attention_chunk": "llama4", "nope_global": "llama4", "qk_l2_norm": "llama4",
               "attn_temperature_tuning": "llama4", "moe_weight_inputs": "llama4",
-              "moe_layer_step": "llama4", "rope_truncate": "gpt_oss",
+              "moe_layer_step": ("llama4", "qwen3_moe"), "rope_truncate": "gpt_oss",
               "rope_interleave": ("llama4", "deepseek_v2", "deepseek_v3")}
-    defaults = {"moe_activation": "swiglu", "moe_layer_step": 1, "rope_truncate": True}
+    # Grok's switches: transformers has no Grok class, so no exported family may carry them.
+    owners.update(dict.fromkeys(("mlp_activation", "attn_logit_softcap", "attn_temperature_len",
+                                 "router_logit_softcap", "final_logit_softcap", "post_norms",
+                                 "embed_multiplier", "output_multiplier", "moe_residual_mlp"),
+                                "grok"))
+    defaults = {"moe_activation": "swiglu", "moe_layer_step": 1, "rope_truncate": True,
+                "mlp_activation": "swiglu", "embed_multiplier": 1.0, "output_multiplier": 1.0,
+                "attn_logit_softcap": 0.0, "attn_temperature_len": 0,
+                "router_logit_softcap": 0.0, "final_logit_softcap": 0.0}
     for key, families in owners.items():
         families = (families,) if isinstance(families, str) else families
         if getattr(spec, key) != defaults.get(key, False) and spec.family not in families:
@@ -357,7 +414,8 @@ def _moe_config(spec: ModelSpec) -> dict[str, Any]:
     norm = spec.moe_norm_topk or spec.moe_score == "topk_softmax"
     return dict(cfg, num_experts=spec.num_experts,
                 moe_intermediate_size=spec.moe_intermediate_size, norm_topk_prob=norm,
-                decoder_sparse_step=1, mlp_only_layers=[], use_sliding_window=False,
+                decoder_sparse_step=spec.moe_layer_step,
+                mlp_only_layers=list(range(spec.num_dense_layers)), use_sliding_window=False,
                 sliding_window=None)
 
 
@@ -374,6 +432,15 @@ def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
         raise ConfigError(f"model.family={spec.family!r} has no Hugging Face architecture; "
                           f"supported families: {', '.join(sorted(FAMILY_ARCHITECTURE))}.")
     arch = FAMILY_ARCHITECTURE[spec.family]
+    if spec.family in SSM_FAMILIES:
+        weights = dtype or spec.param_dtype
+        dtype_key = "dtype" if _transformers_major() >= 5 else "torch_dtype"
+        return {"architectures": [arch], "model_type": ARCHITECTURES[arch][1],
+                **ssm_config(spec), dtype_key: weights, **(extra or {})}
+    if spec.block_pattern:
+        raise ConfigError(f"model.block_pattern={spec.block_pattern!r} (model.family="
+                          f"{spec.family!r}) has no Hugging Face architecture; use family "
+                          f"{' / '.join(map(repr, SSM_FAMILIES))}.")
     _check_expressible(spec, arch)
     cfg: dict[str, Any] = {
         "architectures": [arch],
@@ -393,10 +460,10 @@ def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
         "attention_dropout": 0.0,
         "use_cache": True,
     }
-    if spec.family in ("llama", "qwen3"):
-        cfg["attention_bias"] = False
+    if spec.family in _ATTENTION_BIAS:
+        cfg["attention_bias"] = spec.qkv_bias
     if spec.family == "llama":
-        cfg["mlp_bias"] = False
+        cfg["mlp_bias"] = spec.mlp_bias
     if spec.family in ("mistral", "mixtral"):
         cfg["sliding_window"] = spec.sliding_window or None
     if spec.family in DEEPSEEK_FAMILIES:
@@ -407,10 +474,11 @@ def hf_config_from_spec(spec: ModelSpec, dtype: str | None = None,
         cfg.update(_moe_config(spec))
     if spec.family in _QWEN:
         window = bool(spec.sliding_window)
+        full = spec.leading_global_layers if window else spec.num_layers
         cfg.update(use_sliding_window=window, sliding_window=spec.sliding_window or None,
-                   max_window_layers=0 if window else spec.num_layers,
-                   layer_types=[("sliding_attention" if window else "full_attention")]
-                   * spec.num_layers)
+                   max_window_layers=full,
+                   layer_types=["full_attention" if i < full else "sliding_attention"
+                                for i in range(spec.num_layers)])
     rope = _rope_parameters(spec)
     weight_dtype = dtype or spec.param_dtype
     if _transformers_major() >= 5:

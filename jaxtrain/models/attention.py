@@ -22,6 +22,7 @@ from jaxtrain.models import fp8
 from jaxtrain.models.blockwise_attention import blockwise_causal_attention
 from jaxtrain.models.layer_pattern import AttentionKind, attention_kinds
 from jaxtrain.models.layers import Dense, RMSNorm, make_param
+from jaxtrain.models.layers import softcap as _softcap  # `softcap` names a keyword here
 from jaxtrain.models.products import float32_operands
 from jaxtrain.models.rope import apply_rope, apply_rope_interleaved
 from jaxtrain.models.spec import ModelSpec
@@ -54,7 +55,8 @@ def _use_cudnn(spec: ModelSpec, q_BLNH: jnp.ndarray, v_BLKV: jnp.ndarray,
                sinks: bool = False) -> bool:
     """Whether training attention goes through cuDNN's fused kernel."""
     # jax's cuDNN entry point has no sink logits and no chunked (block-diagonal) mask.
-    inexpressible = {"model.attention_sinks": sinks, "model.attention_chunk": kind.chunk}
+    inexpressible = {"model.attention_sinks": sinks, "model.attention_chunk": kind.chunk,
+                     "model.attn_logit_softcap": spec.attn_logit_softcap}
     if spec.attention_impl == "cudnn":
         for key, used in inexpressible.items():
             if used:
@@ -94,12 +96,13 @@ def self_attention(spec: ModelSpec, q_BLNH: jnp.ndarray, k_BLKH: jnp.ndarray,
     every softmax denominator.
     """
     kind = kind or AttentionKind(window=spec.sliding_window)
-    window, chunk = kind.window, kind.chunk
+    window, chunk, cap = kind.window, kind.chunk, spec.attn_logit_softcap
     if spec.attention_impl == "dot":
         index_BL = jnp.broadcast_to(jnp.arange(q_BLNH.shape[1]), q_BLNH.shape[:2])
         mask_BLS = attention_mask(index_BL, index_BL, window=window, chunk=chunk,
                                   q_segment_BL=segment_BL, kv_segment_BS=segment_BL)
-        return masked_softmax_attention(q_BLNH, k_BLKH, v_BLKV, mask_BLS, scale, sinks_N)
+        return masked_softmax_attention(q_BLNH, k_BLKH, v_BLKV, mask_BLS, scale, sinks_N,
+                                        softcap=cap)
     if _use_cudnn(spec, q_BLNH, v_BLKV, segment_BL, kind, sinks_N is not None):
         if segment_BL is not None:
             raise ValueError("model.attention_impl='cudnn' cannot keep documents apart "
@@ -107,7 +110,7 @@ def self_attention(spec: ModelSpec, q_BLNH: jnp.ndarray, k_BLKH: jnp.ndarray,
         return fused_attention(q_BLNH, k_BLKH, v_BLKV, scale, window, "cudnn")
     block = attention_block_size(spec, q_BLNH.shape[1])
     return blockwise_causal_attention(q_BLNH, k_BLKH, v_BLKV, segment_BL, window, scale,
-                                      block, chunk=chunk, sinks_N=sinks_N)
+                                      block, chunk=chunk, sinks_N=sinks_N, softcap=cap)
 
 
 def attention_block_size(spec: ModelSpec, length: int) -> int:
@@ -120,8 +123,9 @@ def attention_block_size(spec: ModelSpec, length: int) -> int:
 
 def masked_softmax_attention(q_BLNH: jnp.ndarray, k_BSKH: jnp.ndarray, v_BSKH: jnp.ndarray,
                              mask_BLS: jnp.ndarray, scale: float,
-                             sinks_N: jnp.ndarray | None = None) -> jnp.ndarray:
-    """softmax(scale x q k^T masked [, sink]) v with float32 scores, by autodiff.
+                             sinks_N: jnp.ndarray | None = None, *, softcap: float = 0.0
+                             ) -> jnp.ndarray:
+    """softmax(scale x q k^T [soft-capped], masked [, sink]) v with float32 scores, by autodiff.
 
     A sink is one more logit per query head in the denominator whose value row is zero.
     """
@@ -131,7 +135,10 @@ def masked_softmax_attention(q_BLNH: jnp.ndarray, k_BSKH: jnp.ndarray, v_BSKH: j
     scores_BKGLS = jnp.einsum("blkgh,bskh->bkgls",
                               *float32_operands(q_BLKGH, k_BSKH.astype(q_BLNH.dtype)),
                               preferred_element_type=jnp.float32)
-    scores_BKGLS = jnp.where(mask_BLS[:, None, None], scores_BKGLS * scale, _MASKED)
+    scores_BKGLS = scores_BKGLS * scale
+    if softcap:
+        scores_BKGLS = _softcap(scores_BKGLS, softcap)
+    scores_BKGLS = jnp.where(mask_BLS[:, None, None], scores_BKGLS, _MASKED)
     if sinks_N is None:
         probs_BKGLS = jax.nn.softmax(scores_BKGLS, axis=-1).astype(v_BSKH.dtype)
     else:
@@ -146,7 +153,7 @@ def masked_softmax_attention(q_BLNH: jnp.ndarray, k_BSKH: jnp.ndarray, v_BSKH: j
 def cached_attention(q_BLNH: jnp.ndarray, k_BLKH: jnp.ndarray, v_BLKV: jnp.ndarray,
                      cache: tuple[jnp.ndarray, jnp.ndarray], index_BL: jnp.ndarray,
                      scale: float, *, window: int = 0, chunk: int = 0,
-                     sinks_N: jnp.ndarray | None = None
+                     sinks_N: jnp.ndarray | None = None, softcap: float = 0.0
                      ) -> tuple[jnp.ndarray, tuple[jnp.ndarray, jnp.ndarray]]:
     """Decoding: writes this chunk's keys/values at its slots of `cache` ([B, S, K, H] each)
     and attends to every filled slot; returns (output [B, L, N, V], updated cache). Every row
@@ -161,7 +168,8 @@ def cached_attention(q_BLNH: jnp.ndarray, k_BLKH: jnp.ndarray, v_BLKV: jnp.ndarr
     kv_index_BS = jnp.broadcast_to(jnp.arange(s), (q_BLNH.shape[0], s))
     mask_BLS = attention_mask(index_BL, kv_index_BS, window=window, chunk=chunk,
                               kv_valid_BS=kv_index_BS <= index_BL[:, -1:])
-    out_BLNV = masked_softmax_attention(q_BLNH, k_BSKH, v_BSKV, mask_BLS, scale, sinks_N)
+    out_BLNV = masked_softmax_attention(q_BLNH, k_BSKH, v_BSKV, mask_BLS, scale, sinks_N,
+                                        softcap=softcap)
     return out_BLNV, (k_BSKH, v_BSKV)
 
 
@@ -170,6 +178,14 @@ def temperature(index_BL: jnp.ndarray, floor_scale: float, attn_scale: float) ->
     floor_scale)), growing with the token's slot i so long contexts keep attention sharp."""
     steps = jnp.floor((index_BL.astype(jnp.float32) + 1.0) / floor_scale)
     return jnp.log1p(steps) * attn_scale + 1.0
+
+
+def log_temperature(index_BL: jnp.ndarray, length: int) -> jnp.ndarray:
+    """Grok-2's query scale, [B, L]: log2(i) / log2(length) for a token at slot i > length, 1
+    before (scaling the query scales its scores before the soft-cap, as xAI's kernels do)."""
+    i = index_BL.astype(jnp.float32)
+    return jnp.where(index_BL > length, jnp.log2(jnp.maximum(i, 1.0)) / jnp.log2(float(length)),
+                     1.0)
 
 
 def l2_norm(x: jnp.ndarray, eps: float) -> jnp.ndarray:
@@ -253,12 +269,16 @@ class Attention(nnx.Module):
             if kind.temperature:
                 t_BL = temperature(index_BL, spec.attn_floor_scale, spec.attn_scale)
                 q_BLNH = (q_BLNH * t_BL[:, :, None, None]).astype(q_BLNH.dtype)
+            if spec.attn_temperature_len:
+                t_BL = log_temperature(index_BL, spec.attn_temperature_len)
+                q_BLNH = (q_BLNH * t_BL[:, :, None, None]).astype(q_BLNH.dtype)
             if cache is None:
                 return self_attention(spec, q_BLNH, k_BLKH, v_BLKH, segment_BL, scale, kind,
                                       sinks_N), None
             out_BLNH, cache = cached_attention(q_BLNH, k_BLKH, v_BLKH, cache, index_BL, scale,
                                                window=kind.window, chunk=kind.chunk,
-                                               sinks_N=sinks_N)
+                                               sinks_N=sinks_N,
+                                               softcap=spec.attn_logit_softcap)
             return out_BLNH.astype(q_BLNH.dtype), cache
 
         return attend

@@ -66,10 +66,15 @@ def _visible(start: int, end: int, first_key: int, window: int, chunk: int,
     return allowed[:, None, None]
 
 
-def _scores(q_BKGQH, kT_BKHS, mask, scale):
+def _scores(q_BKGQH, kT_BKHS, mask, scale, cap=0.0):
+    """Masked float32 scores, and with a soft-cap the derivative of the cap, 1 - tanh^2 (None
+    without one)."""
     s = jnp.einsum("bkgqh,bkhs->bkgqs", *float32_operands(q_BKGQH, kT_BKHS),
-                   preferred_element_type=jnp.float32)
-    return jnp.where(mask, s * scale, _MASKED)
+                   preferred_element_type=jnp.float32) * scale
+    if not cap:
+        return jnp.where(mask, s, _MASKED), None
+    t = jnp.tanh(s / cap)
+    return jnp.where(mask, cap * t, _MASKED), 1.0 - t * t
 
 
 def _split_heads(q_BLNH, k_BLKH, v_BLKV):
@@ -92,14 +97,14 @@ def _sink_logits(sinks_N, kv_heads):
 
 
 def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block,
-             keep_probs):
+             keep_probs, cap):
     q, k, v = _split_heads(q_BLNH, k_BLKH, v_BLKV)
     k_T = _transposed(k)
     sink = None if sinks_N is None else _sink_logits(sinks_N, k.shape[1])
     outs, lses, kept = [], [], []
     for start, end, first in _blocks(q.shape[3], block, window, chunk):
         mask = _visible(start, end, first, window, chunk, segment_BL)
-        s = _scores(q[:, :, :, start:end], k_T[..., first:end], mask, scale)
+        s, _ = _scores(q[:, :, :, start:end], k_T[..., first:end], mask, scale, cap)
         m = jnp.max(s, axis=-1, keepdims=True)
         if sink is not None:
             m = jnp.maximum(m, sink)
@@ -124,18 +129,20 @@ def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, 
 def blockwise_causal_attention(q_BLNH: jax.Array, k_BLKH: jax.Array, v_BLKV: jax.Array,
                                segment_BL: jax.Array | None, window: int, scale: float,
                                block: int, *, chunk: int = 0,
-                               sinks_N: jax.Array | None = None) -> jax.Array:
+                               sinks_N: jax.Array | None = None, softcap: float = 0.0
+                               ) -> jax.Array:
     """softmax(scale x q k^T, causal [, window | chunk] [, same segment] [, sink]) v for
     self-attention.
 
     q [B, L, N, H], k [B, L, K, H], v [B, L, K, V] (K divides N); `segment_BL` int ids or None;
     `window` 0 for full causal attention; `chunk` > 0 limits each token to earlier tokens of
-    its own chunk of that many positions; `sinks_N` one extra softmax logit per query head.
-    Returns [B, L, N, V] in q's dtype; scores, softmax and accumulation are float32.
+    its own chunk of that many positions; `sinks_N` one extra softmax logit per query head;
+    `softcap` > 0 bounds the scaled scores by softcap x tanh(score / softcap) (Grok). Returns [B, L, N, V] in q's dtype; scores, softmax and accumulation are float32.
     """
-    keep_probs = keeps_probabilities(q_BLNH.shape, block, window, chunk)
+    # Capped scores need tanh in the backward pass: recompute them rather than keep them.
+    keep_probs = not softcap and keeps_probabilities(q_BLNH.shape, block, window, chunk)
     return _attention(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block,
-                      keep_probs)
+                      keep_probs, float(softcap))
 
 
 # The most one layer's kept softmax numerators may take (float32, visible blocks only). The
@@ -159,20 +166,21 @@ def keeps_probabilities(shape_BLNH: tuple[int, ...], block: int, window: int,
     return b * n * entries * 4 <= KEPT_PROBABILITIES_BYTES
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
 def _attention(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block,
-               keep_probs):
+               keep_probs, cap):
     return _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale,
-                    block, False)[0]
+                    block, False, cap)[0]
 
 
-def _fwd(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block, keep_probs):
+def _fwd(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block, keep_probs,
+         cap):
     out, residuals = _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk,
-                              scale, block, keep_probs)
+                              scale, block, keep_probs, cap)
     return out, (*residuals, sinks_N, segment_BL)
 
 
-def _bwd(window, chunk, scale, block, keep_probs, residuals, dout_BLNV):
+def _bwd(window, chunk, scale, block, keep_probs, cap, residuals, dout_BLNV):
     q, k, v, o, lse, kept, sinks_N, segment_BL = residuals
     b, kv, g, l, h = q.shape
     dout = dout_BLNV.reshape(b, l, kv, g, -1).transpose(0, 2, 3, 1, 4)
@@ -188,10 +196,11 @@ def _bwd(window, chunk, scale, block, keep_probs, residuals, dout_BLNV):
     for i, (start, end, first) in enumerate(_blocks(l, block, window, chunk)):
         q_b, k_b = q[:, :, :, start:end], k[:, :, first:end]
         do_b = dout[:, :, :, start:end]
+        dcap = None
         if kept is None:
             mask = _visible(start, end, first, window, chunk, segment_BL)
-            p = jnp.exp(_scores(q_b, k_T[..., first:end], mask, scale)
-                        - lse[:, :, :, start:end, None])
+            s, dcap = _scores(q_b, k_T[..., first:end], mask, scale, cap)
+            p = jnp.exp(s - lse[:, :, :, start:end, None])
             row_scale = 1.0
         else:
             # The kept numerator exp(s - m) times the row's 1 / sum is the probability; the
@@ -202,8 +211,10 @@ def _bwd(window, chunk, scale, block, keep_probs, residuals, dout_BLNV):
             preferred_element_type=jnp.float32))
         dp = jnp.einsum("bkgqv,bkvs->bkgqs", *float32_operands(do_b, v_T[..., first:end]),
                         preferred_element_type=jnp.float32)
-        ds = (p * ((dp - delta_BKGL[:, :, :, start:end, None]) * (scale * row_scale))
-              ).astype(q.dtype)
+        ds = p * ((dp - delta_BKGL[:, :, :, start:end, None]) * (scale * row_scale))
+        if dcap is not None:  # through the soft-cap: d(cap x tanh(s / cap)) = 1 - tanh^2
+            ds = ds * dcap
+        ds = ds.astype(q.dtype)
         dq_blocks.append(jnp.einsum("bkgqs,bksh->bkgqh", *float32_operands(ds, k_b),
                                     preferred_element_type=jnp.float32))
         dk_T = dk_T.at[:, :, :, first:end].add(jnp.einsum(

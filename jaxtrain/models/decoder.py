@@ -11,6 +11,9 @@ every other family keeps its parameter tree. When dense and expert blocks altern
 `moe_layer_step` s), `dense_layers` holds the s - 1 dense blocks of every group and `layers` its
 expert block, and one scan runs group after group (`_scan_groups`).
 
+A spec with a `block_pattern` (Mamba, Mamba-2, Megatron / Nemotron-H hybrids) holds its
+sublayers in `blocks` (`jaxtrain.models.hybrid`) in place of `layers`.
+
 Blocks that differ only in their attention (sliding / full, chunked RoPE / global NoPE) share a
 stack; each gets its `AttentionKind` index as a scanned per-layer array.
 
@@ -30,10 +33,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.errors import ConfigError
 from jaxtrain.models import fp8, pipeline
 from jaxtrain.models.attention import Attention
+from jaxtrain.models.block_pattern import HYBRID_PIPELINE_ERROR
+from jaxtrain.models.hybrid import Context as HybridContext
+from jaxtrain.models.hybrid import HybridStack
 from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices
-from jaxtrain.models.layers import Dense, Embed, RMSNorm
+from jaxtrain.models.layers import Dense, Embed, RMSNorm, softcap
 from jaxtrain.models.mla import MLAttention
 from jaxtrain.models.mlp import SwiGLU
 from jaxtrain.models.moe import MoE, balance_loss_of_means
@@ -64,14 +71,22 @@ class Block(nnx.Module):
         self.attn = MLAttention(spec, rngs=rngs) if spec.mla else Attention(spec, rngs=rngs)
         self.post_attn_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
         experts = spec.num_experts and not dense
-        self.mlp = MoE(spec, rngs=rngs) if experts else SwiGLU(spec, rngs=rngs)
+        self.mlp = (MoE(spec, rngs=rngs) if experts
+                    else SwiGLU(spec, rngs=rngs, use_bias=spec.mlp_bias))
+        if spec.post_norms:  # Grok: the attention and MLP outputs are normed before the add
+            self.attn_out_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
+            self.mlp_out_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
 
     def __call__(self, x_BLD, cos, sin, index_BL, segment_BL=None, cache=None, kind=0):
         extra = {} if isinstance(self.attn, MLAttention) else {"kind": kind}
         attn_BLD, cache = self.attn(self.input_norm(x_BLD), cos, sin, index_BL, segment_BL,
                                     cache, **extra)
+        if hasattr(self, "attn_out_norm"):
+            attn_BLD = self.attn_out_norm(attn_BLD)
         x_BLD = x_BLD + attn_BLD
         mlp_BLD, stats = self._mlp(self.post_attn_norm(x_BLD))
+        if hasattr(self, "mlp_out_norm"):
+            mlp_BLD = self.mlp_out_norm(mlp_BLD)
         x_BLD = x_BLD + mlp_BLD
         x_BLD = sharding.constrain(x_BLD, ("activation_batch", "activation_length",
                                            "activation_embed"))
@@ -112,13 +127,16 @@ class Decoder(nnx.Module):
         self.embed = Embed(spec.vocab_size, spec.hidden_size, rngs=rngs, std=spec.init_std,
                            dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype,
                            fp8=output_fp8 if spec.tie_embeddings else None)
-        stacks = stack_layer_indices(spec)
-        if "dense_layers" in stacks:
-            # Leading dense blocks run before the pipeline; interleaved ones are grouped with
-            # the expert blocks and split into stages with them.
-            axis = "layers" if spec.moe_layer_step > 1 else "prefix_layers"
-            self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs, axis)
-        self.layers = _stack(spec, len(stacks["layers"]), False, rngs)
+        if spec.block_pattern:  # a hybrid / state-space stack (models/hybrid.py)
+            self.blocks = HybridStack(spec, rngs=rngs)
+        else:
+            stacks = stack_layer_indices(spec)
+            if "dense_layers" in stacks:
+                # Leading dense blocks run before the pipeline; interleaved ones are grouped
+                # with the expert blocks and split into stages with them.
+                axis = "layers" if spec.moe_layer_step > 1 else "prefix_layers"
+                self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs, axis)
+            self.layers = _stack(spec, len(stacks["layers"]), False, rngs)
         self.final_norm = RMSNorm(spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype,
                                   param_dtype=spec.jnp_param_dtype)
         self.lm_head = None if spec.tie_embeddings else Dense(
@@ -148,7 +166,17 @@ class Decoder(nnx.Module):
         else:
             cos, sin = rope_angles(spec, index_BL if positions_BL is None else positions_BL)
         x_BLD = self.embed(tokens_BL)
+        if spec.embed_multiplier != 1.0:
+            x_BLD = x_BLD * jnp.asarray(spec.embed_multiplier, x_BLD.dtype)
         unroll = True if not spec.scan_layers else 1
+        if spec.block_pattern:
+            if cache is None and sharding.axis_size(pipeline.AXIS) > 1:
+                raise ConfigError(HYBRID_PIPELINE_ERROR.format(pattern=spec.block_pattern))
+            ctx = HybridContext(cos, sin, index_BL, segment_ids_BL)
+            x_BLD, new_cache, stats = self.blocks(
+                x_BLD, ctx, cache, remat=spec.remat != "none",
+                remat_policy=_REMAT_POLICIES.get(spec.remat), unroll=unroll)
+            return self.final_norm(x_BLD), new_cache, stats
 
         dense_layers = getattr(self, "dense_layers", None)
         per_layer = attention_kinds(spec)[1]
@@ -310,15 +338,22 @@ class Decoder(nnx.Module):
             logits_BLV = self.embed.attend(x_BLD)
         else:
             logits_BLV = self.lm_head(x_BLD)
+        if self.spec.output_multiplier != 1.0:
+            logits_BLV = logits_BLV * self.spec.output_multiplier
+        if self.spec.final_logit_softcap:
+            logits_BLV = softcap(logits_BLV, self.spec.final_logit_softcap)
         return sharding.constrain(logits_BLV, ("activation_batch", "activation_length",
                                                "activation_vocab"))
 
     def output_kernel(self) -> jax.Array:
         """The output projection [D, V] in the compute dtype: `logits(x)` is x @ this in
-        float32 (the embedding, transposed, when tied)."""
-        if self.lm_head is None:
-            return self.embed.attend_kernel()
-        return self.lm_head.compute_kernel()
+        float32 (the embedding, transposed, when tied; times `output_multiplier`), before any
+        `final_logit_softcap`."""
+        kernel = self.embed.attend_kernel() if self.lm_head is None else \
+            self.lm_head.compute_kernel()
+        if self.spec.output_multiplier != 1.0:
+            kernel = kernel * jnp.asarray(self.spec.output_multiplier, kernel.dtype)
+        return kernel
 
     def __call__(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
                  segment_ids_BL: jax.Array | None = None) -> jax.Array:
@@ -345,6 +380,8 @@ class Decoder(nnx.Module):
         """An empty key/value cache for `batch` rows of up to `max_len` tokens."""
         spec = self.spec
         dtype = dtype or spec.jnp_dtype
+        if spec.block_pattern:
+            return self.blocks.init_cache(batch, max_len, dtype)
         if spec.mla:
             k_shape = (batch, max_len, spec.num_heads,
                        spec.qk_nope_head_dim + spec.qk_rope_head_dim)

@@ -21,6 +21,7 @@ class ModelSpec(Protocol):
     sliding_window: int
     attention_chunk: int
     global_layer_step: int
+    leading_global_layers: int
     nope_global: bool
     attn_temperature_tuning: bool
     qk_l2_norm: bool
@@ -41,9 +42,10 @@ class AttentionKind:
 
 
 def is_global_layer(spec: ModelSpec, i: int) -> bool:
-    """Whether block i attends globally: the last of each group of `global_layer_step`."""
+    """Whether block i attends globally: one of the first `leading_global_layers` (Qwen2's
+    max_window_layers), or the last of each group of `global_layer_step`."""
     step = spec.global_layer_step
-    return bool(step) and (i + 1) % step == 0
+    return i < spec.leading_global_layers or (bool(step) and (i + 1) % step == 0)
 
 
 def attention_kinds(spec: ModelSpec) -> tuple[tuple[AttentionKind, ...], tuple[int, ...]]:

@@ -19,6 +19,11 @@ from jaxtrain.models import fp8 as fp8_lib
 from jaxtrain.models.products import backward_operands, float32_operands
 
 
+def softcap(x: jax.Array, cap: float) -> jax.Array:
+    """cap x tanh(x / cap): x where |x| << cap, smoothly bounded by +-cap (Grok's logits)."""
+    return cap * jnp.tanh(x / cap)
+
+
 def make_param(rngs: nnx.Rngs, shape: Sequence[int], axes: Sequence[str], std: float,
                dtype: jnp.dtype) -> nnx.Param:
     """A normal(0, std) parameter; std == 0 gives zeros (biases)."""

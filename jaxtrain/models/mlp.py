@@ -1,4 +1,4 @@
-"""The SwiGLU feed-forward block: down(silu(gate(x)) * up(x)).
+"""The gated feed-forward block: down(silu(gate(x)) * up(x)), or with gelu for Grok's GeGLU.
 
 Shape letters: B batch, L length, D embed, F hidden (intermediate) size.
 """
@@ -44,20 +44,33 @@ def _swiglu_bwd(residuals, dh):
 swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
 
 
-class SwiGLU(nnx.Module):
-    """Gated MLP with SiLU, as in Llama, Qwen and Mistral."""
+def geglu(gate: jax.Array, up: jax.Array) -> jax.Array:
+    """gelu(gate) x up with the tanh approximation of gelu, as xAI's Grok code computes it
+    (`jax.nn.gelu`'s default)."""
+    return jax.nn.gelu(gate, approximate=True) * up
 
-    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, intermediate_size: int = 0):
-        # intermediate_size overrides the spec's (a mixture of experts' shared experts).
+
+GATED_ACTIVATIONS = {"swiglu": swiglu, "geglu": geglu}
+
+
+class SwiGLU(nnx.Module):
+    """Gated MLP with SiLU, as in Llama, Qwen and Mistral (GELU with `mlp_activation='geglu'`,
+    Grok)."""
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, intermediate_size: int = 0,
+                 use_bias: bool = False):
+        # intermediate_size overrides the spec's (a mixture of experts' shared experts);
+        # use_bias adds biases to all three projections (Llama's mlp_bias).
         d, f = spec.hidden_size, intermediate_size or spec.intermediate_size
         common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype, fp8=fp8.recipe(spec))
+                      param_dtype=spec.jnp_param_dtype, fp8=fp8.recipe(spec), use_bias=use_bias)
         self.gate_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)
+        self.activation = GATED_ACTIVATIONS[spec.mlp_activation]
 
     def __call__(self, x_BLD: jnp.ndarray) -> jnp.ndarray:
-        h_BLF = swiglu(self.gate_proj(x_BLD), self.up_proj(x_BLD))
+        h_BLF = self.activation(self.gate_proj(x_BLD), self.up_proj(x_BLD))
         h_BLF = sharding.constrain(h_BLF, ("activation_batch", "activation_length",
                                            "activation_mlp"))
         return self.down_proj(h_BLF)

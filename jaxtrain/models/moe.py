@@ -29,8 +29,8 @@ from flax import nnx
 
 from jaxtrain import sharding
 from jaxtrain.models import fp8 as fp8_lib
-from jaxtrain.models.layers import Dense, make_param
-from jaxtrain.models.mlp import SwiGLU, swiglu
+from jaxtrain.models.layers import Dense, make_param, softcap
+from jaxtrain.models.mlp import SwiGLU, geglu, swiglu
 from jaxtrain.models.spec import ModelSpec
 
 # {"aux_loss": [], "z_loss": [], "load": [E], "prob": [E], "dropped": []}
@@ -168,6 +168,9 @@ class MoE(nnx.Module):
         if spec.moe_shared_experts:
             self.shared = SwiGLU(spec, rngs=rngs,
                                  intermediate_size=spec.moe_shared_experts * f)
+        if spec.moe_residual_mlp:  # Grok-2: a dense MLP of intermediate_size beside the experts
+            self.residual = SwiGLU(spec, rngs=rngs)
+        self.router_softcap = spec.router_logit_softcap
         if spec.moe_score_bias:
             # float32 whatever param_dtype: bias steps of ~1e-3 vanish in bfloat16 near 1.
             self.score_bias = RouterBias(jnp.zeros((e,), jnp.float32), logical_axes=("exp",))
@@ -176,6 +179,8 @@ class MoE(nnx.Module):
         b, l, d = x_BLD.shape
         x_TD = x_BLD.reshape(b * l, d)
         logits_TE = self.router(x_TD)
+        if self.router_softcap:
+            logits_TE = softcap(logits_TE, self.router_softcap)
         bias_E = self.score_bias[...] if hasattr(self, "score_bias") else None
         weights_TK, experts_TK, probs_TE = route(logits_TE, self.k, self.score, self.norm_topk,
                                                  bias_E=bias_E, **self.groups)
@@ -208,6 +213,8 @@ class MoE(nnx.Module):
         y_TD = jnp.einsum("tkd,tk->td", y_TKD, weights_TK.astype(self.dtype))
         if hasattr(self, "shared"):
             y_TD = y_TD + self.shared(x_BLD).reshape(b * l, d)
+        if hasattr(self, "residual"):
+            y_TD = (y_TD + self.residual(x_BLD).reshape(b * l, d)) * (0.5 ** 0.5)
         y_BLD = sharding.constrain(y_TD.reshape(b, l, d), ("activation_batch",
                                                            "activation_length",
                                                            "activation_embed"))
@@ -221,6 +228,8 @@ class MoE(nnx.Module):
         kind, alpha, limit = self.activation
         if kind == "clamped_swiglu":
             h_RF = clamped_swiglu(gate_RF, up_RF, alpha, limit)
+        elif kind == "geglu":
+            h_RF = geglu(gate_RF, up_RF)
         else:
             h_RF = swiglu(gate_RF, up_RF)
         return matmul(h_RF, "down_proj", "down_bias")

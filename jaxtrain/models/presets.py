@@ -12,6 +12,7 @@ import dataclasses
 from ml_collections import ConfigDict
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.models.presets_ssm import SSM_PRESETS, SSM_PUBLISHED_PARAMS
 from jaxtrain.models.spec import ModelSpec
 
 # Shared per-family values; each preset adds its sizes.
@@ -76,6 +77,17 @@ _LLAMA4 = dict(family="llama4", vocab_size=202048, hidden_size=5120, num_layers=
                nope_global=True, attn_temperature_tuning=True, attn_floor_scale=8192.0,
                attn_scale=0.1, num_experts_per_tok=1, moe_score="topk_sigmoid",
                moe_weight_inputs=True, moe_shared_experts=1, moe_aux_loss_coef=0.001)
+# Grok (xAI): every block top-2 of 8 GELU-gated experts, softmax over all experts with the kept
+# probabilities not renormalised, attention scores soft-capped at 30, norms on the attention
+# and MLP outputs too. Grok-1 (xai-org/grok-1's run.py and model.py): tied embeddings scaled by
+# sqrt(6144) in and 1/sqrt(3) out, RoPE base 10000. Grok-2 (its config.json, SGLang's grok.py):
+# a dense GeGLU beside the experts ((mlp + moe) / sqrt(2)), router logits capped at 30 and
+# output logits at 50, untied output scaled by 1/2, a log2 query temperature past 1024 tokens,
+# RoPE base 208533496 ("original" rope_type: unscaled).
+_GROK = dict(family="grok", vocab_size=131072, norm_eps=1e-5, head_dim=128, num_kv_heads=8,
+             num_experts=8, num_experts_per_tok=2, moe_score="softmax_topk",
+             moe_norm_topk=False, moe_activation="geglu", mlp_activation="geglu",
+             attn_logit_softcap=30.0, post_norms=True, num_layers=64)
 # Tiny sizes for tests and smoke runs (two layers, dims <= 64).
 _DEBUG = dict(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
               head_dim=16, intermediate_size=128, max_seq_len=512)
@@ -133,6 +145,16 @@ PRESETS: dict[str, dict] = {
                          moe_intermediate_size=32, moe_score="topk_sigmoid",
                          moe_weight_inputs=True, moe_shared_experts=1, moe_layer_step=2,
                          moe_aux_loss_coef=0.001),
+    # Grok-1's blocks (tied, scaled embeddings) and Grok-2's (residual MLP, router and output
+    # caps, query temperature past 8 tokens) at two layers.
+    "grok-debug": dict(_DEBUG, **{k: v for k, v in _GROK.items() if k not in (
+        "vocab_size", "head_dim", "num_kv_heads", "num_layers")}, moe_intermediate_size=32,
+        tie_embeddings=True, embed_multiplier=8.0, output_multiplier=0.5773502691896257),
+    "grok2-debug": dict(_DEBUG, **{k: v for k, v in _GROK.items() if k not in (
+        "vocab_size", "head_dim", "num_kv_heads", "num_layers")}, intermediate_size=64,
+        moe_intermediate_size=32, moe_residual_mlp=True, router_logit_softcap=30.0,
+        final_logit_softcap=50.0, embed_multiplier=8.0, output_multiplier=0.5,
+        attn_temperature_len=8, rope_theta=208533496.0),
     "llama2-7b": dict(_LLAMA2, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=32,
                       intermediate_size=11008),
     "llama2-13b": dict(_LLAMA2, hidden_size=5120, num_layers=40, num_heads=40, num_kv_heads=40,
@@ -213,6 +235,16 @@ PRESETS: dict[str, dict] = {
     # Maverick: dense and expert blocks alternate; no qk-norm, no RoPE scaling.
     "llama4-maverick-17b-128e": dict(_LLAMA4, num_experts=128, moe_layer_step=2,
                                      max_seq_len=1048576),
+    # Grok-1: ffn_size(6144, widening 8) = 32768 per expert; 8192-token context.
+    "grok-1": dict(_GROK, hidden_size=6144, num_heads=48, intermediate_size=32768,
+                   moe_intermediate_size=32768, max_seq_len=8192, rope_theta=10000.0,
+                   tie_embeddings=True, embed_multiplier=78.38367176906169,
+                   output_multiplier=0.5773502691896257),
+    "grok-2": dict(_GROK, hidden_size=8192, num_heads=64, intermediate_size=32768,
+                   moe_intermediate_size=16384, max_seq_len=131072, rope_theta=208533496.0,
+                   moe_residual_mlp=True, router_logit_softcap=30.0, final_logit_softcap=50.0,
+                   embed_multiplier=90.50966799187809, output_multiplier=0.5,
+                   attn_temperature_len=1024),
     # 61 blocks, the first 3 dense; the multi-token-prediction module (block 61) is not built.
     "deepseek-v3": dict(_DEEPSEEK_V3, hidden_size=7168, num_layers=61, num_heads=128,
                         num_kv_heads=128, intermediate_size=18432, moe_intermediate_size=2048,
@@ -257,7 +289,13 @@ PUBLISHED_PARAMS: dict[str, int] = {
     # Text models only: Meta's 109B / 400B also count the vision encoder.
     "llama4-scout-17b-16e": 107_769_861_120,
     "llama4-maverick-17b-128e": 400_711_848_960,
+    # No Grok in transformers: the count of the parameters xai-org/grok-1's model.py creates
+    # (tests/test_grok_parity.py), which xAI rounds to 314B; Grok-2's config.json gives 270B.
+    "grok-1": 315_684_820_992,
+    "grok-2": 269_515_497_472,
 }
+PRESETS.update(SSM_PRESETS)
+PUBLISHED_PARAMS.update(SSM_PUBLISHED_PARAMS)
 
 
 def preset_names() -> list[str]:

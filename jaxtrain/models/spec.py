@@ -12,6 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.models import block_pattern as blocks
 from jaxtrain.models.layer_pattern import attention_kinds
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -24,7 +25,10 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims", "minimal")
 # Mixtral, gpt-oss | Qwen-MoE, DeepSeek V2 | DeepSeek V3 | Llama 4 (sigmoid of the top-k logits)
 MOE_SCORES = ("topk_softmax", "softmax_topk", "sigmoid", "topk_sigmoid")
 # Expert activation: silu(gate) x up, or gpt-oss's clamped variant (see `moe.clamped_swiglu`).
-MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu")
+MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu", "geglu")
+# Dense MLP activation: silu(gate) x up, tanh-approximated gelu(gate) x up (Grok), or the
+# ungated relu(x)^2 of Nemotron-H's hybrid MLP sublayers.
+MLP_ACTIVATIONS = ("swiglu", "geglu", "relu2")
 # How top-k is restricted to groups of experts: none | V2 (group score = its best expert) | V3
 # (group score = sum of its two best biased scores).
 MOE_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
@@ -84,6 +88,7 @@ class ModelSpec:
     attention_chunk: int = 0  # > 0: tokens see only earlier tokens of their chunk (Llama 4)
     # Global blocks ignore sliding_window / attention_chunk (gpt-oss: 2, Llama 4: 4).
     global_layer_step: int = 0  # > 0: every this-many-th block is global; 0: all blocks alike
+    leading_global_layers: int = 0  # the first this-many blocks are global (max_window_layers)
     nope_global: bool = False  # global blocks skip RoPE (Llama 4's NoPE layers)
     qk_l2_norm: bool = False  # weightless RMS norm of q and k after RoPE, RoPE blocks (Llama 4)
     attn_temperature_tuning: bool = False  # NoPE blocks scale q by log1p(floor((i+1)/floor))
@@ -91,6 +96,7 @@ class ModelSpec:
     attn_scale: float = 0.1  # temperature tuning: q x (1 + attn_scale x log1p(...))
     attention_sinks: bool = False  # a learned per-head logit in each softmax denominator
     o_bias: bool = False  # bias on the attention output projection (gpt-oss)
+    mlp_bias: bool = False  # biases on the dense MLP's gate, up and down (Llama's mlp_bias)
     attention_impl: str = "auto"  # auto | blockwise | dot | cudnn: see ATTENTION_IMPLS
     attention_block: int = 0  # blockwise attention: queries per block; 0: by device and length
     init_std: float = 0.02  # standard deviation of the normal weight init
@@ -138,9 +144,53 @@ class ModelSpec:
     # An expert keeps its first ceil(factor x tokens x k / experts) assignments of a micro batch,
     # in token order, and drops the rest (static shapes).
     moe_capacity_factor: float = 0.0  # expert capacity over the even share; 0: dropless
-    moe_activation: str = "swiglu"  # swiglu | clamped_swiglu (gpt-oss)
+    moe_activation: str = "swiglu"  # swiglu | clamped_swiglu (gpt-oss) | geglu (Grok)
     moe_swiglu_alpha: float = 1.702  # clamped_swiglu: gate x sigmoid(alpha x gate)
     moe_swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
+    # Grok (xAI's Grok-1 / Grok-2): soft-capped logits (cap x tanh(x / cap); 0: off), norms
+    # on the attention and MLP outputs, scaled embeddings and logits, GELU-gated MLPs.
+    mlp_activation: str = "swiglu"  # dense MLPs: swiglu | geglu (gelu(gate) x up, Grok) |
+    #   relu2 (relu(x)^2, ungated; hybrid MLP sublayers only, Nemotron-H)
+    attn_logit_softcap: float = 0.0  # caps scaled q.k scores before the softmax (Grok: 30)
+    attn_temperature_len: int = 0  # > 0: queries at index i > this scale by log2(i) / log2(it)
+    router_logit_softcap: float = 0.0  # caps the router logits (Grok-2: 30)
+    final_logit_softcap: float = 0.0  # caps the output logits (Grok-2: 50)
+    post_norms: bool = False  # RMSNorm on the attention and MLP outputs before each residual add
+    embed_multiplier: float = 1.0  # scales the token embeddings (Grok-1: 78.38 = sqrt(6144))
+    output_multiplier: float = 1.0  # scales the output logits (Grok-1: 1 / sqrt(3))
+    moe_residual_mlp: bool = False  # a dense MLP beside the experts, (mlp + moe) / sqrt(2)
+    # Hybrid and state-space models (jaxtrain/models/hybrid.py, docs/models.md): one pre-norm
+    # residual sublayer per character, M mamba, * attention (MLA with kv_lora_rank), - MLP,
+    # E mixture of experts (Megatron's hybrid_override_pattern); "" = transformer blocks.
+    block_pattern: str = ""  # len == num_layers when set; Mamba-2 LM: "MMMM..."
+    mamba_version: int = 2  # M sublayers: 2 (Mamba-2, SSD) | 1 (Mamba-1, selective scan)
+    ssm_state_size: int = 128  # N: state width per head (Mamba-2) / per channel (Mamba-1)
+    ssm_head_dim: int = 64  # Mamba-2 head width P
+    ssm_num_heads: int = 0  # Mamba-2 heads; 0: ssm_expand x hidden_size / ssm_head_dim
+    ssm_expand: int = 2  # inner width over hidden_size (Mamba-1; Mamba-2 when heads are 0)
+    ssm_n_groups: int = 1  # Mamba-2 groups sharing B and C (and the gated norm's groups)
+    ssm_conv_kernel: int = 4  # causal depthwise convolution width
+    ssm_conv_bias: bool = True  # bias on the convolution
+    ssm_proj_bias: bool = False  # biases on the in/out projections
+    ssm_chunk_size: int = 128  # tokens per chunk of the chunked scan (a speed knob only)
+    ssm_dt_rank: int = 0  # Mamba-1 time-step rank; 0: ceil(hidden_size / 16)
+    ssm_dt_min: float = 0.001  # time-step init: log-uniform in [dt_min, dt_max]
+    ssm_dt_max: float = 0.1  # time-step init: upper end of the log-uniform range
+    ssm_dt_floor: float = 1e-4  # time-step init: smallest step
+    ssm_dt_limit_min: float = 0.0  # clamp of the time step (0, 0: none)
+    ssm_dt_limit_max: float = 0.0  # 0: no upper clamp
+    use_rope: bool = True  # hybrid attention rotates q/k; False: no position encoding
+    # Delta-rule token mixers (models/gated_delta.py, models/kda.py), for blocks a hybrid stack
+    # makes Gated DeltaNet or Kimi delta attention; linear_num_key_heads = 0: none.
+    linear_num_key_heads: int = 0  # query/key heads
+    linear_num_value_heads: int = 0  # value heads, a multiple of the key heads (grouped values)
+    linear_key_head_dim: int = 128  # query/key width per head
+    linear_value_head_dim: int = 128  # value width per head
+    linear_conv_kernel: int = 4  # taps of the causal depthwise conv on q, k and v
+    linear_short_conv: bool = True  # False: silu(projection) without the conv (FLA's option)
+    linear_output_gate: bool = True  # GDN: norm(o) x silu(x W_g); False: norm(o) alone (FLA)
+    linear_gate_bias: bool = False  # KDA: bias on the output gate's up projection (FLA: True)
+    linear_chunk: int = 0  # tokens per chunk of the chunked delta rule; 0: 64 GDN, 16 KDA
 
     @property
     def jnp_dtype(self) -> Any:
@@ -166,6 +216,8 @@ class ModelSpec:
         one in every `moe_layer_step`)."""
         if not self.num_experts:
             return 0
+        if self.block_pattern:
+            return self.block_pattern.count("E")
         return (self.num_layers - self.num_dense_layers) // self.moe_layer_step
 
     @classmethod
@@ -207,9 +259,12 @@ class ModelSpec:
             raise ConfigError(f"model.sliding_window={self.sliding_window} must be >= 0 "
                               "(0 means full causal attention).")
         self._validate_rope()
+        self._validate_grok()
         self._validate_fp8()
         self._validate_mla()
         self._validate_layer_pattern()
+        self._validate_blocks()
+        self._validate_linear()
         if self.num_experts:
             self._validate_moe()
             return
@@ -218,12 +273,103 @@ class ModelSpec:
                        "moe_router_bias": self.moe_router_bias,
                        "moe_expert_bias": self.moe_expert_bias,
                        "moe_weight_inputs": self.moe_weight_inputs,
-                       "moe_activation": self.moe_activation != "swiglu"}
+                       "moe_activation": self.moe_activation != "swiglu",
+                       "router_logit_softcap": self.router_logit_softcap,
+                       "moe_residual_mlp": self.moe_residual_mlp}
         for key, used in expert_only.items():
             if used:
                 raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to a mixture"
                                   " of experts; set it to its default or set model.num_experts "
                                   "> 0.")
+
+    def _validate_grok(self) -> None:
+        """Soft-caps, multipliers and the dense MLP activation (Grok's switches)."""
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ConfigError(f"model.mlp_activation={self.mlp_activation!r} is not one of "
+                              f"{list(MLP_ACTIVATIONS)}.")
+        for key in ("attn_logit_softcap", "router_logit_softcap", "final_logit_softcap",
+                    "attn_temperature_len"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 (0: off).")
+        for key in ("embed_multiplier", "output_multiplier"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be > 0 (1: off).")
+        if self.attention_impl == "cudnn" and self.attn_logit_softcap:
+            raise ConfigError(f"model.attention_impl='cudnn' cannot soft-cap attention scores "
+                              f"(model.attn_logit_softcap={self.attn_logit_softcap}); use "
+                              "'blockwise', 'dot' or 'auto'.")
+
+    def _validate_blocks(self) -> None:
+        """The hybrid pattern and the state-space keys."""
+        if not self.block_pattern:
+            for key, hybrid_only in (("mlp_activation", "relu2"), ("use_rope", False)):
+                if getattr(self, key) == hybrid_only:
+                    raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to "
+                                      "hybrid stacks; set model.block_pattern or change it.")
+            return
+        try:
+            kinds = blocks.pattern_kinds(self.block_pattern)
+        except ValueError as e:
+            raise ConfigError(f"model.block_pattern={self.block_pattern!r}: {e}.") from None
+        if len(self.block_pattern) != self.num_layers:
+            raise ConfigError(f"model.block_pattern={self.block_pattern!r} has "
+                              f"{len(self.block_pattern)} sublayers but model.num_layers="
+                              f"{self.num_layers}; set num_layers to the pattern's length.")
+        if "moe" in kinds and not self.num_experts:
+            raise ConfigError(f"model.block_pattern={self.block_pattern!r} has E sublayers; "
+                              "set model.num_experts > 0 (and moe_intermediate_size).")
+        if self.num_experts and "moe" not in kinds:
+            raise ConfigError(f"model.num_experts={self.num_experts} but model.block_pattern="
+                              f"{self.block_pattern!r} has no E sublayer; add one or set "
+                              "num_experts=0.")
+        unsupported = {"quantization": self.quantization, "moe_score_bias":
+                       self.moe_score_bias, "num_dense_layers": self.num_dense_layers,
+                       "moe_layer_step": self.moe_layer_step != 1,
+                       "global_layer_step": self.global_layer_step}
+        for key, used in unsupported.items():
+            if used:
+                raise ConfigError(f"model.{key}={getattr(self, key)!r} is not supported with "
+                                  "model.block_pattern (hybrid stacks); leave it at its "
+                                  "default.")
+        if self.mamba_version not in (1, 2):
+            raise ConfigError(f"model.mamba_version={self.mamba_version} must be 1 or 2.")
+        for key in ("ssm_state_size", "ssm_head_dim", "ssm_expand", "ssm_n_groups",
+                    "ssm_conv_kernel", "ssm_chunk_size"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be a positive "
+                                  "integer.")
+        for key in ("ssm_num_heads", "ssm_dt_rank"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 (0: derived).")
+        if self.mamba_version == 2 and "mamba" in kinds:
+            heads = blocks.ssm_heads(self)
+            if not self.ssm_num_heads and (self.ssm_expand * self.hidden_size
+                                           % self.ssm_head_dim):
+                raise ConfigError(f"model.ssm_expand x hidden_size = "
+                                  f"{self.ssm_expand * self.hidden_size} is not divisible by "
+                                  f"model.ssm_head_dim={self.ssm_head_dim}; set "
+                                  "model.ssm_num_heads or another head width.")
+            if heads % self.ssm_n_groups:
+                raise ConfigError(f"model.ssm_n_groups={self.ssm_n_groups} must divide the "
+                                  f"{heads} Mamba-2 heads (model.ssm_num_heads).")
+
+    def _validate_linear(self) -> None:
+        """The delta-rule mixer keys, when linear_num_key_heads > 0 turns them on."""
+        if not self.linear_num_key_heads:
+            return
+        for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                    "linear_value_head_dim", "linear_conv_kernel"):
+            if int(getattr(self, key)) <= 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be a positive integer"
+                                  " for Gated DeltaNet / Kimi delta attention blocks.")
+        if self.linear_num_value_heads % self.linear_num_key_heads:
+            raise ConfigError(
+                f"model.linear_num_value_heads={self.linear_num_value_heads} is not a multiple "
+                f"of model.linear_num_key_heads={self.linear_num_key_heads}: each query/key head "
+                "serves a whole number of value heads.")
+        if self.linear_chunk < 0:
+            raise ConfigError(f"model.linear_chunk={self.linear_chunk} must be >= 0 (0: the "
+                              "mixer's default chunk).")
 
     def _validate_fp8(self) -> None:
         """The quantization keys: a known recipe, and no fp8 key set while fp8 is off."""
@@ -263,6 +409,15 @@ class ModelSpec:
             raise ConfigError(f"model.attention_chunk={self.attention_chunk} and model."
                               f"sliding_window={self.sliding_window} are both set; local layers "
                               "use one of them, so set the other to 0.")
+        if self.leading_global_layers < 0 or self.leading_global_layers >= self.num_layers:
+            raise ConfigError(f"model.leading_global_layers={self.leading_global_layers} must be "
+                              f"between 0 and model.num_layers - 1 = {self.num_layers - 1}: at "
+                              "least one block keeps the sliding window (set the window to 0 "
+                              "for global attention everywhere).")
+        if self.leading_global_layers and not (self.sliding_window or self.attention_chunk):
+            raise ConfigError(f"model.leading_global_layers={self.leading_global_layers} needs "
+                              "local layers to follow: set model.sliding_window (or "
+                              "attention_chunk), or set it to 0.")
         if self.global_layer_step == 1:
             raise ConfigError("model.global_layer_step=1 makes every layer global; set it to 0 "
                               "and model.sliding_window / attention_chunk to 0 instead.")
@@ -275,8 +430,8 @@ class ModelSpec:
         if self.attn_floor_scale <= 0:
             raise ConfigError(f"model.attn_floor_scale={self.attn_floor_scale} must be > 0.")
         if self.mla:
-            for key in ("attention_chunk", "global_layer_step", "attention_sinks", "o_bias",
-                        "qk_l2_norm"):
+            for key in ("attention_chunk", "global_layer_step", "leading_global_layers",
+                        "attention_sinks", "o_bias", "qk_l2_norm"):
                 if getattr(self, key):
                     raise ConfigError(f"model.{key}={getattr(self, key)!r} is not supported with"
                                       " multi-head latent attention (model.kv_lora_rank > 0); "
@@ -441,12 +596,15 @@ class ModelSpec:
         """Feed-forward parameters of all blocks, with `experts` routed experts counted in each
         expert block (its router and shared experts included); biases only when asked (FLOPs
         count matmul weights)."""
-        d = self.hidden_size
-        dense = (self.num_layers - self.num_moe_layers) * 3 * d * self.intermediate_size
+        d, f = self.hidden_size, self.intermediate_size
+        dense_biases = 2 * f + d if with_biases and self.mlp_bias else 0
+        dense = (self.num_layers - self.num_moe_layers) * (3 * d * f + dense_biases)
         if not self.num_experts:
             return dense
         routed = experts * self._expert_params(with_biases)
         shared = self.moe_shared_experts * 3 * d * self.moe_intermediate_size
+        if self.moe_residual_mlp:
+            shared += 3 * d * self.intermediate_size
         router = d * self.num_experts
         if with_biases and self.moe_router_bias:
             router += self.num_experts
@@ -458,8 +616,11 @@ class ModelSpec:
         The aux-free expert bias is a buffer, not a parameter, as in transformers.
         """
         d = self.hidden_size
-        layer = self._attn_params() + 2 * d
         embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
+        if self.block_pattern:
+            return embed + d + sum(blocks.kind_params(self, kind) for kind in
+                                   blocks.pattern_kinds(self.block_pattern))
+        layer = self._attn_params() + (4 if self.post_norms else 2) * d
         return self.num_layers * layer + self._ffn_params(self.num_experts) + embed + d
 
     def num_active_params(self) -> int:
@@ -480,6 +641,10 @@ class ModelSpec:
         routed experts; MLA counts its low-rank projections as the weights they are. A local
         layer's context is its sliding window or chunk in place of T when shorter.
         """
+        if self.block_pattern:  # per sublayer kind, see blocks.kind_flops
+            head = 6.0 * self.vocab_size * self.hidden_size
+            return head + sum(blocks.kind_flops(self, kind, seq_len) for kind in
+                              blocks.pattern_kinds(self.block_pattern))
         matmul = self.num_layers * self._attn_matmul_params()
         matmul += self._ffn_params(self.num_experts_per_tok, with_biases=False)
         matmul += self.vocab_size * self.hidden_size  # the output projection

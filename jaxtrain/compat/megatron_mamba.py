@@ -1,0 +1,117 @@
+"""Megatron `model_type: mamba` files (Primus' mamba_370M, Zebra-Llama hybrids): the Mamba-2
+sizes and the hybrid layer pattern, as Megatron's `MambaModel` builds them.
+
+The pattern is `hybrid_override_pattern` when given, else Megatron's allocation from
+`hybrid_attention_ratio` / `hybrid_mlp_ratio` (`allocate_layers`: attention sublayers spread
+evenly between Mamba runs that start and end the stack, then MLPs right-justified among the
+Mamba ones); a pure Mamba model (`is_hybrid_model: false`) is `M` repeated. Files whose
+mixers jaxtrain does not build yet (gated delta net, Kimi delta attention) are refused by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jaxtrain.compat.architectures import unbuildable
+from jaxtrain.compat.report import KeyReport, is_off
+from jaxtrain.errors import ConfigError
+
+# Keys of the linear-attention mixers Zebra-Llama's GDN / KDA variants add.
+_LINEAR_KEYS = ("linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+                "linear_num_value_heads", "linear_conv_kernel_dim")
+
+
+def allocate_layers(total: int, attention_ratio: float, mlp_ratio: float) -> str:
+    """Megatron's automatic hybrid pattern for `total` sublayers."""
+    attention = round(total * attention_ratio)
+    mamba = total - attention
+    section = mamba / (attention + 1)
+    kinds = ["M"] * total
+    x = section
+    for i in range(total):
+        if x < 0.5:
+            kinds[i] = "*"
+            x += section
+        else:
+            x -= 1
+    mlp = round(total * mlp_ratio)
+    if mlp > 0:
+        ratio = (mamba - mlp) / mlp
+        x = ratio
+        for i in range(total):
+            if kinds[i] == "M":
+                if x < 0.5:
+                    kinds[i] = "-"
+                    x += ratio
+                else:
+                    x -= 1
+    return "".join(kinds)
+
+
+def linear_mixer(r: KeyReport) -> str | None:
+    """What a file's linear-attention mixer is (None when it has none)."""
+    if not any(r.has(key) for key in _LINEAR_KEYS):
+        return None
+    spec = str(r.get("spec") or "").lower()
+    return ("Kimi delta attention (KDA)" if "kda" in spec or "kimi" in spec
+            else "gated delta net (GDN)")
+
+
+def map_mamba(r: KeyReport, model: dict[str, Any]) -> None:
+    """Turns the transformer settings `_model` mapped into a Mamba / hybrid model."""
+    mixer = linear_mixer(r)
+    if mixer:
+        raise unbuildable(r.source, "linear_num_key_heads", r.get("linear_num_key_heads"),
+                          f"a hybrid with {mixer} mixers, which jaxtrain does not build yet")
+    layers = model["num_layers"]
+    hybrid = not is_off(r.get("is_hybrid_model"))
+    override = r.get("hybrid_override_pattern")
+    attn_ratio = float(r.get("hybrid_attention_ratio") or 0.0)
+    mlp_ratio = float(r.get("hybrid_mlp_ratio") or 0.0)
+    if override:
+        pattern = str(override)
+        if len(pattern) != layers:
+            raise ConfigError(f"{r.source}: hybrid_override_pattern={pattern!r} has "
+                              f"{len(pattern)} sublayers but num_layers={layers}; Megatron "
+                              "needs them equal.")
+        r.mapped("hybrid_override_pattern", "model.block_pattern")
+    elif hybrid:
+        pattern = allocate_layers(layers, attn_ratio, mlp_ratio)
+    else:
+        pattern = "M" * layers
+    for key in ("is_hybrid_model", "hybrid_attention_ratio", "hybrid_mlp_ratio"):
+        if r.has(key):
+            r.mapped(key, "model.block_pattern", f"Megatron's allocation: {pattern}")
+    heads = r.get("mamba_num_heads")
+    model.update(
+        block_pattern=pattern, mamba_version=2,
+        ssm_state_size=int(r.get("mamba_state_dim") or 128),
+        ssm_head_dim=int(r.get("mamba_head_dim") or 64),
+        ssm_n_groups=int(r.get("mamba_num_groups") or 8),
+        ssm_num_heads=int(heads) if heads else 0, ssm_expand=2, ssm_conv_kernel=4,
+        ssm_chunk_size=128, use_rope=r.get("position_embedding_type", "none") == "rope"
+        and "*" in pattern)
+    for key, target in (("mamba_state_dim", "ssm_state_size"), ("mamba_head_dim",
+                                                                 "ssm_head_dim"),
+                        ("mamba_num_groups", "ssm_n_groups"),
+                        ("mamba_num_heads", "ssm_num_heads")):
+        if r.has(key):
+            r.mapped(key, f"model.{target}")
+    if "-" in pattern:
+        if r.get("swiglu"):
+            model["mlp_activation"] = "swiglu"
+        elif r.get("squared_relu"):
+            model["mlp_activation"] = "relu2"
+        else:
+            raise unbuildable(r.source, "swiglu", r.get("swiglu"), "a hybrid whose MLP "
+                              "sublayers use GELU (set swiglu or squared_relu)")
+    if r.has("position_embedding_type"):
+        r.mapped("position_embedding_type", "model.use_rope")
+    if "*" not in pattern:
+        r.note("no attention sublayers: the attention settings size nothing")
+    if "E" in pattern:
+        model["family"] = "hybrid"
+    elif "*" in pattern or "-" in pattern:
+        model["family"] = "hybrid" if model.get("kv_lora_rank") else "nemotron_h"
+    else:
+        model["family"] = "mamba2"

@@ -1,0 +1,136 @@
+"""Gated DeltaNet (Yang, Kautz, Hatamizadeh 2024, "Gated Delta Networks: Improving Mamba2 with
+Delta Rule"): a token mixer whose state is written by the delta rule and decayed by one
+Mamba-2-style gate per head and token.
+
+Shape letters: B batch, L length, D embed, N query/key heads, H value heads (a multiple of N:
+grouped value heads), K key head width, V value head width.
+
+Per token: q, k, v = silu(short_conv(x W_q|k|v)); q, k L2-normalized per head, q scaled by
+1/sqrt(K); beta = sigmoid(x W_b); g = -exp(A_log) softplus(x W_a + dt_bias) (log decay, per
+value head); o = delta_rule(q, k, v, g, beta) (`delta_rule.py`); y = (rmsnorm(o) w x silu(x
+W_g)) W_o, or (rmsnorm(o) w) W_o without the output gate.
+
+Two published layouts compute this, and this module holds the math once with FLA's separate
+projections (what Primus' Zebra-Llama GDN layers use):
+
+- FLA `GatedDeltaNet` / Primus (Megatron) Zebra-Llama: separate q/k/v/a/b/g projections,
+  separate q/k/v short convs (optional: `linear_short_conv`; without them q, k, v are
+  silu(projection)), the output gate optional (`linear_output_gate`), conv bias optional (not
+  supported here: Zebra-Llama has none).
+- transformers `Qwen3NextGatedDeltaNet`: q, k, v and the gate z fused into one `in_proj_qkvz`
+  and b, a into one `in_proj_ba`, both laid out per key-head group ([q_n, k_n, v_group_n,
+  z_group_n] for each key head n); one conv over the concatenated q|k|v channels (depthwise, so
+  the same as three); always a short conv and a silu output gate; no biases. The same numbers,
+  only fused: converting splits the fused weights (tests/test_gated_delta.py does).
+
+Neither has a rotary embedding; both use grouped value heads (value head i reads key head
+i // (H / N)), the same gate and L2 norm (eps 1e-6 inside the root).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxtrain.models import delta_rule, linear_mixer
+from jaxtrain.models.layers import Dense
+from jaxtrain.models.linear_mixer import LinearCache
+from jaxtrain.models.spec import ModelSpec
+
+DEFAULT_CHUNK = 64
+_HEADS = ("heads", "head_dim")
+
+
+def inverse_softplus_dt(rngs: nnx.Rngs, size: int | tuple[int, ...], dtype) -> nnx.Param:
+    """Mamba's dt_bias init: softplus(dt_bias) = dt, log-uniform in [1e-3, 1e-1]."""
+    shape = (size,) if isinstance(size, int) else size
+    u = jax.random.uniform(rngs.params(), shape, jnp.float32)
+    dt = jnp.maximum(jnp.exp(u * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)), 1e-4)
+    names = ("heads",) if len(shape) == 1 else _HEADS
+    return nnx.Param((dt + jnp.log(-jnp.expm1(-dt))).astype(dtype), logical_axes=names)
+
+
+def log_uniform_a(rngs: nnx.Rngs, heads: int, dtype) -> nnx.Param:
+    """A_log with A uniform in [1, 16] (per head decay rates, as Mamba-2 and KDA)."""
+    a = jax.random.uniform(rngs.params(), (heads,), jnp.float32, 1.0, 16.0)
+    return nnx.Param(jnp.log(a).astype(dtype), logical_axes=("heads",))
+
+
+class GatedDeltaNet(nnx.Module):
+    """Gated DeltaNet token mixer: x [B, L, D] -> [B, L, D], plus a decoding cache."""
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
+        self.spec = spec
+        self.chunk = spec.linear_chunk or DEFAULT_CHUNK
+        d, n, h = spec.hidden_size, spec.linear_num_key_heads, spec.linear_num_value_heads
+        kd, vd = spec.linear_key_head_dim, spec.linear_value_head_dim
+        common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
+                      param_dtype=spec.jnp_param_dtype)
+        self.q_proj = Dense((d,), (n, kd), ("embed",), _HEADS, **common)
+        self.k_proj = Dense((d,), (n, kd), ("embed",), _HEADS, **common)
+        self.v_proj = Dense((d,), (h, vd), ("embed",), _HEADS, **common)
+        self.a_proj = Dense((d,), (h,), ("embed",), ("heads",), **common)
+        self.b_proj = Dense((d,), (h,), ("embed",), ("heads",), **common)
+        self.A_log = log_uniform_a(rngs, h, spec.jnp_param_dtype)
+        self.dt_bias = inverse_softplus_dt(rngs, h, spec.jnp_param_dtype)
+        linear_mixer.make_convs(self, spec, rngs)
+        if spec.linear_output_gate:
+            self.g_proj = Dense((d,), (h, vd), ("embed",), _HEADS, **common)
+        self.o_norm = linear_mixer.GatedRMSNorm(vd, spec.norm_eps,
+                                                param_dtype=spec.jnp_param_dtype)
+        self.o_proj = Dense((h, vd), (d,), _HEADS, ("embed",), **common)
+
+    def _mix(self, x_BLD: jax.Array, cache: LinearCache | None,
+             segment_BL: jax.Array | None) -> tuple[jax.Array, LinearCache]:
+        q, k, v, conv_states = linear_mixer.conv_qkv(
+            self, self.q_proj(x_BLD), self.k_proj(x_BLD), self.v_proj(x_BLD), cache, segment_BL)
+        beta_BLH = jax.nn.sigmoid(self.b_proj(x_BLD).astype(jnp.float32))
+        a_BLH = self.a_proj(x_BLD).astype(jnp.float32)
+        g_BLH = -jnp.exp(self.A_log[...].astype(jnp.float32)) * jax.nn.softplus(
+            a_BLH + self.dt_bias[...].astype(jnp.float32))
+        o_BLHV, state = linear_mixer.run_delta_rule(
+            q, k, v, g_BLH, beta_BLH, self.chunk, None if cache is None else cache.state,
+            segment_BL)
+        gate = self.g_proj(x_BLD) if hasattr(self, "g_proj") else None
+        o_BLHV = self.o_norm(o_BLHV, gate, jax.nn.silu).astype(self.spec.jnp_dtype)
+        return self.o_proj(o_BLHV), LinearCache(*conv_states, state)
+
+    def __call__(self, x_BLD: jax.Array, segment_BL: jax.Array | None = None) -> jax.Array:
+        """The mixer's output [B, L, D] for a whole sequence (training, evaluation); packed
+        documents in `segment_BL` do not see each other."""
+        return self._mix(x_BLD, None, segment_BL)[0]
+
+    def init_cache(self, batch_size: int) -> LinearCache:
+        """An empty decoding cache (conv inputs and recurrent state of nothing seen yet)."""
+        return linear_mixer.init_cache(self.spec, batch_size, self.spec.jnp_dtype)
+
+    def decode(self, x_BLD: jax.Array, cache: LinearCache) -> tuple[jax.Array, LinearCache]:
+        """Continues from `cache`: a prompt (L > 1, chunked) or one sampled token (L = 1, the
+        recurrent step); returns the output and the cache after x."""
+        return self._mix(x_BLD, cache, None)
+
+
+def matmul_params(spec: ModelSpec) -> int:
+    """One Gated DeltaNet mixer's projection weights (what matmuls multiply by)."""
+    d, n, h = spec.hidden_size, spec.linear_num_key_heads, spec.linear_num_value_heads
+    kd, vd = spec.linear_key_head_dim, spec.linear_value_head_dim
+    gate = h * vd if spec.linear_output_gate else 0
+    return d * (2 * n * kd + 2 * h * vd + 2 * h + gate)
+
+
+def num_params(spec: ModelSpec) -> int:
+    """One Gated DeltaNet mixer's parameters: projections, convs, A_log, dt_bias, norm."""
+    return (matmul_params(spec) + linear_mixer.conv_params(spec) + 2 * spec.linear_num_value_heads
+            + spec.linear_value_head_dim)
+
+
+def flops_per_token(spec: ModelSpec) -> float:
+    """Training FLOPs per token of one mixer: 6 x projection weights + 3 x the forward FLOPs of
+    the chunked delta rule (which do not grow with the sequence length)."""
+    kernel = delta_rule.flops_per_token(spec.linear_num_value_heads, spec.linear_key_head_dim,
+                                        spec.linear_value_head_dim,
+                                        spec.linear_chunk or DEFAULT_CHUNK, per_channel=False)
+    return 6.0 * matmul_params(spec) + 3.0 * kernel

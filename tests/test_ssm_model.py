@@ -1,0 +1,157 @@
+"""Mamba-1, Mamba-2 and hybrid stacks: parameter counts against transformers, decoding with
+the conv / scan state, sharded training against one device, and the pattern's errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import training_helpers
+from flax import nnx
+
+from jaxtrain.errors import ConfigError
+from jaxtrain.interop.hf_config import hf_config_from_spec
+from jaxtrain.models import build_model
+from jaxtrain.models.block_pattern import HYBRID_PIPELINE_ERROR
+from jaxtrain.models.presets import PRESETS, PUBLISHED_PARAMS, model_spec
+from jaxtrain.sample import generate
+
+SSM_PRESETS = sorted(name for name, p in PRESETS.items() if p.get("block_pattern"))
+
+
+def _hf_count(**config) -> int:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = dict(config)
+    for key in ("architectures", "dtype", "torch_dtype"):
+        config.pop(key, None)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**config))
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", SSM_PRESETS)
+def test_every_ssm_preset_counts_like_transformers(name):
+    spec = model_spec(name)
+    assert _hf_count(**hf_config_from_spec(spec)) == spec.num_params()
+
+
+def test_published_ssm_counts_from_independent_configs():
+    # state-spaces/mamba2-370m's config.json, and Primus' mamba_370M.yaml as Mamba2Config.
+    mamba2 = dict(model_type="mamba2", vocab_size=50288, hidden_size=1024,
+                  num_hidden_layers=48, state_size=128, n_groups=1, head_dim=64, num_heads=32,
+                  tie_word_embeddings=True)
+    assert _hf_count(**mamba2) == PUBLISHED_PARAMS["mamba2-370m"]
+    primus = dict(mamba2, vocab_size=50304, state_size=16, n_groups=8)
+    assert _hf_count(**primus) == PUBLISHED_PARAMS["mamba-370m"]
+    assert round(PUBLISHED_PARAMS["mamba-370m"] / 1e6) == 368
+
+
+@pytest.mark.parametrize("name", ["mamba2-debug", "mamba-debug", "nemotron-h-debug"])
+def test_incremental_decoding_equals_the_full_forward(name):
+    spec = model_spec(name, ssm_chunk_size=4, init_std=0.1)
+    model = build_model(spec, seed=1)
+    toks = jnp.asarray(np.random.default_rng(0).integers(0, spec.vocab_size, (2, 11)),
+                       jnp.int32)
+    full = model(toks)
+    cache = model.init_cache(2, 16)
+    h, cache = model.hidden_states(toks[:, :6], cache=cache, cache_index=0)
+    steps = [model.logits(h)]
+    for i in range(6, 11):
+        h, cache = model.hidden_states(toks[:, i:i + 1], cache=cache, cache_index=i)
+        steps.append(model.logits(h))
+    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=1e-4, rtol=1e-4)
+    assert float(jnp.abs(full).max()) > 0.1
+
+
+def test_greedy_generation_of_a_hybrid_equals_repeated_full_forward():
+    model = build_model(model_spec("nemotron-h-debug", init_std=0.1), seed=3)
+    prompt = [5, 17, 42]
+    generated = generate(model, prompt, max_new_tokens=5)
+    tokens = list(prompt)
+    for _ in range(5):
+        tokens.append(int(jnp.argmax(model(jnp.asarray([tokens]))[0, -1])))
+    assert generated == tokens[3:]
+
+
+def test_pattern_repeats_are_scanned_not_unrolled():
+    spec = model_spec("nemotron-h-debug", num_layers=12, block_pattern="M*M-" * 3)
+    model = nnx.eval_shape(lambda: build_model(spec))
+    stacks = model.blocks.positions()
+    assert [s.kind for s in stacks] == ["mamba", "attention", "mamba", "mlp"]
+    assert stacks[0].mixer.in_proj.kernel.shape[0] == 3  # three repeats, one scan step each
+    assert spec.num_params() == sum(
+        x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+@pytest.mark.parametrize("pattern, message", [
+    ("M*G-", "character 'G' is a gated delta net \\(GDN\\) mixer, which jaxtrain does not build"),
+    ("M*K-", "Kimi delta attention"),
+    ("M*x-", "character 'x' is not one of"),
+    ("M*M", "has 3 sublayers but model.num_layers=4"),
+])
+def test_pattern_errors_name_the_character(pattern, message):
+    with pytest.raises(ConfigError, match=message):
+        model_spec("nemotron-h-debug", block_pattern=pattern)
+
+
+def test_hybrid_pipeline_is_refused_by_name():
+    from jaxtrain import mesh_check
+    from jaxtrain.models.pipeline import Schedule
+    from jaxtrain.sharding import MeshError
+
+    with pytest.raises(MeshError, match="does not run as a pipeline yet"):
+        mesh_check.check_stages(model_spec("mamba2-debug"), 2, Schedule())
+    assert "mesh.ici_pipeline=1" in HYBRID_PIPELINE_ERROR
+
+
+@pytest.mark.parametrize("name", ["mamba2-debug", "nemotron-h-debug"])
+@pytest.mark.parametrize("sizes, rules", [(dict(ici_fsdp=8), "fsdp"),
+                                          (dict(ici_fsdp=4, ici_tensor=2), "fsdp_tensor")])
+def test_sharded_training_matches_one_device(name, sizes, rules):
+    spec = model_spec(name, ssm_chunk_size=8)
+    one = training_helpers.train(spec, training_helpers.mesh(), 3, rules=rules)[0]
+    sharded = training_helpers.train(spec, training_helpers.mesh(**sizes), 3, rules=rules)[0]
+    np.testing.assert_allclose(sharded, one, rtol=1e-4)
+    assert one[-1] < one[0]
+
+
+def test_mamba1_trains_with_remat():
+    spec = model_spec("mamba-debug", remat="full", ssm_chunk_size=8)
+    losses = training_helpers.train(spec, training_helpers.mesh(), 3)[0]
+    assert losses[-1] < losses[0]
+
+
+def test_flops_count_the_scan():
+    spec = model_spec("mamba2-370m")
+    no_scan = dataclasses.replace(spec, ssm_state_size=1)
+    assert spec.flops_per_token(2048) > no_scan.flops_per_token(2048)
+    # 6 x matmul weights dominate at 370M; the scan adds a few percent.
+    matmul = 6 * (spec.num_params() - spec.vocab_size * spec.hidden_size)
+    assert 1.0 < spec.flops_per_token(2048) / (matmul + 6 * spec.vocab_size * 1024) < 1.3
+
+
+def test_megatron_hybrid_allocation():
+    from jaxtrain.compat.megatron_mamba import allocate_layers
+
+    # 2 attention among 8 Mamba: sections of 8/3, an attention sublayer where the running
+    # remainder drops below 1/2.
+    assert allocate_layers(10, 0.2, 0.0) == "MMM*MM*MMM"
+    assert allocate_layers(9, 0.0, 0.0) == "M" * 9
+    # The 48-sublayer example in Megatron's mamba_hybrid_layer_allocation.py.
+    assert allocate_layers(48, 0.25, 0.25) == "MM-*MM-*MM*-MM*-MM*-MM*-M*M-M*M-M*M-M*M-*MM-*MM-"
+
+
+def test_megatron_gdn_hybrid_is_refused_naming_the_mixer(compat_samples):
+    from jaxtrain import compat
+
+    path = compat_samples / "Primus/examples/megatron/configs/MI300X/mamba_370M-pretrain.yaml"
+    # Zebra-Llama's GDN variants: a hybrid with linear-attention head settings.
+    with pytest.raises(ConfigError, match="gated delta net \\(GDN\\) mixers, which jaxtrain "
+                                          "does not build yet"):
+        compat.load_foreign(path, env={}, allow_unsupported=True, native_overrides=[
+            "is_hybrid_model=true", "linear_num_key_heads=8", "linear_key_head_dim=64"])
