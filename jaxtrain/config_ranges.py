@@ -122,6 +122,22 @@ RANGES: dict[str, Range] = {
     "model.attn_scale": Range(),
     "model.fp8_amax_history": Range(1, hint="steps of amax history of delayed scaling"),
     "model.fp8_margin": Range(0, 8, hint="powers of two of headroom below the fp8 maximum"),
+    # Grok's soft-caps and multipliers (0 / 1: off).
+    **{f"model.{key}": Range(0, hint="0: off") for key in (
+        "attn_logit_softcap", "router_logit_softcap", "final_logit_softcap",
+        "attn_temperature_len")},
+    **{f"model.{key}": Range(0, low_open=True, hint="1: off") for key in (
+        "embed_multiplier", "output_multiplier")},
+    # State-space (Mamba) sublayers.
+    "model.mamba_version": Range(1, 2, hint="1: Mamba-1, 2: Mamba-2"),
+    **{f"model.{key}": COUNT for key in (
+        "ssm_state_size", "ssm_head_dim", "ssm_expand", "ssm_n_groups", "ssm_conv_kernel",
+        "ssm_chunk_size")},
+    **{f"model.{key}": Range(0, hint="0: derived from the other sizes") for key in (
+        "ssm_num_heads", "ssm_dt_rank")},
+    **{f"model.{key}": POSITIVE for key in ("ssm_dt_min", "ssm_dt_max", "ssm_dt_floor")},
+    **{f"model.{key}": Range(0, hint="0: no clamp") for key in (
+        "ssm_dt_limit_min", "ssm_dt_limit_max")},
 }
 
 
