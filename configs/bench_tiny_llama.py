@@ -15,9 +15,17 @@ def get_config() -> ConfigDict:
     """The benchmark shape; `--config.model.dtype=bfloat16` for bf16 compute."""
     c = base.get_config()
     with c.unlocked():
-        c.model = model_config("llama-debug", vocab_size=8192, hidden_size=256, num_layers=4,
-                               num_heads=8, num_kv_heads=4, head_dim=32, intermediate_size=688,
-                               max_seq_len=1024)
+        c.model = model_config(
+            "llama-debug",
+            vocab_size=8192,
+            hidden_size=256,
+            num_layers=4,
+            num_heads=8,
+            num_kv_heads=4,
+            head_dim=32,
+            intermediate_size=688,
+            max_seq_len=1024,
+        )
         c.model.preset = "bench-tiny-llama"
         # Four layers compile in seconds unrolled, and the unrolled step skips the scan's
         # stacking of each layer's activations for the backward pass (7-10% of a CPU step).

@@ -14,5 +14,6 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The deepseek-v2 pretraining config; override any key with --config.<key>=<value>."""
-    return pretrain_config("deepseek-v2", seq_len=4096, global_batch_size=2304, lr=2.4e-4,
-                           fsdp_across_hosts=True)
+    return pretrain_config(
+        "deepseek-v2", seq_len=4096, global_batch_size=2304, lr=2.4e-4, fsdp_across_hosts=True
+    )

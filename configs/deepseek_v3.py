@@ -16,5 +16,6 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The deepseek-v3 pretraining config; override any key with --config.<key>=<value>."""
-    return pretrain_config("deepseek-v3", seq_len=4096, global_batch_size=3072, lr=2.2e-4,
-                           fsdp_across_hosts=True)
+    return pretrain_config(
+        "deepseek-v3", seq_len=4096, global_batch_size=3072, lr=2.2e-4, fsdp_across_hosts=True
+    )

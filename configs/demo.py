@@ -23,9 +23,17 @@ def get_config() -> ConfigDict:
     """The demo run; any key can be overridden, e.g. --config.train.steps=50."""
     c = base.get_config()
     with c.unlocked():
-        c.model = model_config("llama-debug", vocab_size=4096, hidden_size=128, num_layers=2,
-                               num_heads=4, num_kv_heads=2, head_dim=32,
-                               intermediate_size=384, max_seq_len=1024)
+        c.model = model_config(
+            "llama-debug",
+            vocab_size=4096,
+            hidden_size=128,
+            num_layers=2,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=32,
+            intermediate_size=384,
+            max_seq_len=1024,
+        )
         c.model.preset = "demo"
         # Two layers compile in seconds unrolled, and the unrolled step skips the scan's
         # stacking of each layer's activations for the backward pass (7-10% of a CPU step at

@@ -14,5 +14,6 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The gpt-oss-120b pretraining config; override any key with --config.<key>=<value>."""
-    return pretrain_config("gpt-oss-120b", seq_len=4096, global_batch_size=1024, lr=3e-4,
-                           fsdp_across_hosts=True)
+    return pretrain_config(
+        "gpt-oss-120b", seq_len=4096, global_batch_size=1024, lr=3e-4, fsdp_across_hosts=True
+    )

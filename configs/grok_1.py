@@ -15,5 +15,6 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The grok-1 pretraining config; override any key with --config.<key>=<value>."""
-    return pretrain_config("grok-1", seq_len=8192, global_batch_size=1024, lr=1e-4,
-                           fsdp_across_hosts=True)
+    return pretrain_config(
+        "grok-1", seq_len=8192, global_batch_size=1024, lr=1e-4, fsdp_across_hosts=True
+    )

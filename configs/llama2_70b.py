@@ -10,5 +10,6 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The llama2-70b pretraining config; override any key with --config.<key>=<value>."""
-    return pretrain_config("llama2-70b", seq_len=4096, global_batch_size=1024, lr=1.5e-4,
-                           fsdp_across_hosts=True)
+    return pretrain_config(
+        "llama2-70b", seq_len=4096, global_batch_size=1024, lr=1.5e-4, fsdp_across_hosts=True
+    )

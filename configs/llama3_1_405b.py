@@ -10,5 +10,12 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The llama3.1-405b pretraining config; override any key with --config.<key>=<value>."""
-    return pretrain_config("llama3.1-405b", seq_len=8192, global_batch_size=2048, lr=8e-5,
-                           min_lr=8e-7, warmup_steps=8000, fsdp_across_hosts=True)
+    return pretrain_config(
+        "llama3.1-405b",
+        seq_len=8192,
+        global_batch_size=2048,
+        lr=8e-5,
+        min_lr=8e-7,
+        warmup_steps=8000,
+        fsdp_across_hosts=True,
+    )

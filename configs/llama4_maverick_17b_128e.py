@@ -16,5 +16,10 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The llama4-maverick-17b-128e pretraining config; override keys with --config.<key>=..."""
-    return pretrain_config("llama4-maverick-17b-128e", seq_len=8192, global_batch_size=512,
-                           lr=3e-4, fsdp_across_hosts=True)
+    return pretrain_config(
+        "llama4-maverick-17b-128e",
+        seq_len=8192,
+        global_batch_size=512,
+        lr=3e-4,
+        fsdp_across_hosts=True,
+    )

@@ -16,5 +16,6 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The llama4-scout-17b-16e pretraining config; override any key with --config.<key>=<value>."""
-    return pretrain_config("llama4-scout-17b-16e", seq_len=8192, global_batch_size=512, lr=3e-4,
-                           fsdp_across_hosts=True)
+    return pretrain_config(
+        "llama4-scout-17b-16e", seq_len=8192, global_batch_size=512, lr=3e-4, fsdp_across_hosts=True
+    )

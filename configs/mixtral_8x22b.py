@@ -12,5 +12,6 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The mixtral-8x22b pretraining config; override any key with --config.<key>=<value>."""
-    return pretrain_config("mixtral-8x22b", seq_len=4096, global_batch_size=1024, lr=2e-4,
-                           fsdp_across_hosts=True)
+    return pretrain_config(
+        "mixtral-8x22b", seq_len=4096, global_batch_size=1024, lr=2e-4, fsdp_across_hosts=True
+    )

@@ -13,10 +13,18 @@ from ml_collections import ConfigDict
 from jaxtrain.models.presets import model_config
 
 
-def pretrain_config(preset: str, *, seq_len: int, global_batch_size: int, lr: float,
-                    min_lr: float | None = None, warmup_steps: int = 2000,
-                    train_tokens: int = 1_000_000_000_000, remat: str = "full",
-                    fsdp_across_hosts: bool = False) -> ConfigDict:
+def pretrain_config(
+    preset: str,
+    *,
+    seq_len: int,
+    global_batch_size: int,
+    lr: float,
+    min_lr: float | None = None,
+    warmup_steps: int = 2000,
+    train_tokens: int = 1_000_000_000_000,
+    remat: str = "full",
+    fsdp_across_hosts: bool = False,
+) -> ConfigDict:
     """A pretraining config for `preset` that runs `train_tokens` tokens (the decay horizon).
 
     `fsdp_across_hosts` shards parameters and optimizer state over every host instead of

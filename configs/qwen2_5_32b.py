@@ -10,5 +10,6 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The qwen2.5-32b pretraining config; override any key with --config.<key>=<value>."""
-    return pretrain_config("qwen2.5-32b", seq_len=8192, global_batch_size=512, lr=1.5e-4,
-                           fsdp_across_hosts=True)
+    return pretrain_config(
+        "qwen2.5-32b", seq_len=8192, global_batch_size=512, lr=1.5e-4, fsdp_across_hosts=True
+    )

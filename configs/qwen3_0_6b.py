@@ -10,5 +10,6 @@ from ml_collections import ConfigDict
 
 def get_config() -> ConfigDict:
     """The qwen3-0.6b pretraining config; override any key with --config.<key>=<value>."""
-    return pretrain_config("qwen3-0.6b", seq_len=8192, global_batch_size=512, lr=3e-4,
-                           remat="minimal")
+    return pretrain_config(
+        "qwen3-0.6b", seq_len=8192, global_batch_size=512, lr=3e-4, remat="minimal"
+    )

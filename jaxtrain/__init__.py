@@ -20,7 +20,8 @@ def _configs_from_source_checkout() -> None:
     if (here / "configs").is_dir() or "jaxtrain.configs" in sys.modules or not sibling.is_file():
         return
     spec = importlib.util.spec_from_file_location(
-        "jaxtrain.configs", sibling, submodule_search_locations=[str(sibling.parent)])
+        "jaxtrain.configs", sibling, submodule_search_locations=[str(sibling.parent)]
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["jaxtrain.configs"] = module
     spec.loader.exec_module(module)

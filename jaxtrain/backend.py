@@ -46,8 +46,22 @@ from jaxtrain.errors import ConfigError
 BF16_DOT_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # Device names (upper case, spaces removed) of GPUs with float8 matrix units: NVIDIA Ada,
 # Hopper and Blackwell; AMD CDNA 3 (MI300 series, gfx942) and CDNA 4 (MI350 series, gfx950).
-FP8_NVIDIA = ("H100", "H200", "H800", "H20", "GH200", "L4", "L40", "RTX40", "ADAGENERATION",
-              "B100", "B200", "B300", "GB200", "GB300")
+FP8_NVIDIA = (
+    "H100",
+    "H200",
+    "H800",
+    "H20",
+    "GH200",
+    "L4",
+    "L40",
+    "RTX40",
+    "ADAGENERATION",
+    "B100",
+    "B200",
+    "B300",
+    "GB200",
+    "GB300",
+)
 FP8_AMD = ("MI300", "MI325", "MI350", "MI355", "GFX942", "GFX950")
 # Of those, the ones whose float8 types are the FNUZ variants (CDNA 3).
 FNUZ_AMD = ("MI300", "MI325", "GFX942")
@@ -81,13 +95,16 @@ class Backend:
         if isa:
             target += f" ({', '.join(isa)})"
         products = "bfloat16" if self.bf16_products else "widened to float32"
-        attention = "cuDNN" if self.cudnn_attention else (
-            f"blockwise, {self.attention_block[0]}/{self.attention_block[1]} queries per block"
-            f"{', probabilities kept' if self.keep_attention_probabilities else ''}")
-        fp8 = (f"fp8 {self.fp8_formats.upper()} "
-               f"{'native' if self.fp8_native else 'emulated by XLA'}")
-        return (f"backend: {target}; bfloat16 products {products}; attention {attention}; "
-                f"{fp8}")
+        attention = (
+            "cuDNN"
+            if self.cudnn_attention
+            else (
+                f"blockwise, {self.attention_block[0]}/{self.attention_block[1]} queries per block"
+                f"{', probabilities kept' if self.keep_attention_probabilities else ''}"
+            )
+        )
+        fp8 = f"fp8 {self.fp8_formats.upper()} {'native' if self.fp8_native else 'emulated by XLA'}"
+        return f"backend: {target}; bfloat16 products {products}; attention {attention}; {fp8}"
 
     def to_dict(self) -> dict[str, Any]:
         """The backend as plain values (config.json, benchmark reports)."""
@@ -123,9 +140,16 @@ def _read_cpuinfo() -> dict[str, str]:
 
 def for_cpu(flags: frozenset[str], kind: str = "") -> Backend:
     """The choices for a CPU with these instruction sets."""
-    return Backend(platform="cpu", vendor=_cpu_vendor(kind), kind=kind, cpu_flags=flags,
-                   bf16_products=bool(flags & BF16_DOT_FLAGS), cudnn_attention=False,
-                   attention_block=(64, 128), keep_attention_probabilities=True)
+    return Backend(
+        platform="cpu",
+        vendor=_cpu_vendor(kind),
+        kind=kind,
+        cpu_flags=flags,
+        bf16_products=bool(flags & BF16_DOT_FLAGS),
+        cudnn_attention=False,
+        attention_block=(64, 128),
+        keep_attention_probabilities=True,
+    )
 
 
 def for_gpu(vendor: str, kind: str) -> Backend:
@@ -133,10 +157,17 @@ def for_gpu(vendor: str, kind: str) -> Backend:
     name = kind.upper().replace(" ", "")
     fp8_names = FP8_NVIDIA if vendor == "nvidia" else FP8_AMD
     fnuz = vendor == "amd" and any(n in name for n in FNUZ_AMD)
-    return Backend(platform="gpu", vendor=vendor, kind=kind, bf16_products=True,
-                   cudnn_attention=vendor == "nvidia", attention_block=(128, 128),
-                   keep_attention_probabilities=False, fp8_formats="fnuz" if fnuz else "ocp",
-                   fp8_native=any(n in name for n in fp8_names))
+    return Backend(
+        platform="gpu",
+        vendor=vendor,
+        kind=kind,
+        bf16_products=True,
+        cudnn_attention=vendor == "nvidia",
+        attention_block=(128, 128),
+        keep_attention_probabilities=False,
+        fp8_formats="fnuz" if fnuz else "ocp",
+        fp8_native=any(n in name for n in fp8_names),
+    )
 
 
 def _cpu_vendor(kind: str) -> str:
@@ -147,10 +178,12 @@ def _cpu_vendor(kind: str) -> str:
 # Named targets for compiling another machine's program (tools/compile_plan.py --target).
 TARGETS: dict[str, Backend] = {
     "cpu-avx2": for_cpu(frozenset({"avx2", "fma"}), "x86 CPU with AVX2"),
-    "cpu-avx512-bf16": for_cpu(frozenset({"avx2", "avx512f", "avx512_bf16"}),
-                               "x86 CPU with AVX512-BF16"),
-    "cpu-amx": for_cpu(frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
-                       "x86 CPU with AMX"),
+    "cpu-avx512-bf16": for_cpu(
+        frozenset({"avx2", "avx512f", "avx512_bf16"}), "x86 CPU with AVX512-BF16"
+    ),
+    "cpu-amx": for_cpu(
+        frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}), "x86 CPU with AMX"
+    ),
     "nvidia-h100": for_gpu("nvidia", "NVIDIA H100"),
     "nvidia-h200": for_gpu("nvidia", "NVIDIA H200"),
     "amd-mi300x": for_gpu("amd", "AMD Instinct MI300X"),
@@ -167,11 +200,15 @@ def detect(device: Any = None) -> Backend:
     kind = getattr(device, "device_kind", "")
     if device.platform == "gpu":
         lowered = kind.lower()
-        vendor = "amd" if ("amd" in lowered or "instinct" in lowered or "mi3" in lowered) \
-            else "nvidia"
+        vendor = (
+            "amd" if ("amd" in lowered or "instinct" in lowered or "mi3" in lowered) else "nvidia"
+        )
         return for_gpu(vendor, kind)
-    return Backend(platform=device.platform, vendor="google" if device.platform == "tpu"
-                   else "unknown", kind=kind)
+    return Backend(
+        platform=device.platform,
+        vendor="google" if device.platform == "tpu" else "unknown",
+        kind=kind,
+    )
 
 
 BF16_PRODUCT_CHOICES = ("auto", "native", "widened")
@@ -183,8 +220,9 @@ def from_config(section: Mapping[str, Any] | None) -> Backend:
     section = dict(section or {})
     target = section.get("target", "") or ""
     if target and target not in TARGETS:
-        raise ConfigError(f"backend.target={target!r} is not one of {sorted(TARGETS)} (or "
-                          "'' for this machine).")
+        raise ConfigError(
+            f"backend.target={target!r} is not one of {sorted(TARGETS)} (or '' for this machine)."
+        )
     chosen = TARGETS[target] if target else detect()
     if chosen.cudnn_attention and jax.default_backend() != "gpu":
         # Planning an NVIDIA GPU's program on another host: cuDNN kernels compile only for a
@@ -192,15 +230,18 @@ def from_config(section: Mapping[str, Any] | None) -> Backend:
         chosen = dataclasses.replace(chosen, cudnn_attention=False)
     products = section.get("bf16_products", "auto") or "auto"
     if products not in BF16_PRODUCT_CHOICES:
-        raise ConfigError(f"backend.bf16_products={products!r} is not one of "
-                          f"{BF16_PRODUCT_CHOICES}.")
+        raise ConfigError(
+            f"backend.bf16_products={products!r} is not one of {BF16_PRODUCT_CHOICES}."
+        )
     if products != "auto":
         chosen = dataclasses.replace(chosen, bf16_products=products == "native")
     formats = section.get("fp8_formats", "auto") or "auto"
     if formats not in FP8_FORMAT_CHOICES:
-        raise ConfigError(f"backend.fp8_formats={formats!r} is not one of "
-                          f"{FP8_FORMAT_CHOICES}: 'ocp' for NVIDIA GPUs and AMD MI350X/MI355X, "
-                          "'fnuz' for AMD MI300X/MI325X, 'auto' to take the device's.")
+        raise ConfigError(
+            f"backend.fp8_formats={formats!r} is not one of "
+            f"{FP8_FORMAT_CHOICES}: 'ocp' for NVIDIA GPUs and AMD MI350X/MI355X, "
+            "'fnuz' for AMD MI300X/MI325X, 'auto' to take the device's."
+        )
     if formats != "auto":
         chosen = dataclasses.replace(chosen, fp8_formats=formats)
     return chosen

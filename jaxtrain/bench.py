@@ -30,12 +30,16 @@ def _synthetic_batch(cfg: ConfigDict, vocab_size: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(cfg.run.seed)
     b, l = cfg.train.global_batch_size // jax.process_count(), cfg.train.seq_len
     tokens = rng.integers(0, vocab_size, (b, l + 1), dtype=np.int64).astype(np.int32)
-    return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-            "loss_mask": np.ones((b, l), np.float32)}
+    return {
+        "inputs": tokens[:, :-1],
+        "targets": tokens[:, 1:],
+        "loss_mask": np.ones((b, l), np.float32),
+    }
 
 
-def benchmark(cfg: ConfigDict, steps: int = 10, warmup: int = 2,
-              devices: list[Any] | None = None) -> dict[str, float]:
+def benchmark(
+    cfg: ConfigDict, steps: int = 10, warmup: int = 2, devices: list[Any] | None = None
+) -> dict[str, float]:
     """Compiles and times `steps` train steps after `warmup` ones; returns the figures."""
     from jaxtrain.trainer import Trainer
 
@@ -72,9 +76,9 @@ def _time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     tokens = cfg.train.global_batch_size * cfg.train.seq_len * steps
     tokens_per_s = tokens / elapsed
     flops_per_s = spec.flops_per_token(cfg.train.seq_len) * tokens_per_s
-    total_peak, peak_source = perf.mesh_peak_flops(cfg.train.peak_flops,
-                                                   trainer.mesh.devices.size,
-                                                   fp8=spec.quantization == "fp8")
+    total_peak, peak_source = perf.mesh_peak_flops(
+        cfg.train.peak_flops, trainer.mesh.devices.size, fp8=spec.quantization == "fp8"
+    )
     memory = compiled.memory_analysis()
     temp_bytes = float(getattr(memory, "temp_size_in_bytes", 0) or 0)
     return {
@@ -96,8 +100,10 @@ def _time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
 def format_report(name: str, figures: dict[str, Any]) -> str:
     """One readable block of figures."""
     f = figures
-    return (f"{name}: {f['tokens_per_s']:,.0f} tokens/s, step {f['step_time_s'] * 1e3:.1f} ms, "
-            f"{f['achieved_flops_per_s'] / 1e9:,.1f} GFLOP/s achieved, MFU {f['mfu']:.1%} of "
-            f"{f['peak_flops_per_s'] / 1e9:,.1f} GFLOP/s ({f['peak_source']}), compile "
-            f"{f['compile_s']:.1f} s, step temp memory {f['temp_memory_gb']:.2f} GB, "
-            f"{f['num_params'] / 1e6:,.1f}M params on {int(f['devices'])} device(s)")
+    return (
+        f"{name}: {f['tokens_per_s']:,.0f} tokens/s, step {f['step_time_s'] * 1e3:.1f} ms, "
+        f"{f['achieved_flops_per_s'] / 1e9:,.1f} GFLOP/s achieved, MFU {f['mfu']:.1%} of "
+        f"{f['peak_flops_per_s'] / 1e9:,.1f} GFLOP/s ({f['peak_source']}), compile "
+        f"{f['compile_s']:.1f} s, step temp memory {f['temp_memory_gb']:.2f} GB, "
+        f"{f['num_params'] / 1e6:,.1f}M params on {int(f['devices'])} device(s)"
+    )

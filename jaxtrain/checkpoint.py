@@ -53,20 +53,24 @@ def _castable(saved: str, wanted: str) -> bool:
 
 def _cast(restored: Any, target: Any) -> Any:
     """`restored` with each array cast to the dtype of its `target` leaf where they differ."""
-    return jax.tree.map(lambda x, a: x if x.dtype == a.dtype else x.astype(a.dtype),
-                        restored, target)
+    return jax.tree.map(
+        lambda x, a: x if x.dtype == a.dtype else x.astype(a.dtype), restored, target
+    )
 
 
 def describe_dtype_changes(changes: list[tuple[str, str, str]]) -> str:
     """'36 arrays float32 -> bfloat16 (params.embed.embedding, ...)', one part per pair."""
     pairs: dict[tuple[str, str], list[str]] = {}
     # Parameters first: the optimizer's moments follow them.
-    for name, saved, wanted in sorted(changes, key=lambda c: (not c[0].startswith("params."),
-                                                               c[0])):
+    for name, saved, wanted in sorted(
+        changes, key=lambda c: (not c[0].startswith("params."), c[0])
+    ):
         pairs.setdefault((saved, wanted), []).append(name)
-    return "; ".join(f"{len(names)} array(s) {saved} -> {wanted} ({', '.join(names[:3])}"
-                     f"{', ...' if len(names) > 3 else ''})"
-                     for (saved, wanted), names in pairs.items())
+    return "; ".join(
+        f"{len(names)} array(s) {saved} -> {wanted} ({', '.join(names[:3])}"
+        f"{', ...' if len(names) > 3 else ''})"
+        for (saved, wanted), names in pairs.items()
+    )
 
 
 def unfinished_saves(directory: Path) -> list[Path]:
@@ -94,7 +98,8 @@ def _check_writable(directory: Path) -> None:
         raise CheckpointError(
             f"checkpoint folder {directory} is not writable ({e.strerror or e}); nothing was "
             "trained. Point checkpoint.dir (or run.dir) at a folder this process can write, or "
-            "fix its permissions.") from e
+            "fix its permissions."
+        ) from e
 
 
 def _first_line(error: BaseException, limit: int = 300) -> str:
@@ -112,8 +117,16 @@ class Checkpointer:
     restores whatever codec it was written with.
     """
 
-    def __init__(self, directory: Path, *, keep: int = 3, keep_every: int = 0,
-                 async_save: bool = True, read_only: bool = False, compression: str = "none"):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        keep: int = 3,
+        keep_every: int = 0,
+        async_save: bool = True,
+        read_only: bool = False,
+        compression: str = "none",
+    ):
         self.directory = Path(directory).absolute()
         # Listed before the manager starts: a writer removes these leftovers when it opens.
         self.unfinished = [] if read_only else unfinished_saves(self.directory)
@@ -128,14 +141,20 @@ class Checkpointer:
         )
         try:
             self._manager = ocp.CheckpointManager(
-                self.directory, options=options,
-                item_handlers={"state": items.state_handler(compression),
-                               "data": ocp.JsonCheckpointHandler(),
-                               "config": ocp.JsonCheckpointHandler(),
-                               "checksums": items.ChecksumsHandler()})
+                self.directory,
+                options=options,
+                item_handlers={
+                    "state": items.state_handler(compression),
+                    "data": ocp.JsonCheckpointHandler(),
+                    "config": ocp.JsonCheckpointHandler(),
+                    "checksums": items.ChecksumsHandler(),
+                },
+            )
         except OSError as e:
-            raise CheckpointError(f"cannot use checkpoint folder {self.directory}: {e}. "
-                                  "Point checkpoint.dir at a writable folder.") from e
+            raise CheckpointError(
+                f"cannot use checkpoint folder {self.directory}: {e}. "
+                "Point checkpoint.dir at a writable folder."
+            ) from e
 
     def latest_step(self) -> int | None:
         """The newest complete step, or None when the folder holds none."""
@@ -181,7 +200,8 @@ class Checkpointer:
             raise CheckpointError(
                 f"checkpoint step {step} already exists in {self.directory}, and a checkpoint is "
                 "never overwritten. Resume from the folder's latest checkpoint, or point "
-                "checkpoint.dir at another folder (or move this one away) to start over.")
+                "checkpoint.dir at another folder (or move this one away) to start over."
+            )
         args = ocp.args.Composite(
             state=ocp.args.PyTreeSave(state),
             data=ocp.args.JsonSave(data),
@@ -215,10 +235,12 @@ class Checkpointer:
             except Exception:  # the same full disk, already being reported
                 pass
             steps = self.complete_steps_on_disk()
-            intact = (f"the checkpoints already complete there (latest: step {steps[-1]}) are "
-                      "intact" if steps else "no checkpoint was complete yet")
-            raise disk_full.disk_full_error(self.directory, "writing a checkpoint",
-                                            intact) from e
+            intact = (
+                f"the checkpoints already complete there (latest: step {steps[-1]}) are intact"
+                if steps
+                else "no checkpoint was complete yet"
+            )
+            raise disk_full.disk_full_error(self.directory, "writing a checkpoint", intact) from e
 
     def saved_metadata(self, step: int, attr: str = "shape") -> dict[str, Any]:
         """{array name: shape (or dtype)} of a step's state, from its metadata alone."""
@@ -240,26 +262,38 @@ class Checkpointer:
             return
         missing = sorted(set(expected) - set(saved_shapes))
         extra = [] if partial else sorted(set(saved_shapes) - set(expected))
-        differ = [f"{k}: checkpoint {saved_shapes[k]} vs model {expected[k]}"
-                  for k in sorted(set(expected) & set(saved_shapes))
-                  if saved_shapes[k] != expected[k]]
-        uncastable = [f"{name}: checkpoint {saved} vs model {wanted}"
-                      for name, saved, wanted in self.dtype_changes(step, abstract_state)
-                      if not _castable(saved, wanted)]
+        differ = [
+            f"{k}: checkpoint {saved_shapes[k]} vs model {expected[k]}"
+            for k in sorted(set(expected) & set(saved_shapes))
+            if saved_shapes[k] != expected[k]
+        ]
+        uncastable = [
+            f"{name}: checkpoint {saved} vs model {wanted}"
+            for name, saved, wanted in self.dtype_changes(step, abstract_state)
+            if not _castable(saved, wanted)
+        ]
         if missing or extra or differ or uncastable:
             lines = [f"checkpoint step {step} in {self.directory} does not match this model:"]
             lines += [f"  shape {d}" for d in differ[:10]]
             lines += [f"  dtype {d}" for d in uncastable[:10]]
             lines += [f"  missing in checkpoint: {k}" for k in missing[:10]]
             lines += [f"  not in model: {k}" for k in extra[:10]]
-            if (missing or extra) and all("fp8_amax" in k for k in missing + extra) \
-                    and not differ and not uncastable:
-                lines.append("Only fp8 amax histories differ: the checkpoint was written with "
-                             "another model.quantization / fp8_recipe / fp8_stats. Resume with "
-                             "the settings it was written with, or start a new run from its "
-                             "weights with checkpoint.init_from (the histories start afresh).")
-            lines.append("Use the config the checkpoint was written with (its config is saved "
-                         "beside it), or point checkpoint.dir at a new folder.")
+            if (
+                (missing or extra)
+                and all("fp8_amax" in k for k in missing + extra)
+                and not differ
+                and not uncastable
+            ):
+                lines.append(
+                    "Only fp8 amax histories differ: the checkpoint was written with "
+                    "another model.quantization / fp8_recipe / fp8_stats. Resume with "
+                    "the settings it was written with, or start a new run from its "
+                    "weights with checkpoint.init_from (the histories start afresh)."
+                )
+            lines.append(
+                "Use the config the checkpoint was written with (its config is saved "
+                "beside it), or point checkpoint.dir at a new folder."
+            )
             raise CheckpointError("\n".join(lines))
 
     def dtype_changes(self, step: int, abstract_state: Any) -> list[tuple[str, str, str]]:
@@ -267,9 +301,11 @@ class Checkpointer:
         than `abstract_state` asks for (e.g. after changing model.param_dtype)."""
         saved = self.saved_metadata(step, "dtype")
         wanted = _shape_tree(abstract_state, "dtype")
-        return [(name, np.dtype(saved[name]).name, np.dtype(wanted[name]).name)
-                for name in sorted(set(saved) & set(wanted))
-                if np.dtype(saved[name]) != np.dtype(wanted[name])]
+        return [
+            (name, np.dtype(saved[name]).name, np.dtype(wanted[name]).name)
+            for name in sorted(set(saved) & set(wanted))
+            if np.dtype(saved[name]) != np.dtype(wanted[name])
+        ]
 
     def _as_saved(self, step: int, target: Any) -> Any:
         """`target`'s ShapeDtypeStructs with each array's saved dtype: arrays are read as they
@@ -277,8 +313,10 @@ class Checkpointer:
         dtypes = self.saved_metadata(step, "dtype")
         return jax.tree_util.tree_map_with_path(
             lambda path, a: jax.ShapeDtypeStruct(
-                a.shape, dtypes.get(checksums_lib.leaf_name(path), a.dtype), sharding=a.sharding),
-            target)
+                a.shape, dtypes.get(checksums_lib.leaf_name(path), a.dtype), sharding=a.sharding
+            ),
+            target,
+        )
 
     def listed_items(self, step: int) -> tuple[str, ...]:
         """The items a step's Orbax metadata says were written (all of ITEMS if unreadable).
@@ -294,12 +332,16 @@ class Checkpointer:
 
     def check_items(self, step: int) -> None:
         """CheckpointError when an item the step's metadata lists has no folder."""
-        missing = [name for name in self.listed_items(step)
-                   if not (self.step_dir(step) / name).is_dir()]
+        missing = [
+            name for name in self.listed_items(step) if not (self.step_dir(step) / name).is_dir()
+        ]
         if missing:
             names = ", ".join(f"{name}/" for name in missing)
-            raise CheckpointError(self._damaged(
-                step, f"missing item(s) {names}: the step's metadata lists them as written"))
+            raise CheckpointError(
+                self._damaged(
+                    step, f"missing item(s) {names}: the step's metadata lists them as written"
+                )
+            )
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, Any, dict[str, Any]]:
         """(state placed as `abstract_state`'s shardings say, data state, config dict).
@@ -311,13 +353,17 @@ class Checkpointer:
         self.check_items(step)
         try:
             target = self._as_saved(step, abstract_state)
-            restored = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.PyTreeRestore(
-                    item=target,
-                    restore_args=ocp.checkpoint_utils.construct_restore_args(target)),
-                data=ocp.args.JsonRestore(),
-                config=ocp.args.JsonRestore(),
-            ))
+            restored = self._manager.restore(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.PyTreeRestore(
+                        item=target,
+                        restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                    ),
+                    data=ocp.args.JsonRestore(),
+                    config=ocp.args.JsonRestore(),
+                ),
+            )
         except Exception as e:  # TensorStore raises bare Exceptions for unreadable chunks
             raise CheckpointError(self._damaged(step, _first_line(e))) from e
         self.verify_checksums(step, restored["state"], restored["data"])
@@ -336,9 +382,13 @@ class Checkpointer:
         try:
             with ocp.PyTreeCheckpointer() as reader:
                 restored = reader.restore(
-                    self.step_dir(step) / "state", args=ocp.args.PyTreeRestore(
-                        item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
-                        partial_restore=True))
+                    self.step_dir(step) / "state",
+                    args=ocp.args.PyTreeRestore(
+                        item=item,
+                        restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                        partial_restore=True,
+                    ),
+                )
         except Exception as e:  # TensorStore raises bare Exceptions for unreadable chunks
             raise CheckpointError(self._damaged(step, _first_line(e))) from e
         self.verify_checksums(step, restored)
@@ -351,11 +401,13 @@ class Checkpointer:
             return {}
         self.check_items(step)
         try:
-            saved = self._manager.restore(step, args=ocp.args.Composite(
-                checksums=items.ChecksumsRestore()))["checksums"]
+            saved = self._manager.restore(
+                step, args=ocp.args.Composite(checksums=items.ChecksumsRestore())
+            )["checksums"]
         except Exception as e:
             raise CheckpointError(
-                self._damaged(step, f"checksums unreadable: {_first_line(e)}")) from e
+                self._damaged(step, f"checksums unreadable: {_first_line(e)}")
+            ) from e
         if not isinstance(saved, dict) or not saved:
             raise CheckpointError(self._damaged(step, "its checksums/ item holds no checksums"))
         return saved
@@ -368,28 +420,42 @@ class Checkpointer:
             return
         bad = checksums_lib.mismatches(saved, tree)
         if bad:
-            raise CheckpointError(self._damaged(
-                step, f"{len(bad)} array(s) differ from the checksums saved with them: "
-                      f"{', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''}"))
+            raise CheckpointError(
+                self._damaged(
+                    step,
+                    f"{len(bad)} array(s) differ from the checksums saved with them: "
+                    f"{', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''}",
+                )
+            )
         if data_state is not None and checksums_lib.data_mismatch(saved, data_state):
-            raise CheckpointError(self._damaged(
-                step, "its data/ item (the data-iterator position) differs from the checksum "
-                      "saved with it"))
+            raise CheckpointError(
+                self._damaged(
+                    step,
+                    "its data/ item (the data-iterator position) differs from the checksum "
+                    "saved with it",
+                )
+            )
 
     def _damaged(self, step: int, detail: str) -> str:
         earlier = [s for s in self.all_steps() if s < step]
         where = self.step_dir(step)
-        fix = (f"To resume from the previous checkpoint (step {earlier[-1]}), move the damaged "
-               f"folder away: mv {where} {where}.damaged" if earlier else
-               "There is no earlier checkpoint: restore the folder from a copy")
-        return (f"checkpoint step {step} in {self.directory} is damaged: {detail}. It cannot be "
-                f"resumed from, and a run will not start over on its own. {fix}; or point "
-                "checkpoint.dir at a new folder to start over.")
+        fix = (
+            f"To resume from the previous checkpoint (step {earlier[-1]}), move the damaged "
+            f"folder away: mv {where} {where}.damaged"
+            if earlier
+            else "There is no earlier checkpoint: restore the folder from a copy"
+        )
+        return (
+            f"checkpoint step {step} in {self.directory} is damaged: {detail}. It cannot be "
+            f"resumed from, and a run will not start over on its own. {fix}; or point "
+            "checkpoint.dir at a new folder to start over."
+        )
 
     def restore_config(self, step: int) -> dict[str, Any]:
         """Only the config saved with a step."""
-        restored = self._manager.restore(step, args=ocp.args.Composite(
-            config=ocp.args.JsonRestore()))
+        restored = self._manager.restore(
+            step, args=ocp.args.Composite(config=ocp.args.JsonRestore())
+        )
         return restored["config"]
 
     def close(self) -> None:

@@ -35,8 +35,9 @@ class ChecksumsHandler(ocp.JsonCheckpointHandler):
     """The `checksums` item: the JSON file `checksums/metadata`, written once the checksums a
     save dispatched have been read back from the devices, on the writer thread."""
 
-    async def async_save(self, directory: Any, item: Any = None,
-                         args: ChecksumsSave | None = None) -> list[Any]:
+    async def async_save(
+        self, directory: Any, item: Any = None, args: ChecksumsSave | None = None
+    ) -> list[Any]:
         """Writes `args.checksums` (a `checksums.Pending`) in the background."""
         if args is None or not isinstance(args, ChecksumsSave):
             raise TypeError("ChecksumsHandler saves ChecksumsSave(checksums=Pending) only")

@@ -52,9 +52,11 @@ def config_summary(saved: dict[str, Any]) -> str:
     except Exception as e:  # an old or hand-edited config: say so rather than fail the listing
         return f"unreadable model config ({e})"
     train = saved.get("train", {})
-    return (f"{model.get('preset', spec.family)}: d={spec.hidden_size} L={spec.num_layers} "
-            f"heads={spec.num_heads}/{spec.num_kv_heads} vocab={spec.vocab_size} "
-            f"{spec.num_params():,} params {spec.param_dtype}; train.steps={train.get('steps')}")
+    return (
+        f"{model.get('preset', spec.family)}: d={spec.hidden_size} L={spec.num_layers} "
+        f"heads={spec.num_heads}/{spec.num_kv_heads} vocab={spec.vocab_size} "
+        f"{spec.num_params():,} params {spec.param_dtype}; train.steps={train.get('steps')}"
+    )
 
 
 def _human(num_bytes: float) -> str:
@@ -76,8 +78,14 @@ def list_checkpoints(path: str | Path) -> tuple[Path, list[StepInfo], list[Path]
                 summary = config_summary(checkpointer.restore_config(step))
             except Exception as e:  # a damaged config must not hide the other steps
                 summary = f"config unreadable ({type(e).__name__})"
-            infos.append(StepInfo(step, checkpointer.written_at(step),
-                                  folder_bytes(checkpointer.step_dir(step)), summary))
+            infos.append(
+                StepInfo(
+                    step,
+                    checkpointer.written_at(step),
+                    folder_bytes(checkpointer.step_dir(step)),
+                    summary,
+                )
+            )
     finally:
         checkpointer.close()
     return root, infos, unfinished_saves(root)
@@ -89,8 +97,11 @@ def format_listing(root: Path, infos: list[StepInfo], unfinished: list[Path]) ->
     if infos:
         lines.append(f"{'step':>8}  {'written':19}  {'size':>9}  config")
     for info in infos:
-        when = (datetime.datetime.fromtimestamp(info.written).strftime("%Y-%m-%d %H:%M:%S")
-                if info.written else "?")
+        when = (
+            datetime.datetime.fromtimestamp(info.written).strftime("%Y-%m-%d %H:%M:%S")
+            if info.written
+            else "?"
+        )
         lines.append(f"{info.step:>8}  {when:19}  {_human(info.size_bytes):>9}  {info.summary}")
     for path in unfinished:
         lines.append(f"unfinished (ignored on resume, removed by the next run): {path.name}")
@@ -113,45 +124,74 @@ class Verification:
 
     def __str__(self) -> str:
         if self.ok:
-            return (f"step {self.step}: OK: {self.arrays} arrays ({self.values:,} values) read; "
-                    "shapes match the saved config's model; checksums match; all values finite")
+            return (
+                f"step {self.step}: OK: {self.arrays} arrays ({self.values:,} values) read; "
+                "shapes match the saved config's model; checksums match; all values finite"
+            )
         return "\n".join([f"step {self.step}: FAILED"] + [f"  {p}" for p in self.problems])
 
 
 def _non_finite(state: Any) -> list[str]:
-    named = [(leaf_name(p), x) for p, x in jax.tree_util.tree_flatten_with_path(state)[0]
-             if jnp.issubdtype(x.dtype, jnp.floating)]
-    counts = jax.device_get(jax.jit(lambda xs: [jnp.sum(~jnp.isfinite(x)) for x in xs])(
-        [x for _, x in named]))
-    return [f"{name}: {int(c):,} non-finite values" for (name, _), c in zip(named, counts)
-            if int(c)]
+    named = [
+        (leaf_name(p), x)
+        for p, x in jax.tree_util.tree_flatten_with_path(state)[0]
+        if jnp.issubdtype(x.dtype, jnp.floating)
+    ]
+    counts = jax.device_get(
+        jax.jit(lambda xs: [jnp.sum(~jnp.isfinite(x)) for x in xs])([x for _, x in named])
+    )
+    return [
+        f"{name}: {int(c):,} non-finite values" for (name, _), c in zip(named, counts) if int(c)
+    ]
 
 
 # What reading a damaged step can raise: the checkpoint layer's own error, and what a damaged
 # or hand-edited JSON item gives on its way (JSONDecodeError is a ValueError; a config missing a
 # section is a KeyError or AttributeError; a value of the wrong kind a TypeError or ConfigError).
-READ_ERRORS = (CheckpointError, ConfigError, ValueError, KeyError, AttributeError, TypeError,
-               OSError)
+READ_ERRORS = (
+    CheckpointError,
+    ConfigError,
+    ValueError,
+    KeyError,
+    AttributeError,
+    TypeError,
+    OSError,
+)
 
 
 def _damaged(root: Path, steps: list[int], step: int, detail: str) -> list[str]:
     earlier = [s for s in steps if s < step]
-    fix = (f"to resume from step {earlier[-1]}, move it away: mv {root / str(step)} "
-           f"{root / str(step)}.damaged" if earlier else "there is no earlier checkpoint")
-    return [f"checkpoint step {step} in {root} is damaged: {detail}.", f"It cannot be resumed "
-            f"from; {fix}."]
+    fix = (
+        f"to resume from step {earlier[-1]}, move it away: mv {root / str(step)} "
+        f"{root / str(step)}.damaged"
+        if earlier
+        else "there is no earlier checkpoint"
+    )
+    return [
+        f"checkpoint step {step} in {root} is damaged: {detail}.",
+        f"It cannot be resumed from; {fix}.",
+    ]
 
 
-def _verify_step(checkpointer: Checkpointer, root: Path, steps: list[int], step: int,
-                 devices: list[Any] | None) -> Verification:
+def _verify_step(
+    checkpointer: Checkpointer, root: Path, steps: list[int], step: int, devices: list[Any] | None
+) -> Verification:
     try:
         saved = ConfigDict(checkpointer.restore_config(step))
         layout = run.for_reading(saved, devices).layout
     except READ_ERRORS as e:
         first = (str(e).strip().splitlines() or [""])[0][:200]
-        return Verification(step, 0, 0, _damaged(
-            root, steps, step, f"the config saved with it cannot be read ({type(e).__name__}: "
-                               f"{first})"))
+        return Verification(
+            step,
+            0,
+            0,
+            _damaged(
+                root,
+                steps,
+                step,
+                f"the config saved with it cannot be read ({type(e).__name__}: {first})",
+            ),
+        )
     arrays = len(jax.tree.leaves(layout.abstract))
     values = state_lib.count_params(layout.abstract)
     try:
@@ -164,8 +204,9 @@ def _verify_step(checkpointer: Checkpointer, root: Path, steps: list[int], step:
     return Verification(step, arrays, values, _non_finite(state))
 
 
-def verify_steps(path: str | Path, step: int | None = None, devices: list[Any] | None = None,
-                 every: bool = True) -> Iterator[Verification]:
+def verify_steps(
+    path: str | Path, step: int | None = None, devices: list[Any] | None = None, every: bool = True
+) -> Iterator[Verification]:
     """Verifies `step`, or the step `path` names, or else every complete step newest first (only
     the latest when not `every`), yielding each Verification as it is done. A damaged step is
     reported in its Verification and the next one is still verified; CheckpointError when there
@@ -178,8 +219,7 @@ def verify_steps(path: str | Path, step: int | None = None, devices: list[Any] |
             raise CheckpointError(f"{root} holds no complete checkpoint.")
         step = step if step is not None else named_step
         if step is not None and step not in steps:
-            raise CheckpointError(f"{root} has no checkpoint at step {step}; saved steps: "
-                                  f"{steps}.")
+            raise CheckpointError(f"{root} has no checkpoint at step {step}; saved steps: {steps}.")
         chosen = [step] if step is not None else sorted(steps, reverse=True)
         for s in chosen if every else chosen[:1]:
             yield _verify_step(checkpointer, root, steps, s, devices)
@@ -187,8 +227,9 @@ def verify_steps(path: str | Path, step: int | None = None, devices: list[Any] |
         checkpointer.close()
 
 
-def verify(path: str | Path, step: int | None = None,
-           devices: list[Any] | None = None) -> Verification:
+def verify(
+    path: str | Path, step: int | None = None, devices: list[Any] | None = None
+) -> Verification:
     """Reads every array of `step` (latest by default) and checks it; see the module doc."""
     (result,) = verify_steps(path, step, devices, every=False)
     return result

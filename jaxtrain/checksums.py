@@ -53,8 +53,9 @@ def _words(x: jax.Array) -> jax.Array:
     """The raw bits of `x` as uint32; 8-byte values become two words along a new last axis."""
     if x.dtype == jnp.bool_:
         x = x.astype(jnp.uint8)
-    return jax.lax.bitcast_convert_type(x, _UINT.get(x.dtype.itemsize, jnp.uint32)) \
-        .astype(jnp.uint32)
+    return jax.lax.bitcast_convert_type(x, _UINT.get(x.dtype.itemsize, jnp.uint32)).astype(
+        jnp.uint32
+    )
 
 
 def _positions(shape: tuple[int, ...]) -> jax.Array:
@@ -62,9 +63,8 @@ def _positions(shape: tuple[int, ...]) -> jax.Array:
     could gather it."""
     position = jnp.zeros(shape, jnp.uint32)
     for axis in range(len(shape)):
-        stride = math.prod(shape[axis + 1:]) % _MOD
-        position = position + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * \
-            jnp.uint32(stride)
+        stride = math.prod(shape[axis + 1 :]) % _MOD
+        position = position + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride)
     return position
 
 
@@ -87,8 +87,9 @@ def _checksum(x: jax.Array) -> jax.Array:
 def _checksum_v1(x: jax.Array) -> jax.Array:
     """The formula of checkpoints saved without a format number (kept to check them)."""
     bits = _words(x)
-    return jnp.sum(bits * (_positions(bits.shape) * jnp.uint32(2) + jnp.uint32(1)),
-                   dtype=jnp.uint32)
+    return jnp.sum(
+        bits * (_positions(bits.shape) * jnp.uint32(2) + jnp.uint32(1)), dtype=jnp.uint32
+    )
 
 
 _checksums_jit = {
@@ -111,14 +112,19 @@ class Pending:
     def result(self) -> dict[str, Any]:
         """{**extra, dotted leaf name: checksum}, waiting for the devices."""
         values = jax.device_get(self._values)
-        return {**self._extra, **{name: int(np.asarray(v))
-                                  for name, v in zip(self._names, values, strict=True)}}
+        return {
+            **self._extra,
+            **{name: int(np.asarray(v)) for name, v in zip(self._names, values, strict=True)},
+        }
 
 
 def dispatch(tree: Any, fmt: int = FORMAT, extra: dict[str, Any] | None = None) -> Pending:
     """Starts the checksums of every array leaf of `tree` on the devices (see `Pending`)."""
-    named = [(leaf_name(path), leaf) for path, leaf
-             in jax.tree_util.tree_flatten_with_path(tree)[0] if hasattr(leaf, "dtype")]
+    named = [
+        (leaf_name(path), leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+        if hasattr(leaf, "dtype")
+    ]
     values = _checksums_jit[fmt]([leaf for _, leaf in named]) if named else []
     return Pending([name for name, _ in named], values, dict(extra or {}))
 

@@ -85,29 +85,44 @@ def fold_hosts(mesh_cfg: ConfigDict, num_devices: int, hosts: int) -> ConfigDict
     return folded
 
 
-def compile_step(cfg: ConfigDict, devices: Sequence[Any] | None = None, hosts: int = 1
-                 ) -> tuple[StepPlan, Any]:
+def compile_step(
+    cfg: ConfigDict, devices: Sequence[Any] | None = None, hosts: int = 1
+) -> tuple[StepPlan, Any]:
     """Compiles the train step of `cfg` for its mesh; returns the plan and the compiled step."""
     devices = list(devices if devices is not None else jax.devices())
     mesh_cfg = fold_hosts(cfg.mesh, len(devices), hosts) if hosts > 1 else None
     setup = run.setup(cfg, devices, check_data=False, mesh_cfg=mesh_cfg)
-    step_fn = functools.partial(train_step, graphdef=setup.layout.graphdef, tx=setup.tx,
-                                schedule=setup.schedule, num_micro=setup.num_micro,
-                                **loss_options(cfg.train))
+    step_fn = functools.partial(
+        train_step,
+        graphdef=setup.layout.graphdef,
+        tx=setup.tx,
+        schedule=setup.schedule,
+        num_micro=setup.num_micro,
+        **loss_options(cfg.train),
+    )
     start = time.perf_counter()
     with setup.mesh_context():
-        jitted = jax.jit(step_fn, in_shardings=(setup.layout.shardings, None),
-                         out_shardings=(setup.layout.shardings, None), donate_argnums=(0,))
+        jitted = jax.jit(
+            step_fn,
+            in_shardings=(setup.layout.shardings, None),
+            out_shardings=(setup.layout.shardings, None),
+            donate_argnums=(0,),
+        )
         compiled = jitted.lower(setup.layout.abstract, setup.abstract_batch()).compile()
     seconds = time.perf_counter() - start
     stats = compiled.memory_analysis()
     memory = {f: float(getattr(stats, f"{f}_size_in_bytes", 0) or 0) for f in MEMORY_FIELDS}
     tokens = cfg.train.global_batch_size * cfg.train.seq_len
     plan = StepPlan(
-        num_layers=setup.spec.num_layers, mesh=setup.axis_sizes, memory=memory, xla_flops=0.0,
+        num_layers=setup.spec.num_layers,
+        mesh=setup.axis_sizes,
+        memory=memory,
+        xla_flops=0.0,
         formula_flops=setup.spec.flops_per_token(cfg.train.seq_len) * tokens / len(devices),
-        collectives=count_collectives(compiled.as_text()), compile_s=seconds,
-        pipeline=_pipeline(cfg, setup.axis_sizes))
+        collectives=count_collectives(compiled.as_text()),
+        compile_s=seconds,
+        pipeline=_pipeline(cfg, setup.axis_sizes),
+    )
     return plan, compiled
 
 
@@ -116,8 +131,12 @@ def _pipeline(cfg: ConfigDict, mesh: dict[str, int]) -> dict[str, Any]:
     if mesh.get("pipeline", 1) <= 1:
         return {}
     summary = mesh_check.pipeline_summary(
-        run.validate(cfg, check_data=False), mesh, dict(run.rules_of(cfg)),
-        micro_batch=config_lib.micro_batch_size(cfg), schedule=mesh_check.pipeline_schedule(cfg))
+        run.validate(cfg, check_data=False),
+        mesh,
+        dict(run.rules_of(cfg)),
+        micro_batch=config_lib.micro_batch_size(cfg),
+        schedule=mesh_check.pipeline_schedule(cfg),
+    )
     return summary if isinstance(summary, dict) else {}
 
 
@@ -137,16 +156,26 @@ def step_flops(cfg: ConfigDict, devices: Sequence[Any] | None = None, hosts: int
     a few FLOPs per parameter, is then counted that many times: negligible).
     """
     micro = config_lib.micro_batch_size(cfg)
-    flat = _variant(cfg, **{"model.scan_layers": False, "train.global_batch_size": micro,
-                            "train.micro_batch_size": 0})
+    flat = _variant(
+        cfg,
+        **{
+            "model.scan_layers": False,
+            "train.global_batch_size": micro,
+            "train.micro_batch_size": 0,
+        },
+    )
     compiled = compile_step(flat, devices, hosts)[1]
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return float((cost or {}).get("flops", 0.0)) * (cfg.train.global_batch_size // micro)
 
 
-def plan(cfg: ConfigDict, layers: Sequence[int] = (), devices: Sequence[Any] | None = None,
-         hosts: int = 1) -> tuple[StepPlan, list[StepPlan]]:
+def plan(
+    cfg: ConfigDict,
+    layers: Sequence[int] = (),
+    devices: Sequence[Any] | None = None,
+    hosts: int = 1,
+) -> tuple[StepPlan, list[StepPlan]]:
     """The plan at the config's depth: compiled directly, or from two shallower compiles.
 
     With `layers=(a, b)` the config is compiled at a and b layers and every memory figure and
@@ -171,16 +200,24 @@ def plan(cfg: ConfigDict, layers: Sequence[int] = (), devices: Sequence[Any] | N
         compiled.xla_flops = step_flops(shallow, devices, hosts)
         measured.append(compiled)
     a, b = measured
-    memory = {k: _affine(a.num_layers, a.memory[k], b.num_layers, b.memory[k], full)
-              for k in MEMORY_FIELDS}
+    memory = {
+        k: _affine(a.num_layers, a.memory[k], b.num_layers, b.memory[k], full)
+        for k in MEMORY_FIELDS
+    }
     flops = _affine(a.num_layers, a.xla_flops, b.num_layers, b.xla_flops, full)
     spec = run.validate(cfg, check_data=False)
     tokens = cfg.train.global_batch_size * cfg.train.seq_len
     devices_n = int(np.prod(list(b.mesh.values())))
-    result = StepPlan(num_layers=full, mesh=b.mesh, memory=memory, xla_flops=flops,
-                      formula_flops=spec.flops_per_token(cfg.train.seq_len) * tokens / devices_n,
-                      collectives=b.collectives, compile_s=a.compile_s + b.compile_s,
-                      pipeline=_pipeline(cfg, b.mesh))
+    result = StepPlan(
+        num_layers=full,
+        mesh=b.mesh,
+        memory=memory,
+        xla_flops=flops,
+        formula_flops=spec.flops_per_token(cfg.train.seq_len) * tokens / devices_n,
+        collectives=b.collectives,
+        compile_s=a.compile_s + b.compile_s,
+        pipeline=_pipeline(cfg, b.mesh),
+    )
     return result, measured
 
 
@@ -193,9 +230,11 @@ def _size(n: float) -> str:
 
 def format_plan(name: str, result: StepPlan, measured: Sequence[StepPlan]) -> str:
     """A Markdown table: one row per compiled depth and one for the config's depth."""
-    head = ("| model | layers | mesh | arguments | outputs | temp | peak | XLA TFLOP | "
-            "formula TFLOP | all-gather | reduce-scatter | all-reduce | all-to-all | "
-            "coll.-permute |")
+    head = (
+        "| model | layers | mesh | arguments | outputs | temp | peak | XLA TFLOP | "
+        "formula TFLOP | all-gather | reduce-scatter | all-reduce | all-to-all | "
+        "coll.-permute |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     rows = list(measured) + ([] if result in measured else [result])
     for p in rows:
@@ -207,7 +246,9 @@ def format_plan(name: str, result: StepPlan, measured: Sequence[StepPlan]) -> st
             f"| {name} | {depth} | {mesh} | {_size(p.memory['argument'])} | "
             f"{_size(p.memory['output'] - p.memory['alias'])} | {_size(p.memory['temp'])} | "
             f"{_size(p.peak_bytes)} | {xla} | {p.formula_flops / 1e12:.1f} | "
-            + " | ".join(str(c[k]) for k in COLLECTIVES) + " |")
+            + " | ".join(str(c[k]) for k in COLLECTIVES)
+            + " |"
+        )
     if result.pipeline:
         p = result.pipeline
         lines.append(
@@ -215,5 +256,6 @@ def format_plan(name: str, result: StepPlan, measured: Sequence[StepPlan]) -> st
             f"{p['blocks_per_stage']}, {p['micro_batches']} micro batches of "
             f"{p['sequences_per_micro_batch']} sequences per pass, {p['repeats']} repeat(s): "
             f"stages idle {p['bubble_fraction']:.1%} of each pass; the memory above is per "
-            "device, the same on every stage")
+            "device, the same on every stage"
+        )
     return "\n".join(lines)

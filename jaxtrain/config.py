@@ -37,8 +37,11 @@ def packaged_configs() -> Path:
 
 def preset_names() -> list[str]:
     """The config files jaxtrain ships (e.g. "llama2_7b.py")."""
-    return sorted(p.name for p in packaged_configs().glob("*.py")
-                  if not p.name.startswith("_") and p.name != "presets_common.py")
+    return sorted(
+        p.name
+        for p in packaged_configs().glob("*.py")
+        if not p.name.startswith("_") and p.name != "presets_common.py"
+    )
 
 
 def find_config_file(path: str) -> Path:
@@ -56,12 +59,18 @@ def find_config_file(path: str) -> Path:
         packaged = packaged_configs() / name
         if packaged.is_file() and name in preset_names():
             return packaged
-    close = difflib.get_close_matches(f"{stem.replace('-', '_').replace('.', '_')}.py",
-                                      preset_names(), n=4, cutoff=0.6)
-    hint = (f" Shipped configs with similar names: {', '.join(close)}." if close else
-            " `python -m jaxtrain config --list` lists the shipped ones.")
-    raise ConfigError(f"config file {path!r} does not exist (relative to {Path.cwd()}) and is "
-                      f"not one of jaxtrain's own configs.{hint}")
+    close = difflib.get_close_matches(
+        f"{stem.replace('-', '_').replace('.', '_')}.py", preset_names(), n=4, cutoff=0.6
+    )
+    hint = (
+        f" Shipped configs with similar names: {', '.join(close)}."
+        if close
+        else " `python -m jaxtrain config --list` lists the shipped ones."
+    )
+    raise ConfigError(
+        f"config file {path!r} does not exist (relative to {Path.cwd()}) and is "
+        f"not one of jaxtrain's own configs.{hint}"
+    )
 
 
 def load_py_config(spec: str) -> ConfigDict:
@@ -76,16 +85,19 @@ def load_py_config(spec: str) -> ConfigDict:
     except ModuleNotFoundError as e:
         if e.name != "configs" and not (e.name or "").startswith("configs."):
             raise
-        raise ConfigError(f"config file {path!r} imports `{e.name}`, the configs folder of a "
-                          "source checkout; jaxtrain's defaults and presets are the package "
-                          "`jaxtrain.configs` now: write `from jaxtrain.configs import base`.") \
-            from None
+        raise ConfigError(
+            f"config file {path!r} imports `{e.name}`, the configs folder of a "
+            "source checkout; jaxtrain's defaults and presets are the package "
+            "`jaxtrain.configs` now: write `from jaxtrain.configs import base`."
+        ) from None
     if not hasattr(module, "get_config"):
         raise ConfigError(f"config file {path!r} has no get_config() function.")
     cfg = module.get_config(arg) if arg else module.get_config()
     if not isinstance(cfg, ConfigDict):
-        raise ConfigError(f"get_config() in {path!r} returned {type(cfg).__name__}, "
-                          "not an ml_collections.ConfigDict.")
+        raise ConfigError(
+            f"get_config() in {path!r} returned {type(cfg).__name__}, "
+            "not an ml_collections.ConfigDict."
+        )
     cfg.lock()
     return cfg
 
@@ -131,8 +143,11 @@ def coerce(value: Any, current: Any, key: str) -> Any:
 
 def apply_overrides(cfg: ConfigDict, overrides: Mapping[str, Any] | Iterable[str]) -> ConfigDict:
     """Sets `a.b=value` strings or a {"a.b": value} mapping; unknown keys raise ConfigError."""
-    items = overrides.items() if isinstance(overrides, Mapping) else (
-        tuple(o.removeprefix("--config.").split("=", 1)) for o in overrides)
+    items = (
+        overrides.items()
+        if isinstance(overrides, Mapping)
+        else (tuple(o.removeprefix("--config.").split("=", 1)) for o in overrides)
+    )
     for item in items:
         if len(item) != 2:
             raise ConfigError(f"override {item[0]!r} is not of the form key=value.")
@@ -141,12 +156,15 @@ def apply_overrides(cfg: ConfigDict, overrides: Mapping[str, Any] | Iterable[str
         *parents, leaf = key.split(".")
         for i, part in enumerate(parents):
             if part not in parent or not isinstance(parent[part], ConfigDict):
-                raise ConfigError(f"config has no section {'.'.join(parents[:i + 1])!r} "
-                                  f"(while setting {key!r}).")
+                raise ConfigError(
+                    f"config has no section {'.'.join(parents[: i + 1])!r} (while setting {key!r})."
+                )
             parent = parent[part]
         if leaf not in parent:
-            raise ConfigError(f"config key {key!r} does not exist; known keys in "
-                              f"{'.'.join(parents) or 'the root'}: {', '.join(sorted(parent))}.")
+            raise ConfigError(
+                f"config key {key!r} does not exist; known keys in "
+                f"{'.'.join(parents) or 'the root'}: {', '.join(sorted(parent))}."
+            )
         value = coerce(value, parent[leaf], key)
         with parent.unlocked():
             parent[leaf] = value
@@ -163,9 +181,11 @@ def load_config(spec: str, overrides: Mapping[str, Any] | Iterable[str] = ()) ->
     which the command line and `jaxtrain.notebook.load_config` use for any file.
     """
     if Path(spec.partition(":")[0]).suffix.lower() in FOREIGN_SUFFIXES:
-        raise ConfigError(f"{spec} is a config of another stack: load it with "
-                          "jaxtrain.compat.load_config_file (as the command line and "
-                          "jaxtrain.notebook.load_config do).")
+        raise ConfigError(
+            f"{spec} is a config of another stack: load it with "
+            "jaxtrain.compat.load_config_file (as the command line and "
+            "jaxtrain.notebook.load_config do)."
+        )
     return apply_overrides(load_py_config(spec), overrides)
 
 
@@ -194,10 +214,12 @@ def micro_batch_size(cfg: ConfigDict) -> int:
 def check_checkpoint_compression(value: str) -> str:
     """`value` when it names a codec of CHECKPOINT_COMPRESSIONS; ConfigError otherwise."""
     if value not in CHECKPOINT_COMPRESSIONS:
-        raise ConfigError(f"checkpoint.compression={value!r} is not one of "
-                          f"{CHECKPOINT_COMPRESSIONS}: 'none' writes the arrays as they are (the "
-                          "default, fastest), 'zstd' compresses each chunk (smaller files, more "
-                          "CPU time per save and restore).")
+        raise ConfigError(
+            f"checkpoint.compression={value!r} is not one of "
+            f"{CHECKPOINT_COMPRESSIONS}: 'none' writes the arrays as they are (the "
+            "default, fastest), 'zstd' compresses each chunk (smaller files, more "
+            "CPU time per save and restore)."
+        )
     return value
 
 
@@ -216,40 +238,51 @@ def validate(cfg: ConfigDict) -> ModelSpec:
         raise ConfigError(
             f"train.global_batch_size={t.global_batch_size} is not a multiple of "
             f"train.micro_batch_size={t.micro_batch_size}; gradient accumulation runs a whole "
-            "number of micro batches per step. Pick a micro batch that divides the global one.")
+            "number of micro batches per step. Pick a micro batch that divides the global one."
+        )
     if t.seq_len > spec.max_seq_len:
-        raise ConfigError(f"train.seq_len={t.seq_len} exceeds model.max_seq_len="
-                          f"{spec.max_seq_len}; shorten the sequence or raise max_seq_len.")
+        raise ConfigError(
+            f"train.seq_len={t.seq_len} exceeds model.max_seq_len="
+            f"{spec.max_seq_len}; shorten the sequence or raise max_seq_len."
+        )
     chunks = t.get("loss_chunks", 0)
     if chunks and t.seq_len % chunks:
-        raise ConfigError(f"train.loss_chunks={chunks} must be 0 (all logits at once) or a "
-                          f"divisor of train.seq_len={t.seq_len}: each chunk takes every "
-                          f"{max(chunks, 1)}-th position of every sequence.")
+        raise ConfigError(
+            f"train.loss_chunks={chunks} must be 0 (all logits at once) or a "
+            f"divisor of train.seq_len={t.seq_len}: each chunk takes every "
+            f"{max(chunks, 1)}-th position of every sequence."
+        )
     if chunks and spec.fp8_output_layer:
-        raise ConfigError(f"model.fp8_output_layer=True and train.loss_chunks={chunks} are both "
-                          "set: the chunked loss multiplies by the output kernel itself, in "
-                          "model.dtype; set train.loss_chunks=0 or model.fp8_output_layer=False.")
+        raise ConfigError(
+            f"model.fp8_output_layer=True and train.loss_chunks={chunks} are both "
+            "set: the chunked loss multiplies by the output kernel itself, in "
+            "model.dtype; set train.loss_chunks=0 or model.fp8_output_layer=False."
+        )
     if chunks and spec.final_logit_softcap:
-        raise ConfigError(f"model.final_logit_softcap={spec.final_logit_softcap} and "
-                          f"train.loss_chunks={chunks} are both set: the chunked loss has no "
-                          "soft-cap on its logits; set train.loss_chunks=0.")
+        raise ConfigError(
+            f"model.final_logit_softcap={spec.final_logit_softcap} and "
+            f"train.loss_chunks={chunks} are both set: the chunked loss has no "
+            "soft-cap on its logits; set train.loss_chunks=0."
+        )
     if o.schedule not in SCHEDULES:
         raise ConfigError(f"optim.schedule={o.schedule!r} is not one of {SCHEDULES}.")
     # A warmup longer than the run is allowed: a shortened smoke run of a real recipe simply
     # never leaves its warmup.
     if o.get("after_decay", "min_lr") not in ("min_lr", "zero"):
-        raise ConfigError(f"optim.after_decay={o.after_decay!r} is not one of ('min_lr', "
-                          "'zero').")
+        raise ConfigError(f"optim.after_decay={o.after_decay!r} is not one of ('min_lr', 'zero').")
     if o.get("warmup_init", 0.0) > o.lr:
         raise ConfigError(f"optim.warmup_init={o.warmup_init} must lie in [0, optim.lr].")
     if o.min_lr > o.lr:
-        raise ConfigError(f"optim.lr={o.lr} / optim.min_lr={o.min_lr}: need 0 <= min_lr <= lr "
-                          "and lr > 0.")
+        raise ConfigError(
+            f"optim.lr={o.lr} / optim.min_lr={o.min_lr}: need 0 <= min_lr <= lr and lr > 0."
+        )
     ckpt = cfg.checkpoint
     check_checkpoint_compression(ckpt.get("compression", "none"))
     if not ckpt.resume and ckpt.get("resume_step", -1) != -1:
-        raise ConfigError(f"checkpoint.resume_step={ckpt.resume_step} asks to resume from that "
-                          "step, but checkpoint.resume=false asks to start over; drop one.")
+        raise ConfigError(
+            f"checkpoint.resume_step={ckpt.resume_step} asks to resume from that "
+            "step, but checkpoint.resume=false asks to start over; drop one."
+        )
     if d.kind not in DATA_KINDS:
         raise ConfigError(f"data.kind={d.kind!r} is not one of {DATA_KINDS}.")
     return spec

@@ -39,8 +39,10 @@ class Range:
     def describe(self) -> str:
         """The range in words: '> 0', '>= 1 or -1', 'in [0, 1)', 'any finite number'."""
         if self.low is not None and self.high is not None:
-            text = (f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
-                    f"{')' if self.high_open else ']'}")
+            text = (
+                f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+                f"{')' if self.high_open else ']'}"
+            )
         elif self.low is not None:
             text = f"{'>' if self.low_open else '>='} {self.low:g}"
         elif self.high is not None:
@@ -76,8 +78,9 @@ RANGES: dict[str, Range] = {
     "optim.warmup_steps": NON_NEGATIVE,
     "optim.decay_steps": Range(0, hint="0: train.steps"),
     "optim.warmup_init": NON_NEGATIVE,
-    "optim.warmup_offset": Range(0, 1, hint="0: the first step runs at warmup_init; 1: it "
-                                            "already moves toward lr"),
+    "optim.warmup_offset": Range(
+        0, 1, hint="0: the first step runs at warmup_init; 1: it already moves toward lr"
+    ),
     "optim.stable_steps": NON_NEGATIVE,
     "optim.weight_decay": NON_NEGATIVE,
     "optim.b1": FRACTION,
@@ -96,22 +99,66 @@ RANGES: dict[str, Range] = {
     "sample.temperature": Range(0, hint="0: greedy"),
     "sample.top_k": Range(0, hint="0: all tokens"),
     **{f"mesh.{side}_{axis}": MESH_SIZE for side in ("ici", "dcn") for axis in MESH_AXES},
-    **{f"model.{key}": COUNT for key in (
-        "vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-        "intermediate_size", "max_seq_len", "rope_original_max_len", "num_experts_per_tok",
-        "moe_n_group", "moe_topk_group", "moe_layer_step")},
-    **{f"model.{key}": POSITIVE for key in (
-        "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-        "rope_beta_fast", "rope_beta_slow", "attn_floor_scale", "moe_routed_scaling",
-        "moe_swiglu_alpha", "moe_swiglu_limit")},
-    **{f"model.{key}": NON_NEGATIVE for key in (
-        "rope_mscale", "rope_mscale_all_dim", "init_std", "kv_lora_rank", "q_lora_rank",
-        "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "moe_intermediate_size",
-        "moe_shared_experts", "num_dense_layers", "moe_bias_update_rate", "moe_aux_loss_coef",
-        "moe_z_loss_coef", "moe_capacity_factor", "linear_num_key_heads",
-        "linear_num_value_heads")},
-    **{f"model.{key}": COUNT for key in (
-        "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel")},
+    **{
+        f"model.{key}": COUNT
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "max_seq_len",
+            "rope_original_max_len",
+            "num_experts_per_tok",
+            "moe_n_group",
+            "moe_topk_group",
+            "moe_layer_step",
+        )
+    },
+    **{
+        f"model.{key}": POSITIVE
+        for key in (
+            "norm_eps",
+            "rope_theta",
+            "rope_factor",
+            "rope_low_freq_factor",
+            "rope_high_freq_factor",
+            "rope_beta_fast",
+            "rope_beta_slow",
+            "attn_floor_scale",
+            "moe_routed_scaling",
+            "moe_swiglu_alpha",
+            "moe_swiglu_limit",
+        )
+    },
+    **{
+        f"model.{key}": NON_NEGATIVE
+        for key in (
+            "rope_mscale",
+            "rope_mscale_all_dim",
+            "init_std",
+            "kv_lora_rank",
+            "q_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "moe_intermediate_size",
+            "moe_shared_experts",
+            "num_dense_layers",
+            "moe_bias_update_rate",
+            "moe_aux_loss_coef",
+            "moe_z_loss_coef",
+            "moe_capacity_factor",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+        )
+    },
+    **{
+        f"model.{key}": COUNT
+        for key in ("linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel")
+    },
     "model.linear_chunk": Range(0, hint="0: the mixer's default"),
     "model.sliding_window": Range(0, hint="0: full causal attention"),
     "model.attention_chunk": Range(0, hint="0: off"),
@@ -123,21 +170,41 @@ RANGES: dict[str, Range] = {
     "model.fp8_amax_history": Range(1, hint="steps of amax history of delayed scaling"),
     "model.fp8_margin": Range(0, 8, hint="powers of two of headroom below the fp8 maximum"),
     # Grok's soft-caps and multipliers (0 / 1: off).
-    **{f"model.{key}": Range(0, hint="0: off") for key in (
-        "attn_logit_softcap", "router_logit_softcap", "final_logit_softcap",
-        "attn_temperature_len")},
-    **{f"model.{key}": Range(0, low_open=True, hint="1: off") for key in (
-        "embed_multiplier", "output_multiplier")},
+    **{
+        f"model.{key}": Range(0, hint="0: off")
+        for key in (
+            "attn_logit_softcap",
+            "router_logit_softcap",
+            "final_logit_softcap",
+            "attn_temperature_len",
+        )
+    },
+    **{
+        f"model.{key}": Range(0, low_open=True, hint="1: off")
+        for key in ("embed_multiplier", "output_multiplier")
+    },
     # State-space (Mamba) sublayers.
     "model.mamba_version": Range(1, 2, hint="1: Mamba-1, 2: Mamba-2"),
-    **{f"model.{key}": COUNT for key in (
-        "ssm_state_size", "ssm_head_dim", "ssm_expand", "ssm_n_groups", "ssm_conv_kernel",
-        "ssm_chunk_size")},
-    **{f"model.{key}": Range(0, hint="0: derived from the other sizes") for key in (
-        "ssm_num_heads", "ssm_dt_rank")},
+    **{
+        f"model.{key}": COUNT
+        for key in (
+            "ssm_state_size",
+            "ssm_head_dim",
+            "ssm_expand",
+            "ssm_n_groups",
+            "ssm_conv_kernel",
+            "ssm_chunk_size",
+        )
+    },
+    **{
+        f"model.{key}": Range(0, hint="0: derived from the other sizes")
+        for key in ("ssm_num_heads", "ssm_dt_rank")
+    },
     **{f"model.{key}": POSITIVE for key in ("ssm_dt_min", "ssm_dt_max", "ssm_dt_floor")},
-    **{f"model.{key}": Range(0, hint="0: no clamp") for key in (
-        "ssm_dt_limit_min", "ssm_dt_limit_max")},
+    **{
+        f"model.{key}": Range(0, hint="0: no clamp")
+        for key in ("ssm_dt_limit_min", "ssm_dt_limit_max")
+    },
 }
 
 
@@ -157,8 +224,10 @@ def check_ranges(cfg: Any) -> None:
         rule = RANGES.get(key, Range())
         hint = f" ({rule.hint})" if rule.hint else ""
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{key}={value} is not a finite number; it must be "
-                              f"{rule.describe()}{hint}.")
+            raise ConfigError(
+                f"{key}={value} is not a finite number; it must be {rule.describe()}{hint}."
+            )
         if not rule.admits(value):
-            raise ConfigError(f"{key}={value!r} is out of range: it must be "
-                              f"{rule.describe()}{hint}.")
+            raise ConfigError(
+                f"{key}={value!r} is out of range: it must be {rule.describe()}{hint}."
+            )

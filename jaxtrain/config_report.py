@@ -28,8 +28,7 @@ def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
         "num_params": spec.num_params(),
         "num_active_params": spec.num_active_params(),  # top-k experts only (all when dense)
         "tokens_per_step": cfg.train.global_batch_size * cfg.train.seq_len,
-        "grad_accumulation_steps": cfg.train.global_batch_size
-        // config_lib.micro_batch_size(cfg),
+        "grad_accumulation_steps": cfg.train.global_batch_size // config_lib.micro_batch_size(cfg),
         "flops_per_token": spec.flops_per_token(cfg.train.seq_len),
         "devices": devices,
         "hosts": hosts,
@@ -41,14 +40,21 @@ def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
         return figures
     if figures["mesh"]["pipeline"] > 1:
         figures["pipeline"] = mesh_check.pipeline_summary(
-            spec, figures["mesh"], dict(sharding.RULE_PRESETS.get(cfg.mesh.rules, ())),
+            spec,
+            figures["mesh"],
+            dict(sharding.RULE_PRESETS.get(cfg.mesh.rules, ())),
             micro_batch=config_lib.micro_batch_size(cfg),
-            schedule=mesh_check.pipeline_schedule(cfg), mesh_cfg=cfg.mesh)
+            schedule=mesh_check.pipeline_schedule(cfg),
+            mesh_cfg=cfg.mesh,
+        )
     plan, axis_sizes = memory_plan.plan_for_mesh(cfg, devices, hosts)
     figures["memory_per_device"] = memory_plan.describe_state(plan, axis_sizes)
-    figures["state_bytes_per_device"] = {"parameters": plan.params,
-                                         "optimizer_state": plan.optimizer,
-                                         "gradients": plan.params, "batch": plan.batch}
+    figures["state_bytes_per_device"] = {
+        "parameters": plan.params,
+        "optimizer_state": plan.optimizer,
+        "gradients": plan.params,
+        "batch": plan.batch,
+    }
     return figures
 
 
@@ -67,8 +73,11 @@ class ConfigReport:
 
     def to_json(self) -> dict[str, Any]:
         """One JSON object: config, derived, unsupported and, for a foreign file, report."""
-        payload = {"config": self.cfg.to_dict(), "derived": self.derived,
-                   "unsupported": [e.to_json() for e in self.unsupported]}
+        payload = {
+            "config": self.cfg.to_dict(),
+            "derived": self.derived,
+            "unsupported": [e.to_json() for e in self.unsupported],
+        }
         if self.keys is not None:
             payload["report"] = self.keys.to_json()
         return payload
@@ -77,27 +86,44 @@ class ConfigReport:
         """The config, then `# key: value` lines, then the key table."""
         lines = [str(self.cfg).rstrip()]
         for key, value in self.derived.items():
-            shown = f"{value:,}" if isinstance(value, int) else (
-                f"{value:.4g}" if isinstance(value, float) else value)
+            shown = (
+                f"{value:,}"
+                if isinstance(value, int)
+                else (f"{value:.4g}" if isinstance(value, float) else value)
+            )
             lines.append(f"# {key}: {shown}")
         if self.keys is not None:
             lines.append(self.keys.table())
         if self.unsupported:
-            lines.append(f"# {len(self.unsupported)} unsupported key(s) (listed first above): "
-                         "training refuses this config unless --allow-unsupported.")
+            lines.append(
+                f"# {len(self.unsupported)} unsupported key(s) (listed first above): "
+                "training refuses this config unless --allow-unsupported."
+            )
         return "\n".join(lines)
 
 
-def build(path: str, overrides: Sequence[str] = (), native: Sequence[str] = (), *,
-          devices: int | None = None, hosts: int | None = None,
-          primus_root: str | None = None, maxtext_root: str | None = None) -> ConfigReport:
+def build(
+    path: str,
+    overrides: Sequence[str] = (),
+    native: Sequence[str] = (),
+    *,
+    devices: int | None = None,
+    hosts: int | None = None,
+    primus_root: str | None = None,
+    maxtext_root: str | None = None,
+) -> ConfigReport:
     """The report of one config file, planned for `devices` over `hosts` when given, else for
     the layout a foreign file's launch names, else for this host (see `device_plan`)."""
     keys = None
     if compat.is_foreign(path):
-        cfg, keys = compat.load_foreign(path, list(overrides), native_overrides=list(native),
-                                        allow_unsupported=True, primus_root=primus_root,
-                                        maxtext_root=maxtext_root)
+        cfg, keys = compat.load_foreign(
+            path,
+            list(overrides),
+            native_overrides=list(native),
+            allow_unsupported=True,
+            primus_root=primus_root,
+            maxtext_root=maxtext_root,
+        )
     else:
         cfg = compat.load_config_file(path, list(overrides), native_overrides=list(native))
     # This host's devices, unless --devices/--hosts or the file's launch name others.

@@ -45,19 +45,25 @@ class DevicePlan:
         return out
 
 
-def plan_devices(devices: int | None = None, hosts: int | None = None,
-                 report: Any = None) -> DevicePlan:
+def plan_devices(
+    devices: int | None = None, hosts: int | None = None, report: Any = None
+) -> DevicePlan:
     """The layout to plan for: `devices`/`hosts` when given (a --devices/--hosts request), else
     what a foreign file's report says its launch named, else this host's devices."""
     here = jax.device_count()
     where = f"this host: {here} {jax.devices()[0].platform} device(s)"
     if devices is not None:
         hosts = hosts or 1
-        return DevicePlan(devices, hosts, f"--devices {devices} --hosts {hosts} (planned; "
-                                          f"{where})", here)
+        return DevicePlan(
+            devices, hosts, f"--devices {devices} --hosts {hosts} (planned; {where})", here
+        )
     if report is not None and report.launch:
-        return DevicePlan(report.world_size, hosts or report.num_hosts,
-                          f"{report.launch} (planned; {where})", here)
+        return DevicePlan(
+            report.world_size,
+            hosts or report.num_hosts,
+            f"{report.launch} (planned; {where})",
+            here,
+        )
     if hosts is not None and hosts != 1:
         return DevicePlan(here, hosts, f"--hosts {hosts} (planned; {where})", here)
     return DevicePlan(here, 1, where, here)

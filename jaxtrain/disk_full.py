@@ -48,7 +48,8 @@ def disk_full_error(folder: Path, what: str, checkpoints: str = "") -> DiskFullE
         f"no space left on device: {Path(folder).absolute()} is full ({what} failed). Nothing "
         f"already written is lost: {intact}, and an unfinished checkpoint is skipped on resume. "
         "Free space there (or point run.dir / checkpoint.dir at a larger disk), then run the "
-        "same command to resume.")
+        "same command to resume."
+    )
 
 
 class _QuietDiskFull(logging.Filter):
@@ -56,8 +57,10 @@ class _QuietDiskFull(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not (any(marker in message for marker in _MARKERS)
-                    or (record.exc_info and is_disk_full(record.exc_info[1])))
+        return not (
+            any(marker in message for marker in _MARKERS)
+            or (record.exc_info and is_disk_full(record.exc_info[1]))
+        )
 
 
 def _ignore_closed_loop_callbacks(unraisable: Any) -> None:

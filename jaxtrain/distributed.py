@@ -78,8 +78,9 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise DistributedError(f"environment variable {name}={value!r} is not an integer.") \
-            from None
+        raise DistributedError(
+            f"environment variable {name}={value!r} is not an integer."
+        ) from None
 
 
 def _first_int(env: Mapping[str, str], *names: str) -> int | None:
@@ -102,22 +103,43 @@ def _local_ids(local_rank: int | None, local_size: int | None) -> tuple[int, ...
     return (local_rank,)
 
 
-def resolve(env: Mapping[str, str] | None = None, *, coordinator: str | None = None,
-            num_processes: int | None = None, process_id: int | None = None) -> Launch | None:
+def resolve(
+    env: Mapping[str, str] | None = None,
+    *,
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+) -> Launch | None:
     """The multi-process launch the flags and environment describe, or None for one process."""
     env = os.environ if env is None else env
     coordinator = coordinator or env.get("JAXTRAIN_COORDINATOR") or None
     if coordinator:
-        count = num_processes or _first_int(env, "JAXTRAIN_NUM_PROCESSES", "NNODES",
-                                            "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE")
-        rank = process_id if process_id is not None else _first_int(
-            env, "JAXTRAIN_PROCESS_ID", "NODE_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
-            "RANK")
+        count = num_processes or _first_int(
+            env,
+            "JAXTRAIN_NUM_PROCESSES",
+            "NNODES",
+            "SLURM_NTASKS",
+            "OMPI_COMM_WORLD_SIZE",
+            "WORLD_SIZE",
+        )
+        rank = (
+            process_id
+            if process_id is not None
+            else _first_int(
+                env,
+                "JAXTRAIN_PROCESS_ID",
+                "NODE_RANK",
+                "SLURM_PROCID",
+                "OMPI_COMM_WORLD_RANK",
+                "RANK",
+            )
+        )
         if count is None or rank is None:
             raise DistributedError(
                 f"--coordinator {coordinator} needs the process count and this process's id: "
                 "pass --num-processes N --process-id I (or JAXTRAIN_NUM_PROCESSES / "
-                "JAXTRAIN_PROCESS_ID).")
+                "JAXTRAIN_PROCESS_ID)."
+            )
         if ":" not in coordinator:
             coordinator = _address(env, coordinator, None)
         return Launch("flags", coordinator, count, rank) if count > 1 else None
@@ -126,18 +148,30 @@ def resolve(env: Mapping[str, str] | None = None, *, coordinator: str | None = N
     world, rank, local = (_int(env, "WORLD_SIZE"), _int(env, "RANK"), _int(env, "LOCAL_RANK"))
     if master and world and world > 1 and rank is not None and local is not None:
         master_port = _int(env, "MASTER_PORT") or DEFAULT_PORT
-        return Launch("torchrun", _address(env, master, master_port + TORCHRUN_PORT_OFFSET),
-                      world, rank, _local_ids(local, _int(env, "LOCAL_WORLD_SIZE") or world))
+        return Launch(
+            "torchrun",
+            _address(env, master, master_port + TORCHRUN_PORT_OFFSET),
+            world,
+            rank,
+            _local_ids(local, _int(env, "LOCAL_WORLD_SIZE") or world),
+        )
 
     nnodes = _int(env, "NNODES")
     if master and nnodes and nnodes > 1:
         node_rank = _int(env, "NODE_RANK")
         if node_rank is None:
-            raise DistributedError(f"NNODES={nnodes} and MASTER_ADDR={master} are set but "
-                                   "NODE_RANK is not: export this node's rank (0..NNODES-1).")
+            raise DistributedError(
+                f"NNODES={nnodes} and MASTER_ADDR={master} are set but "
+                "NODE_RANK is not: export this node's rank (0..NNODES-1)."
+            )
         gpus = _int(env, "GPUS_PER_NODE")
-        return Launch("NNODES/NODE_RANK", _address(env, master, _int(env, "MASTER_PORT")),
-                      nnodes, node_rank, tuple(range(gpus)) if gpus else None)
+        return Launch(
+            "NNODES/NODE_RANK",
+            _address(env, master, _int(env, "MASTER_PORT")),
+            nnodes,
+            node_rank,
+            tuple(range(gpus)) if gpus else None,
+        )
 
     tasks = _int(env, "SLURM_NTASKS")
     if tasks and tasks > 1:
@@ -146,26 +180,39 @@ def resolve(env: Mapping[str, str] | None = None, *, coordinator: str | None = N
             raise DistributedError(
                 f"SLURM_NTASKS={tasks} but this is not a Slurm task (no SLURM_PROCID / "
                 "SLURM_STEP_NODELIST): start training with `srun python -m jaxtrain ...` "
-                "(see tools/launch_slurm.sbatch).")
+                "(see tools/launch_slurm.sbatch)."
+            )
         if master:
             nodes = _first_int(env, "SLURM_STEP_NUM_NODES", "SLURM_NNODES") or tasks
             per_node = tasks // max(nodes, 1)
-            return Launch("slurm", _address(env, master, _int(env, "MASTER_PORT")), tasks, task,
-                          _local_ids(_int(env, "SLURM_LOCALID"), per_node))
+            return Launch(
+                "slurm",
+                _address(env, master, _int(env, "MASTER_PORT")),
+                tasks,
+                task,
+                _local_ids(_int(env, "SLURM_LOCALID"), per_node),
+            )
         return Launch("slurm")
 
     size = _int(env, "OMPI_COMM_WORLD_SIZE")
     if size and size > 1:
         rank = _int(env, "OMPI_COMM_WORLD_RANK")
         if master:
-            return Launch("openmpi", _address(env, master, _int(env, "MASTER_PORT")), size, rank,
-                          _local_ids(_int(env, "OMPI_COMM_WORLD_LOCAL_RANK"),
-                                     _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")))
+            return Launch(
+                "openmpi",
+                _address(env, master, _int(env, "MASTER_PORT")),
+                size,
+                rank,
+                _local_ids(
+                    _int(env, "OMPI_COMM_WORLD_LOCAL_RANK"), _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
+                ),
+            )
         if "OMPI_MCA_orte_hnp_uri" not in env:
             raise DistributedError(
                 f"OMPI_COMM_WORLD_SIZE={size} but OpenMPI exported no coordinator URI (OpenMPI "
                 "5 / PMIx): export MASTER_ADDR=<first host> (mpirun -x MASTER_ADDR) or pass "
-                "--coordinator HOST:PORT.")
+                "--coordinator HOST:PORT."
+            )
         return Launch("openmpi")
     return None
 
@@ -177,8 +224,9 @@ def _split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def wait_for_coordinator(address: str, timeout_s: float, *, process_id: int = 1,
-                         num_processes: int = 2) -> None:
+def wait_for_coordinator(
+    address: str, timeout_s: float, *, process_id: int = 1, num_processes: int = 2
+) -> None:
     """Polls until the coordinator accepts TCP connections; DistributedError after timeout_s.
 
     jax's own wait ends in a fatal abort with a terse gRPC status; this check turns the
@@ -200,12 +248,17 @@ def wait_for_coordinator(address: str, timeout_s: float, *, process_id: int = 1,
         f"process {process_id} of {num_processes} could not reach the coordinator at {address} "
         f"within {timeout_s:g} s ({last}). Process 0 serves it: check that process 0 is running "
         f"with the same coordinator and process count, that {host} resolves from this host and "
-        f"port {port} is open (firewall), or raise JAXTRAIN_INIT_TIMEOUT.")
+        f"port {port} is open (firewall), or raise JAXTRAIN_INIT_TIMEOUT."
+    )
 
 
-def initialize(launch: Launch, *, init_timeout_s: int = DEFAULT_INIT_TIMEOUT_S,
-               heartbeat_timeout_s: int = DEFAULT_HEARTBEAT_TIMEOUT_S,
-               shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
+def initialize(
+    launch: Launch,
+    *,
+    init_timeout_s: int = DEFAULT_INIT_TIMEOUT_S,
+    heartbeat_timeout_s: int = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    shutdown_timeout_s: int = DEFAULT_SHUTDOWN_TIMEOUT_S,
+) -> None:
     """Starts `jax.distributed` for a resolved launch (call before any other jax work).
 
     Then starts the watch on the other processes (`heartbeat_timeout_s`) and the one-line
@@ -213,23 +266,35 @@ def initialize(launch: Launch, *, init_timeout_s: int = DEFAULT_INIT_TIMEOUT_S,
     """
     if launch.coordinator is not None and launch.process_id:
         start = time.monotonic()
-        wait_for_coordinator(launch.coordinator, init_timeout_s, process_id=launch.process_id,
-                             num_processes=launch.num_processes or 0)
+        wait_for_coordinator(
+            launch.coordinator,
+            init_timeout_s,
+            process_id=launch.process_id,
+            num_processes=launch.num_processes or 0,
+        )
         init_timeout_s = max(1, int(init_timeout_s - (time.monotonic() - start)))
     if launch.process_id == 0:
         # jax aborts process 0 with a bare gRPC status if the others never come; say first
         # what it is waiting for.
-        print(f"jaxtrain: process 0 of {launch.num_processes} ({launch.source}) serving the "
-              f"coordinator at {launch.coordinator}; waiting up to {init_timeout_s} s for every "
-              "process to connect", file=sys.stderr, flush=True)
+        print(
+            f"jaxtrain: process 0 of {launch.num_processes} ({launch.source}) serving the "
+            f"coordinator at {launch.coordinator}; waiting up to {init_timeout_s} s for every "
+            "process to connect",
+            file=sys.stderr,
+            flush=True,
+        )
     kwargs = {}
     if launch.local_device_ids is not None:
         kwargs["local_device_ids"] = list(launch.local_device_ids)
     jax.distributed.initialize(
-        coordinator_address=launch.coordinator, num_processes=launch.num_processes,
-        process_id=launch.process_id, initialization_timeout=init_timeout_s,
+        coordinator_address=launch.coordinator,
+        num_processes=launch.num_processes,
+        process_id=launch.process_id,
+        initialization_timeout=init_timeout_s,
         heartbeat_timeout_seconds=peer_watch.jax_heartbeat_timeout(heartbeat_timeout_s),
-        shutdown_timeout_seconds=shutdown_timeout_s, **kwargs)
+        shutdown_timeout_seconds=shutdown_timeout_s,
+        **kwargs,
+    )
     _start_watching(heartbeat_timeout_s, launch.coordinator or "(detected by jax)")
 
 
@@ -254,8 +319,9 @@ def _start_watching(timeout_s: int, coordinator: str) -> None:
     client = coordination_client()
     if client is None or jax.process_count() < 2:
         return
-    _WATCH = peer_watch.PeerWatch(client, jax.process_index(), jax.process_count(),
-                                  timeout_s=timeout_s).start()
+    _WATCH = peer_watch.PeerWatch(
+        client, jax.process_index(), jax.process_count(), timeout_s=timeout_s
+    ).start()
     peer_watch.install_abort_report(jax.process_index(), jax.process_count(), coordinator)
 
 
@@ -275,8 +341,12 @@ def explain_runtime_error(error: BaseException) -> None:
     if _WATCH is None or not isinstance(error, jax.errors.JaxRuntimeError):
         return
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    print(f"jaxtrain: a collective failed ({first[:200]}); checking which process was lost "
-          f"(up to {_WATCH.timeout_s:g} s)", file=sys.stderr, flush=True)
+    print(
+        f"jaxtrain: a collective failed ({first[:200]}); checking which process was lost "
+        f"(up to {_WATCH.timeout_s:g} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     _WATCH.wait_for_verdict(_WATCH.timeout_s + 2 * _WATCH.interval_s)
 
 
@@ -295,9 +365,14 @@ def abandon(exit_code: int) -> None:
     os._exit(exit_code)
 
 
-def initialize_from_env(timeout_s: int | None = None, *, coordinator: str | None = None,
-                        num_processes: int | None = None, process_id: int | None = None,
-                        env: Mapping[str, str] | None = None) -> bool:
+def initialize_from_env(
+    timeout_s: int | None = None,
+    *,
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> bool:
     """Initialises multi-process JAX when flags or the environment describe several processes.
 
     Returns whether it did. `timeout_s` defaults to `JAXTRAIN_INIT_TIMEOUT` (else 300 s); a
@@ -305,8 +380,9 @@ def initialize_from_env(timeout_s: int | None = None, *, coordinator: str | None
     barrier waits `JAXTRAIN_SHUTDOWN_TIMEOUT` seconds (else 120).
     """
     env = os.environ if env is None else env
-    launch = resolve(env, coordinator=coordinator, num_processes=num_processes,
-                     process_id=process_id)
+    launch = resolve(
+        env, coordinator=coordinator, num_processes=num_processes, process_id=process_id
+    )
     if launch is None:
         return False
     if jax.distributed.is_initialized():
@@ -317,6 +393,7 @@ def initialize_from_env(timeout_s: int | None = None, *, coordinator: str | None
         timeout_s = _int(env, "JAXTRAIN_INIT_TIMEOUT") or DEFAULT_INIT_TIMEOUT_S
     heartbeat = _int(env, "JAXTRAIN_HEARTBEAT_TIMEOUT") or DEFAULT_HEARTBEAT_TIMEOUT_S
     shutdown = _int(env, "JAXTRAIN_SHUTDOWN_TIMEOUT") or DEFAULT_SHUTDOWN_TIMEOUT_S
-    initialize(launch, init_timeout_s=timeout_s, heartbeat_timeout_s=heartbeat,
-               shutdown_timeout_s=shutdown)
+    initialize(
+        launch, init_timeout_s=timeout_s, heartbeat_timeout_s=heartbeat, shutdown_timeout_s=shutdown
+    )
     return True

@@ -20,8 +20,14 @@ from jaxtrain.train.state import count_params
 FORMATS = ("hf",)
 
 
-def export_hf(run_dir: str | Path, out: str | Path, step: int | None = None, *,
-              dtype: str | None = None, max_shard_bytes: int = 5 * 10**9) -> Path:
+def export_hf(
+    run_dir: str | Path,
+    out: str | Path,
+    step: int | None = None,
+    *,
+    dtype: str | None = None,
+    max_shard_bytes: int = 5 * 10**9,
+) -> Path:
     """Writes checkpoint `step` (latest by default) of a run as a Hugging Face folder.
 
     `dtype` is the stored weight dtype (default: the run's `model.param_dtype`). Prints one
@@ -33,14 +39,26 @@ def export_hf(run_dir: str | Path, out: str | Path, step: int | None = None, *,
     tokenizer = restored.cfg.data.get("tokenizer", "") or None
     extra = {}
     if tokenizer and not Path(tokenizer).is_dir():
-        print(f"export: warning: the run's tokenizer {tokenizer} is not here; exporting "
-              "weights and config only", file=sys.stderr)
+        print(
+            f"export: warning: the run's tokenizer {tokenizer} is not here; exporting "
+            "weights and config only",
+            file=sys.stderr,
+        )
         tokenizer = None
     if tokenizer and (eos := eos_id_from_tokenizer(tokenizer)) is not None:
         extra["eos_token_id"] = eos
-    out = save_hf_checkpoint(restored.spec, weights, out, tokenizer_dir=tokenizer,
-                             max_shard_bytes=max_shard_bytes, dtype=dtype, config_extra=extra)
-    print(f"exported step {restored.step} of {run_dir} ({restored.spec.family}, "
-          f"{count_params(weights):,} params) to {out}"
-          f"{' with the tokenizer of ' + tokenizer if tokenizer else ''}")
+    out = save_hf_checkpoint(
+        restored.spec,
+        weights,
+        out,
+        tokenizer_dir=tokenizer,
+        max_shard_bytes=max_shard_bytes,
+        dtype=dtype,
+        config_extra=extra,
+    )
+    print(
+        f"exported step {restored.step} of {run_dir} ({restored.spec.family}, "
+        f"{count_params(weights):,} params) to {out}"
+        f"{' with the tokenizer of ' + tokenizer if tokenizer else ''}"
+    )
     return out

@@ -44,5 +44,7 @@ def disk_line(folder: Path) -> str:
         folder = folder.parent
     device, mount, kind = _mount_of(folder)
     usage = shutil.disk_usage(folder)
-    return (f"{device} ({kind}, {usage.total / 1e9:.0f} GB, {usage.free / 1e9:.0f} GB free) "
-            f"mounted at {mount}")
+    return (
+        f"{device} ({kind}, {usage.total / 1e9:.0f} GB, {usage.free / 1e9:.0f} GB free) "
+        f"mounted at {mount}"
+    )

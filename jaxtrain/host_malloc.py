@@ -53,7 +53,8 @@ def _jax_has_accelerator_plugin() -> bool:
     if importlib.metadata.entry_points(group="jax_plugins"):
         return True
     return importlib.util.find_spec("jax_plugins") is not None or (
-        importlib.util.find_spec("libtpu") is not None)
+        importlib.util.find_spec("libtpu") is not None
+    )
 
 
 def worthwhile(environ: dict[str, str] | None = None) -> bool:

@@ -27,25 +27,75 @@ from jaxtrain.train import buffers
 from jaxtrain.train.state import StateLayout, count_params
 
 # Fields that change which arrays exist or their shapes: a difference is an error.
-STRUCTURAL_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                     "head_dim", "intermediate_size", "tie_embeddings", "qkv_bias", "qk_norm",
-                     "num_experts", "moe_intermediate_size", "kv_lora_rank", "q_lora_rank",
-                     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "moe_shared_experts",
-                     "num_dense_layers", "moe_score_bias", "attention_sinks", "o_bias",
-                     "mlp_bias", "moe_router_bias", "moe_expert_bias", "moe_layer_step")
+STRUCTURAL_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "tie_embeddings",
+    "qkv_bias",
+    "qk_norm",
+    "num_experts",
+    "moe_intermediate_size",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "moe_shared_experts",
+    "num_dense_layers",
+    "moe_score_bias",
+    "attention_sinks",
+    "o_bias",
+    "mlp_bias",
+    "moe_router_bias",
+    "moe_expert_bias",
+    "moe_layer_step",
+)
 # Fields that change the computation but not the weights (e.g. a longer RoPE base for context
 # extension): the run's value is used and the difference reported.
-NUMERICAL_FIELDS = ("family", "norm_eps", "rope_theta", "rope_scaling", "sliding_window",
-                    "num_experts_per_tok", "moe_score", "moe_norm_topk", "rope_interleave",
-                    "moe_topk_method", "moe_n_group", "moe_topk_group", "moe_routed_scaling",
-                    "attention_chunk", "global_layer_step", "leading_global_layers",
-                    "nope_global", "qk_l2_norm",
-                    "attn_temperature_tuning", "attn_floor_scale", "attn_scale",
-                    "moe_weight_inputs", "moe_activation", "moe_swiglu_alpha",
-                    "moe_swiglu_limit", "quantization")
-ROPE_SCALING_FIELDS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                       "rope_original_max_len", "rope_beta_fast", "rope_beta_slow",
-                       "rope_mscale", "rope_mscale_all_dim", "rope_truncate")
+NUMERICAL_FIELDS = (
+    "family",
+    "norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "sliding_window",
+    "num_experts_per_tok",
+    "moe_score",
+    "moe_norm_topk",
+    "rope_interleave",
+    "moe_topk_method",
+    "moe_n_group",
+    "moe_topk_group",
+    "moe_routed_scaling",
+    "attention_chunk",
+    "global_layer_step",
+    "leading_global_layers",
+    "nope_global",
+    "qk_l2_norm",
+    "attn_temperature_tuning",
+    "attn_floor_scale",
+    "attn_scale",
+    "moe_weight_inputs",
+    "moe_activation",
+    "moe_swiglu_alpha",
+    "moe_swiglu_limit",
+    "quantization",
+)
+ROPE_SCALING_FIELDS = (
+    "rope_factor",
+    "rope_low_freq_factor",
+    "rope_high_freq_factor",
+    "rope_original_max_len",
+    "rope_beta_fast",
+    "rope_beta_slow",
+    "rope_mscale",
+    "rope_mscale_all_dim",
+    "rope_truncate",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +110,8 @@ class Source:
 def is_hf_folder(path: Path) -> bool:
     """Whether a folder holds a Hugging Face checkpoint (config.json + safetensors)."""
     return (path / "config.json").is_file() and (
-        (path / WEIGHTS_NAME).is_file() or (path / INDEX_NAME).is_file())
+        (path / WEIGHTS_NAME).is_file() or (path / INDEX_NAME).is_file()
+    )
 
 
 def find_source(path: str | Path) -> Source:
@@ -76,7 +127,8 @@ def find_source(path: str | Path) -> Source:
         raise CheckpointError(
             f"checkpoint.init_from={str(path)!r} is neither a Hugging Face folder (config.json "
             f"and {WEIGHTS_NAME} or {INDEX_NAME}), a jaxtrain run directory, nor an Orbax "
-            "checkpoint folder (numbered step folders).") from None
+            "checkpoint folder (numbered step folders)."
+        ) from None
     return Source("jaxtrain", root, step)
 
 
@@ -85,14 +137,19 @@ def compare_specs(source: ModelSpec, run: ModelSpec, where: str) -> list[str]:
     fields = STRUCTURAL_FIELDS + NUMERICAL_FIELDS
     if source.rope_scaling != "none" or run.rope_scaling != "none":
         fields += ROPE_SCALING_FIELDS
-    differ = [(f, getattr(source, f, None), getattr(run, f, None)) for f in fields
-              if getattr(source, f, None) != getattr(run, f, None)]
+    differ = [
+        (f, getattr(source, f, None), getattr(run, f, None))
+        for f in fields
+        if getattr(source, f, None) != getattr(run, f, None)
+    ]
     structural = [d for d in differ if d[0] in STRUCTURAL_FIELDS]
     if structural:
         lines = [f"checkpoint.init_from: the model in {where} does not match this run's model:"]
         lines += [f"  model.{f}: source {a!r} vs run {b!r}" for f, a, b in structural]
-        lines.append("Set the run's model.* keys to the source's values (or use a preset "
-                     "config of the same architecture).")
+        lines.append(
+            "Set the run's model.* keys to the source's values (or use a preset "
+            "config of the same architecture)."
+        )
         raise CheckpointError("\n".join(lines))
     return [f"model.{f}: source {a!r}, run uses {b!r}" for f, a, b in differ]
 
@@ -101,7 +158,9 @@ def _place(params: Any, shardings: Any) -> Any:
     """Host arrays -> global arrays, each device taking only its own slice."""
     return jax.tree.map(
         lambda x, s: jax.make_array_from_callback(x.shape, s, lambda index: x[index]),
-        params, shardings)
+        params,
+        shardings,
+    )
 
 
 def _weights_only(tree: Any, layout: StateLayout) -> Any:
@@ -115,8 +174,10 @@ def _with_fresh_histories(params: Any, layout: StateLayout) -> Any:
     abstract = buffers.fp8_histories(layout.graphdef, layout.abstract["params"])
     if not abstract:
         return params
-    zeros = jax.jit(lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract),
-                    out_shardings=jax.tree.map(lambda a: a.sharding, abstract))()
+    zeros = jax.jit(
+        lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract),
+        out_shardings=jax.tree.map(lambda a: a.sharding, abstract),
+    )()
     return buffers.merge(params, zeros)
 
 
@@ -130,31 +191,35 @@ def _from_hf(folder: Path, spec: ModelSpec, layout: StateLayout) -> tuple[Any, l
     return placed, notes, "Hugging Face checkpoint"
 
 
-def _from_jaxtrain(source: Source, init_step: int, spec: ModelSpec,
-                   layout: StateLayout) -> tuple[Any, list[str], str]:
+def _from_jaxtrain(
+    source: Source, init_step: int, spec: ModelSpec, layout: StateLayout
+) -> tuple[Any, list[str], str]:
     checkpointer = Checkpointer(source.path, read_only=True, async_save=False)
     try:
         steps = checkpointer.all_steps()
         if not steps:
-            raise CheckpointError(f"checkpoint.init_from: {source.path} holds no complete "
-                                  "checkpoint.")
+            raise CheckpointError(
+                f"checkpoint.init_from: {source.path} holds no complete checkpoint."
+            )
         step = source.step if source.step is not None else init_step
         step = steps[-1] if step < 0 else step
         if step not in steps:
-            raise CheckpointError(f"checkpoint.init_from: {source.path} has no step {step}; "
-                                  f"saved steps: {steps}.")
+            raise CheckpointError(
+                f"checkpoint.init_from: {source.path} has no step {step}; saved steps: {steps}."
+            )
         saved = checkpointer.restore_config(step)
-        notes = compare_specs(ModelSpec.from_config(saved["model"]), spec,
-                              str(checkpointer.step_dir(step)))
-        params = checkpointer.restore_params(step, _weights_only(layout.abstract["params"],
-                                                                 layout))
+        notes = compare_specs(
+            ModelSpec.from_config(saved["model"]), spec, str(checkpointer.step_dir(step))
+        )
+        params = checkpointer.restore_params(step, _weights_only(layout.abstract["params"], layout))
     finally:
         checkpointer.close()
     return params, notes, f"jaxtrain checkpoint, step {step}"
 
 
-def load_params(path: str | Path, init_step: int, spec: ModelSpec,
-                layout: StateLayout) -> tuple[Any, str]:
+def load_params(
+    path: str | Path, init_step: int, spec: ModelSpec, layout: StateLayout
+) -> tuple[Any, str]:
     """(parameters placed on the layout's shardings, a report of what was loaded)."""
     source = find_source(path)
     if source.kind == "hf":
@@ -162,16 +227,19 @@ def load_params(path: str | Path, init_step: int, spec: ModelSpec,
     else:
         params, notes, what = _from_jaxtrain(source, init_step, spec, layout)
     arrays = len(jax.tree.leaves(params))
-    report = (f"init_from: loaded {arrays} arrays ({count_params(params):,} params) from "
-              f"{source.path} ({what}); optimizer state initialised, step 0, data order from "
-              "the start")
+    report = (
+        f"init_from: loaded {arrays} arrays ({count_params(params):,} params) from "
+        f"{source.path} ({what}); optimizer state initialised, step 0, data order from "
+        "the start"
+    )
     if notes:
         report += "\n  differences kept from this run's config: " + "; ".join(notes)
     return _with_fresh_histories(params, layout), report
 
 
-def initial_state(params: Any, tx: optax.GradientTransformation,
-                  layout: StateLayout) -> dict[str, Any]:
+def initial_state(
+    params: Any, tx: optax.GradientTransformation, layout: StateLayout
+) -> dict[str, Any]:
     """A train state at step 0 around `params`, with a fresh optimizer state (over the
     trainable parameters only: buffers such as the aux-free expert bias have none)."""
 

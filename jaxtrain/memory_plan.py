@@ -55,7 +55,7 @@ def shard_bytes(leaf: Any, axis_sizes: Mapping[str, int]) -> int:
     """
     spec = tuple(getattr(getattr(leaf, "sharding", None), "spec", ()) or ())
     shape = list(leaf.shape)
-    for dim, entry in enumerate(spec[:len(shape)]):
+    for dim, entry in enumerate(spec[: len(shape)]):
         names = (entry,) if isinstance(entry, str) else tuple(entry or ())
         shape[dim] = -(-shape[dim] // math.prod(axis_sizes.get(n, 1) for n in names))
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
@@ -63,8 +63,9 @@ def shard_bytes(leaf: Any, axis_sizes: Mapping[str, int]) -> int:
 
 def tree_bytes(tree: Any, axis_sizes: Mapping[str, int]) -> int:
     """Bytes per device of every array leaf of an abstract tree."""
-    return sum(shard_bytes(leaf, axis_sizes) for leaf in jax.tree.leaves(tree)
-               if hasattr(leaf, "shape"))
+    return sum(
+        shard_bytes(leaf, axis_sizes) for leaf in jax.tree.leaves(tree) if hasattr(leaf, "shape")
+    )
 
 
 @dataclasses.dataclass
@@ -90,23 +91,30 @@ class MemoryPlan:
 
     def breakdown(self) -> str:
         """'parameters 1.2 GiB, optimizer state 2.4 GiB, ...' in the order of their sizes."""
-        parts = [("parameters", self.params), ("optimizer state", self.optimizer),
-                 ("batch", self.batch)]
+        parts = [
+            ("parameters", self.params),
+            ("optimizer state", self.optimizer),
+            ("batch", self.batch),
+        ]
         if self.temp is not None:
             parts.append(("activations, gradients and scratch (XLA)", self.temp))
         return ", ".join(f"{name} {gib(n)}" for name, n in sorted(parts, key=lambda p: -p[1]))
 
 
-def plan_state(layout_abstract: Mapping[str, Any], batch: Mapping[str, Any],
-               axis_sizes: Mapping[str, int]) -> MemoryPlan:
+def plan_state(
+    layout_abstract: Mapping[str, Any], batch: Mapping[str, Any], axis_sizes: Mapping[str, int]
+) -> MemoryPlan:
     """The per-device state and batch bytes of a state layout on a mesh of `axis_sizes`."""
-    return MemoryPlan(params=tree_bytes(layout_abstract["params"], axis_sizes),
-                      optimizer=tree_bytes(layout_abstract["opt_state"], axis_sizes),
-                      batch=tree_bytes(batch, axis_sizes))
+    return MemoryPlan(
+        params=tree_bytes(layout_abstract["params"], axis_sizes),
+        optimizer=tree_bytes(layout_abstract["opt_state"], axis_sizes),
+        batch=tree_bytes(batch, axis_sizes),
+    )
 
 
-def plan_for_mesh(cfg: ConfigDict, devices: int, hosts: int = 1
-                  ) -> tuple[MemoryPlan, dict[str, int]]:
+def plan_for_mesh(
+    cfg: ConfigDict, devices: int, hosts: int = 1
+) -> tuple[MemoryPlan, dict[str, int]]:
     """The state and batch plan of `cfg` on a mesh of `devices` over `hosts`, from arithmetic.
 
     No device of that mesh is needed: the partition specs come from the rule table (the run
@@ -122,12 +130,13 @@ def describe_state(plan: MemoryPlan, axis_sizes: Mapping[str, int]) -> str:
     """One line for `config`: the state per device and the gradients it implies."""
     mesh = " x ".join(f"{k}={v}" for k, v in axis_sizes.items() if v > 1) or "1 device"
     # Stages hold equal runs of the stack plus the (replicated) embedding and output layer.
-    stages = (", the same on every pipeline stage" if axis_sizes.get("pipeline", 1) > 1
-              else "")
-    return (f"parameters {gib(plan.params)} + optimizer state {gib(plan.optimizer)} + "
-            f"gradients ~{gib(plan.params)} = {gib(plan.state + plan.params)} per device on "
-            f"mesh {mesh}{stages}, before activations (the trainer checks the compiled step "
-            "before it allocates; tools/compile_plan.py compiles it for a planned mesh)")
+    stages = ", the same on every pipeline stage" if axis_sizes.get("pipeline", 1) > 1 else ""
+    return (
+        f"parameters {gib(plan.params)} + optimizer state {gib(plan.optimizer)} + "
+        f"gradients ~{gib(plan.params)} = {gib(plan.state + plan.params)} per device on "
+        f"mesh {mesh}{stages}, before activations (the trainer checks the compiled step "
+        "before it allocates; tools/compile_plan.py compiles it for a planned mesh)"
+    )
 
 
 def add_compiled(plan: MemoryPlan, compiled: Any) -> MemoryPlan:
@@ -139,9 +148,12 @@ def add_compiled(plan: MemoryPlan, compiled: Any) -> MemoryPlan:
     def field(name: str) -> float:
         return float(getattr(stats, f"{name}_size_in_bytes", 0) or 0)
 
-    return dataclasses.replace(plan, temp=field("temp"),
-                               outputs=max(field("output") - field("alias"), 0.0),
-                               code=field("generated_code"))
+    return dataclasses.replace(
+        plan,
+        temp=field("temp"),
+        outputs=max(field("output") - field("alias"), 0.0),
+        code=field("generated_code"),
+    )
 
 
 def _host_available_bytes() -> int | None:
@@ -176,8 +188,9 @@ def device_capacity(devices: Sequence[Any]) -> tuple[float | None, str]:
     return available / local, f"available host memory {gib(available)}, {share}"
 
 
-def _advice(plan: MemoryPlan, capacity: float, cfg: ConfigDict,
-            axis_sizes: Mapping[str, int]) -> list[str]:
+def _advice(
+    plan: MemoryPlan, capacity: float, cfg: ConfigDict, axis_sizes: Mapping[str, int]
+) -> list[str]:
     """The settings that would shrink what dominates, with the figures they act on."""
     advice = []
     fsdp = axis_sizes.get("fsdp", 1)
@@ -187,30 +200,49 @@ def _advice(plan: MemoryPlan, capacity: float, cfg: ConfigDict,
         advice.append(
             f"shard parameters and optimizer state over more devices: mesh.ici_fsdp (within a "
             f"host) / mesh.dcn_fsdp (across hosts); the state is about {gib(total_state)} in "
-            f"all, so about {needed} fsdp shards leave room for activations (now fsdp={fsdp})")
+            f"all, so about {needed} fsdp shards leave room for activations (now fsdp={fsdp})"
+        )
         if cfg.mesh.rules == "data":
             advice.append('mesh.rules="fsdp_tensor" (mesh.rules="data" replicates the state)')
         if cfg.model.param_dtype == "float32":
-            advice.append("model.param_dtype=bfloat16 halves parameters and optimizer state "
-                          "(at some cost in precision)")
+            advice.append(
+                "model.param_dtype=bfloat16 halves parameters and optimizer state "
+                "(at some cost in precision)"
+            )
     if plan.temp is not None and plan.temp >= 0.3 * plan.total:
         micro = cfg.train.micro_batch_size or cfg.train.global_batch_size
-        advice.append(f"a smaller train.micro_batch_size (now {micro} sequences per forward "
-                      "pass; activations scale with it, gradient accumulation keeps the "
-                      "global batch)")
+        advice.append(
+            f"a smaller train.micro_batch_size (now {micro} sequences per forward "
+            "pass; activations scale with it, gradient accumulation keeps the "
+            "global batch)"
+        )
         if cfg.model.get("remat", "full") != "full":
-            advice.append(f'model.remat="full" (now "{cfg.model.remat}": keep only each '
-                          "layer's input for the backward pass)")
+            advice.append(
+                f'model.remat="full" (now "{cfg.model.remat}": keep only each '
+                "layer's input for the backward pass)"
+            )
         if not cfg.train.get("loss_chunks", 0):
-            logits = (micro * cfg.train.seq_len * cfg.model.vocab_size * 4 /
-                      max(axis_sizes.get("data", 1) * fsdp, 1))
-            advice.append(f"train.loss_chunks=8 (the float32 logits are {gib(logits)} per "
-                          "device at once without it)")
+            logits = (
+                micro
+                * cfg.train.seq_len
+                * cfg.model.vocab_size
+                * 4
+                / max(axis_sizes.get("data", 1) * fsdp, 1)
+            )
+            advice.append(
+                f"train.loss_chunks=8 (the float32 logits are {gib(logits)} per "
+                "device at once without it)"
+            )
     return advice
 
 
-def check_fits(plan: MemoryPlan, capacity: float | None, source: str, cfg: ConfigDict,
-               axis_sizes: Mapping[str, int]) -> None:
+def check_fits(
+    plan: MemoryPlan,
+    capacity: float | None,
+    source: str,
+    cfg: ConfigDict,
+    axis_sizes: Mapping[str, int],
+) -> None:
     """MemoryPlanError when the plan's total exceeds the capacity of one device."""
     if capacity is None or plan.total <= capacity:
         return
@@ -219,9 +251,13 @@ def check_fits(plan: MemoryPlan, capacity: float | None, source: str, cfg: Confi
         need = f"the train state alone (before activations) needs {gib(plan.total)}"
     else:
         need = f"the compiled train step needs {gib(plan.total)}"
-    lines = [f"{need} per device but a device has {gib(capacity)} ({source}); mesh {mesh}. "
-             f"Per device: {plan.breakdown()}. Nothing was allocated. To fit:"]
+    lines = [
+        f"{need} per device but a device has {gib(capacity)} ({source}); mesh {mesh}. "
+        f"Per device: {plan.breakdown()}. Nothing was allocated. To fit:"
+    ]
     lines += [f"  - {a}" for a in _advice(plan, capacity, cfg, axis_sizes)]
-    lines.append("Size a layout before running it: python -m jaxtrain config FILE --devices N "
-                 "(or tools/compile_plan.py); train.check_memory=false skips this check.")
+    lines.append(
+        "Size a layout before running it: python -m jaxtrain config FILE --devices N "
+        "(or tools/compile_plan.py); train.check_memory=false skips this check."
+    )
     raise MemoryPlanError("\n".join(lines))

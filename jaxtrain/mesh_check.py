@@ -53,8 +53,17 @@ def _axis_origin(mesh_cfg: Any, axis: str, size: int) -> str:
     return " x ".join(parts)
 
 
-def _check(key: str, value: int, what: str, logical: str, sizes: dict[str, int],
-           rules: dict[str, Any], mesh_cfg: Any, rules_name: str, fix: str) -> None:
+def _check(
+    key: str,
+    value: int,
+    what: str,
+    logical: str,
+    sizes: dict[str, int],
+    rules: dict[str, Any],
+    mesh_cfg: Any,
+    rules_name: str,
+    fix: str,
+) -> None:
     axes = [a for a in rule_targets(rules.get(logical)) if sizes.get(a, 1) > 1]
     shards = math.prod(sizes[a] for a in axes)
     if shards <= 1 or value % shards == 0:
@@ -64,7 +73,8 @@ def _check(key: str, value: int, what: str, logical: str, sizes: dict[str, int],
     raise MeshError(
         f"{key}={value} is not divisible by the {shards} shards of mesh axis "
         f"{' x '.join(repr(a) for a in axes)} ({origin}) that {preset} maps {logical!r} onto: "
-        f"{value} / {shards} = {value / shards:.3g} {what} per shard. {fix}")
+        f"{value} / {shards} = {value / shards:.3g} {what} per shard. {fix}"
+    )
 
 
 def _divisors(n: int) -> str:
@@ -78,17 +88,20 @@ def pipeline_units(spec: ModelSpec) -> tuple[int, str]:
     interleaved dense and expert blocks."""
     units = len(stack_layer_indices(spec)["layers"])
     if spec.num_experts and spec.moe_layer_step > 1:
-        return units, (f"{units} groups of model.moe_layer_step={spec.moe_layer_step} blocks "
-                       f"(model.num_layers={spec.num_layers})")
+        return units, (
+            f"{units} groups of model.moe_layer_step={spec.moe_layer_step} blocks "
+            f"(model.num_layers={spec.num_layers})"
+        )
     if units != spec.num_layers:
-        return units, (f"{units} expert blocks (model.num_layers={spec.num_layers} less the "
-                       f"{spec.num_layers - units} leading dense blocks, which run before the "
-                       "pipeline)")
+        return units, (
+            f"{units} expert blocks (model.num_layers={spec.num_layers} less the "
+            f"{spec.num_layers - units} leading dense blocks, which run before the "
+            "pipeline)"
+        )
     return units, f"model.num_layers={units} blocks"
 
 
-def check_stages(spec: ModelSpec, stages: int, schedule: Schedule, mesh_cfg: Any = None
-                 ) -> None:
+def check_stages(spec: ModelSpec, stages: int, schedule: Schedule, mesh_cfg: Any = None) -> None:
     """Raises MeshError unless the stack splits evenly into the `pipeline` stages (times the
     repeats)."""
     if stages <= 1:
@@ -105,11 +118,13 @@ def check_stages(spec: ModelSpec, stages: int, schedule: Schedule, mesh_cfg: Any
             f"{units} / {parts} = {units / parts:.3g} per {'part' if repeats > 1 else 'stage'}. "
             f"Each stage holds an equal, contiguous run of the stack, so pick a pipeline size "
             f"(times train.pipeline_repeats) that divides {units} (one of {_divisors(units)}), "
-            "or no pipeline (mesh.ici_pipeline=1, mesh.dcn_pipeline=1).")
+            "or no pipeline (mesh.ici_pipeline=1, mesh.dcn_pipeline=1)."
+        )
 
 
-def check_pipeline_batch(sizes: dict[str, int], rules: dict[str, Any], *, micro_batch: int,
-                         schedule: Schedule) -> None:
+def check_pipeline_batch(
+    sizes: dict[str, int], rules: dict[str, Any], *, micro_batch: int, schedule: Schedule
+) -> None:
     """Raises MeshError unless the micro batch splits into the pipeline's micro batches, each
     divisible by the batch shards inside the pipeline (and, with repeats, at least one micro
     batch per stage)."""
@@ -125,7 +140,8 @@ def check_pipeline_batch(sizes: dict[str, int], rules: dict[str, Any], *, micro_
             f"train.global_batch_size when it is 0) does not split over the {stages} pipeline "
             f"stages x {shards} batch shards: outside the pipelined stack (embedding, output "
             "layer, loss) the stages split the batch like data parallelism. Use a micro batch "
-            f"that is a multiple of {shards * stages}.")
+            f"that is a multiple of {shards * stages}."
+        )
     micro = schedule.micro(stages, micro_batch, shards)
     key = f"train.pipeline_microbatches={schedule.microbatches}"
     if not schedule.microbatches:
@@ -135,21 +151,24 @@ def check_pipeline_batch(sizes: dict[str, int], rules: dict[str, Any], *, micro_
             f"{key} does not divide the micro batch of {micro_batch} sequences "
             f"(train.micro_batch_size, or train.global_batch_size when it is 0): "
             f"{micro_batch} / {micro} = {micro_batch / micro:.3g}. Pick a divisor of "
-            f"{micro_batch} (one of {_divisors(micro_batch)}), or 0 to let jaxtrain choose.")
+            f"{micro_batch} (one of {_divisors(micro_batch)}), or 0 to let jaxtrain choose."
+        )
     if (micro_batch // micro) % shards:
         names = " x ".join(repr(a) for a in batch_axes)
         raise MeshError(
             f"{key} leaves {micro_batch // micro} sequences per pipeline micro batch "
             f"({micro_batch} / {micro}), not divisible by the {shards} batch shards of mesh "
             f"axis {names} inside the pipeline. Use fewer pipeline micro batches or a larger "
-            f"micro batch: it needs a multiple of {shards} sequences per pipeline micro batch.")
+            f"micro batch: it needs a multiple of {shards} sequences per pipeline micro batch."
+        )
     if repeats > 1 and micro < stages:
         raise MeshError(
             f"train.pipeline_repeats={repeats} sends each micro batch round the {stages} stages "
             f"again, which needs at least as many pipeline micro batches as stages, but {key} "
             f"gives {micro}. Raise train.pipeline_microbatches to {stages} or more (the micro "
             "batch must hold that many times the batch shards), or use "
-            "train.pipeline_repeats=1.")
+            "train.pipeline_repeats=1."
+        )
 
 
 def _inner_batch_axes(sizes: dict[str, int], rules: dict[str, Any]) -> list[str]:
@@ -158,9 +177,15 @@ def _inner_batch_axes(sizes: dict[str, int], rules: dict[str, Any]) -> list[str]
     return [a for a in rule_targets(inner.get("activation_batch")) if sizes.get(a, 1) > 1]
 
 
-def pipeline_summary(spec: ModelSpec, sizes: dict[str, int], rules: dict[str, Any], *,
-                     micro_batch: int, schedule: Schedule, mesh_cfg: Any = None
-                     ) -> dict[str, Any] | str:
+def pipeline_summary(
+    spec: ModelSpec,
+    sizes: dict[str, int],
+    rules: dict[str, Any],
+    *,
+    micro_batch: int,
+    schedule: Schedule,
+    mesh_cfg: Any = None,
+) -> dict[str, Any] | str:
     """Stages, blocks per stage, micro batches and the bubble of a pipelined run (for
     `config` and the planner), or 'does not fit: <the check's message>'."""
     stages = sizes.get("pipeline", 1)
@@ -172,15 +197,27 @@ def pipeline_summary(spec: ModelSpec, sizes: dict[str, int], rules: dict[str, An
     units, what = pipeline_units(spec)
     shards = math.prod(sizes[a] for a in _inner_batch_axes(sizes, rules))
     micro = schedule.micro(stages, micro_batch, shards)
-    return {"stages": stages, "blocks_per_stage": f"{units // stages} of the {what}",
-            "repeats": schedule.repeats, "micro_batches": micro,
-            "sequences_per_micro_batch": micro_batch // micro,
-            "bubble_fraction": round(bubble_fraction(stages, micro, schedule.repeats), 4)}
+    return {
+        "stages": stages,
+        "blocks_per_stage": f"{units // stages} of the {what}",
+        "repeats": schedule.repeats,
+        "micro_batches": micro,
+        "sequences_per_micro_batch": micro_batch // micro,
+        "bubble_fraction": round(bubble_fraction(stages, micro, schedule.repeats), 4),
+    }
 
 
-def check_fits_mesh(spec: ModelSpec, mesh: Mesh, rules: Sequence[tuple[str, Any]], *,
-                    seq_len: int, micro_batch: int, mesh_cfg: Any = None,
-                    rules_name: str = "", schedule: Schedule | None = None) -> None:
+def check_fits_mesh(
+    spec: ModelSpec,
+    mesh: Mesh,
+    rules: Sequence[tuple[str, Any]],
+    *,
+    seq_len: int,
+    micro_batch: int,
+    mesh_cfg: Any = None,
+    rules_name: str = "",
+    schedule: Schedule | None = None,
+) -> None:
     """Raises MeshError when a sharded model, batch or sequence dimension does not divide evenly.
 
     `mesh_cfg` (the `config.mesh` section) only makes the message name the `ici_*`/`dcn_*` keys;
@@ -194,30 +231,58 @@ def check_fits_mesh(spec: ModelSpec, mesh: Mesh, rules: Sequence[tuple[str, Any]
         value = int(getattr(spec, key.split(".", 1)[1]))
         for logical in logical_names:
             divisors = [d for d in range(1, value + 1) if value % d == 0]
-            fix = (f"Pick mesh sizes whose product on those axes divides {value} (one of "
-                   f"{divisors[:12]}{'...' if len(divisors) > 12 else ''}), or a rule preset "
-                   "that does not shard this dimension (mesh.rules=fsdp leaves heads, MLP and "
-                   "vocabulary whole).")
+            fix = (
+                f"Pick mesh sizes whose product on those axes divides {value} (one of "
+                f"{divisors[:12]}{'...' if len(divisors) > 12 else ''}), or a rule preset "
+                "that does not shard this dimension (mesh.rules=fsdp leaves heads, MLP and "
+                "vocabulary whole)."
+            )
             _check(key, value, what, logical, sizes, table, mesh_cfg, rules_name, fix)
-    _check("train.seq_len", seq_len, "tokens", "activation_length", sizes, table, mesh_cfg,
-           rules_name, "Use a sequence length that is a multiple of the context size.")
-    _check("train.micro_batch_size", micro_batch, "sequences", "activation_batch", sizes, table,
-           mesh_cfg, rules_name,
-           "Use a micro batch (train.micro_batch_size, or train.global_batch_size when it is "
-           "0) that is a multiple of the batch shards.")
+    _check(
+        "train.seq_len",
+        seq_len,
+        "tokens",
+        "activation_length",
+        sizes,
+        table,
+        mesh_cfg,
+        rules_name,
+        "Use a sequence length that is a multiple of the context size.",
+    )
+    _check(
+        "train.micro_batch_size",
+        micro_batch,
+        "sequences",
+        "activation_batch",
+        sizes,
+        table,
+        mesh_cfg,
+        rules_name,
+        "Use a micro batch (train.micro_batch_size, or train.global_batch_size when it is "
+        "0) that is a multiple of the batch shards.",
+    )
     check_pipeline_batch(sizes, table, micro_batch=micro_batch, schedule=schedule)
 
 
-def check_config_fits_mesh(cfg: Any, spec: ModelSpec, mesh: Mesh,
-                           rules: Sequence[tuple[str, Any]]) -> None:
+def check_config_fits_mesh(
+    cfg: Any, spec: ModelSpec, mesh: Mesh, rules: Sequence[tuple[str, Any]]
+) -> None:
     """`check_fits_mesh` with the sequence, micro batch and mesh keys read from a config."""
-    check_fits_mesh(spec, mesh, rules, seq_len=int(cfg.train.seq_len),
-                    micro_batch=micro_batch_size(cfg),
-                    mesh_cfg=cfg.mesh, rules_name=str(cfg.mesh.rules),
-                    schedule=pipeline_schedule(cfg))
+    check_fits_mesh(
+        spec,
+        mesh,
+        rules,
+        seq_len=int(cfg.train.seq_len),
+        micro_batch=micro_batch_size(cfg),
+        mesh_cfg=cfg.mesh,
+        rules_name=str(cfg.mesh.rules),
+        schedule=pipeline_schedule(cfg),
+    )
 
 
 def pipeline_schedule(cfg: Any) -> Schedule:
     """The pipeline schedule `cfg.train` asks for (configs saved before it: the default)."""
-    return Schedule(microbatches=int(cfg.train.get("pipeline_microbatches", 0)),
-                    repeats=int(cfg.train.get("pipeline_repeats", 1)))
+    return Schedule(
+        microbatches=int(cfg.train.get("pipeline_microbatches", 0)),
+        repeats=int(cfg.train.get("pipeline_repeats", 1)),
+    )

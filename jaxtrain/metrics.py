@@ -50,7 +50,7 @@ class JsonlSink:
         view = memoryview(data)
         try:
             while view:  # one write; a short one (disk nearly full) is retried to get its error
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
         except OSError as e:
             try:
                 os.ftruncate(self._fd, start)  # no torn record for readers or the next append
@@ -102,9 +102,12 @@ class TensorBoardSink:
         self._stopped = True
         if _disk_is_full(self.path):
             raise disk_full_error(self.path, "writing TensorBoard events")
-        print(f"warning: the TensorBoard writer for {self.path} stopped (see the error above); "
-              "no more TensorBoard events, metrics.jsonl still records everything",
-              file=sys.stderr, flush=True)
+        print(
+            f"warning: the TensorBoard writer for {self.path} stopped (see the error above); "
+            "no more TensorBoard events, metrics.jsonl still records everything",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
         if self._stopped:
@@ -155,8 +158,7 @@ class ConsoleSink:
 
     SHOWN = ("loss", "val_loss", "val_ppl", "lr", "grad_norm", "tokens_per_s", "mfu")
 
-    def __init__(self, total_steps: int, stream: TextIO | None = None,
-                 progress: bool = True):
+    def __init__(self, total_steps: int, stream: TextIO | None = None, progress: bool = True):
         self.total = total_steps
         self.stream = stream or sys.stdout
         self.bar = progress and self.stream.isatty()
@@ -181,8 +183,9 @@ class ConsoleSink:
             self.stream.flush()
             return
         if self._tqdm is None:
-            self._tqdm = tqdm(total=self.total, initial=step, file=self.stream, unit="step",
-                              dynamic_ncols=True)
+            self._tqdm = tqdm(
+                total=self.total, initial=step, file=self.stream, unit="step", dynamic_ncols=True
+            )
         if any(k.startswith("val_") for k in metrics):
             self._tqdm.write(line, file=self.stream)
         self._tqdm.set_postfix_str(shown, refresh=False)
@@ -200,8 +203,15 @@ class MetricsWriter:
     trainer that writes nothing (a rerun of a finished run) leaves the run directory as it was.
     """
 
-    def __init__(self, run_dir: Path, total_steps: int, *, is_primary: bool = True,
-                 progress: bool = True, console: bool = True):
+    def __init__(
+        self,
+        run_dir: Path,
+        total_steps: int,
+        *,
+        is_primary: bool = True,
+        progress: bool = True,
+        console: bool = True,
+    ):
         self.run_dir = run_dir
         self.sinks: list[Any] = []
         self._to_open = is_primary
@@ -217,8 +227,9 @@ class MetricsWriter:
             pass  # TensorBoard is optional; the JSONL file carries everything.
         except OSError as e:
             if is_disk_full(e):
-                raise disk_full_error(self.run_dir / "tensorboard",
-                                      "creating a TensorBoard event file") from e
+                raise disk_full_error(
+                    self.run_dir / "tensorboard", "creating a TensorBoard event file"
+                ) from e
             raise
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
@@ -252,8 +263,10 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         if isinstance(record, dict):
             records.append(record)
         elif number == len(lines):  # no newline after it: the write never finished
-            notes.append(f"{path}: line {number}, the last, is an unfinished record (a write "
-                         "cut short by a full disk or a crash); skipped")
+            notes.append(
+                f"{path}: line {number}, the last, is an unfinished record (a write "
+                "cut short by a full disk or a crash); skipped"
+            )
         else:
             notes.append(f"{path}: line {number} is not a whole JSON record; skipped")
     return records, notes

@@ -40,8 +40,9 @@ def _overrides(mapping: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> 
     return merged
 
 
-def load_config(path_or_preset: str | Path, overrides: Mapping[str, Any] | None = None,
-                /, **kwargs: Any):
+def load_config(
+    path_or_preset: str | Path, overrides: Mapping[str, Any] | None = None, /, **kwargs: Any
+):
     """A locked config from a `.py` file or a model preset name, with overrides applied.
 
     `path_or_preset` is a config file (`configs/demo.py`, optionally `file.py:arg`) or a preset
@@ -89,9 +90,17 @@ class ParamTable:
 
     def _cells(self) -> tuple[list[str], list[list[str]]]:
         header = ["path", "shape", "dtype", "logical axes", "mesh spec", "count"]
-        body = [[r.path, "x".join(map(str, r.shape)) or "()", r.dtype,
-                 ", ".join(a or "-" for a in r.axes) if r.axes is not None else "",
-                 r.spec, f"{r.count:,}"] for r in self.rows]
+        body = [
+            [
+                r.path,
+                "x".join(map(str, r.shape)) or "()",
+                r.dtype,
+                ", ".join(a or "-" for a in r.axes) if r.axes is not None else "",
+                r.spec,
+                f"{r.count:,}",
+            ]
+            for r in self.rows
+        ]
         return header, body
 
     def __str__(self) -> str:
@@ -101,8 +110,10 @@ class ParamTable:
 
         def line(cells: list[str]) -> str:
             # Numbers read best right-aligned; everything else left-aligned.
-            return "  ".join(c.rjust(w) if i == len(cells) - 1 else c.ljust(w)
-                             for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+            return "  ".join(
+                c.rjust(w) if i == len(cells) - 1 else c.ljust(w)
+                for i, (c, w) in enumerate(zip(cells, widths))
+            ).rstrip()
 
         rule = "  ".join("-" * w for w in widths)
         return "\n".join([line(header), rule, *map(line, body), rule, line(footer)])
@@ -156,7 +167,8 @@ def param_table(obj: Any) -> ParamTable:
     axes_by_path: dict[str, tuple[str, ...]] = {}
     if axes_tree is not None:
         flat_axes = jax.tree_util.tree_flatten_with_path(
-            axes_tree, is_leaf=lambda x: isinstance(x, tuple))[0]
+            axes_tree, is_leaf=lambda x: isinstance(x, tuple)
+        )[0]
         axes_by_path = {_path_name(p): tuple(a) for p, a in flat_axes}
     rows = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
@@ -165,8 +177,9 @@ def param_table(obj: Any) -> ParamTable:
         count = 1
         for d in shape:
             count *= d
-        rows.append(ParamRow(name, shape, str(leaf.dtype), axes_by_path.get(name),
-                             _spec_text(leaf), count))
+        rows.append(
+            ParamRow(name, shape, str(leaf.dtype), axes_by_path.get(name), _spec_text(leaf), count)
+        )
     return ParamTable(rows)
 
 
@@ -185,8 +198,9 @@ def _run_tokenizer(cfg: Any, tokenizer: Any = None) -> Any:
     return _tokenizer(str(cfg.data.tokenizer))
 
 
-def peek_batch(trainer: Any, decode: bool = True, rows: int | None = None,
-               tokenizer: Any = None) -> dict[str, Any]:
+def peek_batch(
+    trainer: Any, decode: bool = True, rows: int | None = None, tokenizer: Any = None
+) -> dict[str, Any]:
     """The batch the trainer's next step will read, without consuming the training stream.
 
     A second iterator is built from the same config and moved to the trainer's position, so
@@ -199,9 +213,12 @@ def peek_batch(trainer: Any, decode: bool = True, rows: int | None = None,
     from jaxtrain.data import pipeline
 
     cfg = trainer.cfg
-    it = pipeline.make_train_iterator(cfg, trainer.spec.vocab_size,
-                                      process_index=jax.process_index(),
-                                      process_count=jax.process_count())
+    it = pipeline.make_train_iterator(
+        cfg,
+        trainer.spec.vocab_size,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
     it.set_state(trainer.train_iter.get_state())
     batch = dict(next(it))
     if decode and cfg.data.kind != "synthetic":
@@ -211,8 +228,17 @@ def peek_batch(trainer: Any, decode: bool = True, rows: int | None = None,
     return batch
 
 
-def sample(source: Any, prompt: str, *, max_new_tokens: int = 64, temperature: float = 0.0,
-           top_k: int = 0, seed: int = 0, step: int | None = None, tokenizer: Any = None) -> str:
+def sample(
+    source: Any,
+    prompt: str,
+    *,
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    seed: int = 0,
+    step: int | None = None,
+    tokenizer: Any = None,
+) -> str:
     """Continues `prompt` with a Trainer's current parameters or a run directory's checkpoint.
 
     `source` is a Trainer or a run directory (then `step` picks the checkpoint, latest by
@@ -226,6 +252,12 @@ def sample(source: Any, prompt: str, *, max_new_tokens: int = 64, temperature: f
         from jaxtrain.saved_run import load_model
 
         model, cfg, _ = load_model(source, step)
-    return complete(model, _run_tokenizer(cfg, tokenizer), prompt,
-                    max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                    seed=seed)
+    return complete(
+        model,
+        _run_tokenizer(cfg, tokenizer),
+        prompt,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        seed=seed,
+    )

@@ -62,9 +62,13 @@ class ResumeHint:
     def text(cls) -> str:
         """How to resume, naming the latest complete checkpoint when there is one."""
         step = latest_checkpoint(cls.checkpoint_dir)
-        where = (f"from checkpoint step {step} in {cls.checkpoint_dir}" if step is not None
-                 else "from the latest complete checkpoint" if cls.checkpoint_dir is None
-                 else f"(no checkpoint yet in {cls.checkpoint_dir}: it starts over)")
+        where = (
+            f"from checkpoint step {step} in {cls.checkpoint_dir}"
+            if step is not None
+            else "from the latest complete checkpoint"
+            if cls.checkpoint_dir is None
+            else f"(no checkpoint yet in {cls.checkpoint_dir}: it starts over)"
+        )
         return f"Run the same command on every host to resume {where}."
 
 
@@ -80,9 +84,16 @@ class PeerWatch:
     `on_lost(message)` is called once with the report instead of exiting (tests pass their own).
     """
 
-    def __init__(self, client: Any, process_id: int, num_processes: int, *,
-                 timeout_s: float, interval_s: float = DEFAULT_INTERVAL_S,
-                 on_lost: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        client: Any,
+        process_id: int,
+        num_processes: int,
+        *,
+        timeout_s: float,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        on_lost: Callable[[str], None] | None = None,
+    ):
         self.client = client
         self.process_id = process_id
         self.num_processes = num_processes
@@ -90,8 +101,7 @@ class PeerWatch:
         self.interval_s = interval_s
         self.on_lost = on_lost or self._exit
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="jaxtrain-peer-watch",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="jaxtrain-peer-watch", daemon=True)
         self.lost: list[int] = []
 
     def start(self) -> PeerWatch:
@@ -118,8 +128,11 @@ class PeerWatch:
             return
         self._stop.set()
         try:
-            self.client.key_value_set(f"{KEY_PREFIX}{self.process_id}",
-                                      FAILED if failed else DEPARTED, allow_overwrite=True)
+            self.client.key_value_set(
+                f"{KEY_PREFIX}{self.process_id}",
+                FAILED if failed else DEPARTED,
+                allow_overwrite=True,
+            )
         except Exception:  # the service is already gone: nobody is left to tell
             pass
 
@@ -138,8 +151,9 @@ class PeerWatch:
             beats += 1
             now = time.monotonic()
             try:
-                self.client.key_value_set(f"{KEY_PREFIX}{self.process_id}", str(beats),
-                                          allow_overwrite=True)
+                self.client.key_value_set(
+                    f"{KEY_PREFIX}{self.process_id}", str(beats), allow_overwrite=True
+                )
                 entries = self.client.key_value_dir_get(KEY_PREFIX)
             except Exception as e:  # the service is unreachable: process 0 died, or a blip
                 if self._stop.is_set():
@@ -150,7 +164,8 @@ class PeerWatch:
                     self.on_lost(
                         f"lost contact with the coordinator (process 0 of {self.num_processes}) "
                         f"for {self.timeout_s:g} s ({first}). Process 0 stopped or its host is "
-                        f"unreachable; its log says why. {ResumeHint.text()}")
+                        f"unreachable; its log says why. {ResumeHint.text()}"
+                    )
                     return
                 self._stop.wait(self.interval_s)
                 continue
@@ -170,19 +185,25 @@ class PeerWatch:
                 self.on_lost(
                     f"process {', '.join(map(str, failed))} of {self.num_processes} stopped "
                     f"with an error (its log says which); process {self.process_id} stops too. "
-                    f"{ResumeHint.text()}")
+                    f"{ResumeHint.text()}"
+                )
                 return
             # A peer that never beat is counted from the watch's start.
-            stale = sorted(p for p in range(self.num_processes)
-                           if p != self.process_id and p not in departed and
-                           now - seen.get(p, ("", started))[1] > self.timeout_s)
+            stale = sorted(
+                p
+                for p in range(self.num_processes)
+                if p != self.process_id
+                and p not in departed
+                and now - seen.get(p, ("", started))[1] > self.timeout_s
+            )
             if stale:
                 self.lost = stale
                 names = ", ".join(str(p) for p in stale)
                 self.on_lost(
                     f"lost process {names} of {self.num_processes}: no sign of life for "
                     f"{self.timeout_s:g} s (it crashed, was killed, or its host went down; its "
-                    f"log says why). Process {self.process_id} stops too. {ResumeHint.text()}")
+                    f"log says why). Process {self.process_id} stops too. {ResumeHint.text()}"
+                )
                 return
             self._stop.wait(self.interval_s)
 
@@ -220,12 +241,16 @@ def install_abort_report(process_id: int, num_processes: int, coordinator: str) 
 
     def on_abort(_signum: int) -> None:
         if process_id and not _reachable(coordinator):
-            cause = (f"lost the coordinator at {coordinator} (process 0 of {num_processes}): it "
-                     "stopped or its host is unreachable; its log says why")
+            cause = (
+                f"lost the coordinator at {coordinator} (process 0 of {num_processes}): it "
+                "stopped or its host is unreachable; its log says why"
+            )
         else:
-            cause = (f"process {process_id} of {num_processes} was stopped by the JAX "
-                     "distributed runtime (the log above gives its reason: usually another "
-                     "process died)")
+            cause = (
+                f"process {process_id} of {num_processes} was stopped by the JAX "
+                "distributed runtime (the log above gives its reason: usually another "
+                "process died)"
+            )
         _report(f"{cause}. {ResumeHint.text()}")
         os._exit(EXIT_PEER_LOST)
 

@@ -79,8 +79,7 @@ def peak_flops(configured: float = 0.0, fp8: bool = False) -> tuple[float, str]:
     return measured_matmul_flops(), "measured float32 matmul"
 
 
-def mesh_peak_flops(configured: float, num_devices: int, fp8: bool = False
-                    ) -> tuple[float, str]:
+def mesh_peak_flops(configured: float, num_devices: int, fp8: bool = False) -> tuple[float, str]:
     """Peak FLOP/s of a whole mesh of `num_devices`, and where the per-device figure comes from.
 
     Fake CPU devices share the host's cores: the measured CPU peak is already the whole CPU.
@@ -89,9 +88,13 @@ def mesh_peak_flops(configured: float, num_devices: int, fp8: bool = False
     return (peak if jax.devices()[0].platform == "cpu" else peak * num_devices), source
 
 
-def mfu(flops_per_token: float, tokens_per_s: float, configured_peak: float,
-        num_devices: int, fp8: bool = False) -> float:
+def mfu(
+    flops_per_token: float,
+    tokens_per_s: float,
+    configured_peak: float,
+    num_devices: int,
+    fp8: bool = False,
+) -> float:
     """Model FLOPs utilisation, a fraction: achieved model FLOP/s over the mesh's peak (the
     fp8 peak for an fp8 run)."""
-    return flops_per_token * tokens_per_s / mesh_peak_flops(configured_peak, num_devices,
-                                                            fp8)[0]
+    return flops_per_token * tokens_per_s / mesh_peak_flops(configured_peak, num_devices, fp8)[0]

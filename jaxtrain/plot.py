@@ -39,8 +39,7 @@ class RunMetrics:
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of one metric, in step order, over the records that hold it."""
-        points = [(r["step"], r[key]) for r in self.records
-                  if isinstance(r.get(key), (int, float))]
+        points = [(r["step"], r[key]) for r in self.records if isinstance(r.get(key), (int, float))]
         return [s for s, _ in points], [float(v) for _, v in points]
 
 
@@ -63,8 +62,10 @@ def load_run_metrics(run_dir: str | Path) -> RunMetrics:
     path = Path(run_dir)
     file = path if path.is_file() else path / "metrics.jsonl"
     if not file.is_file():
-        raise FileNotFoundError(f"{file} does not exist: {run_dir} is not a run directory with "
-                                "metrics (train first, or check the path).")
+        raise FileNotFoundError(
+            f"{file} does not exist: {run_dir} is not a run directory with "
+            "metrics (train first, or check the path)."
+        )
     by_step: dict[int, dict[str, Any]] = {}
     records, notes = read_records(file)
     for note in notes:
@@ -98,10 +99,19 @@ def figure(runs: list[RunMetrics], stem: str) -> Any | None:
                 continue
             label = f"{name} {LABELS[key]}" if len(keys) > 1 else name
             marker = "o" if style.endswith("o") else None
-            ax.plot(steps, values, style.rstrip("o"), color=color, marker=marker,
-                    markersize=4, linewidth=1.5, label=label)
-    ax.set(title=f"{title}: {runs[0].name}" if len(runs) == 1 else title, xlabel="step",
-           ylabel=ylabel)
+            ax.plot(
+                steps,
+                values,
+                style.rstrip("o"),
+                color=color,
+                marker=marker,
+                markersize=4,
+                linewidth=1.5,
+                label=label,
+            )
+    ax.set(
+        title=f"{title}: {runs[0].name}" if len(runs) == 1 else title, xlabel="step", ylabel=ylabel
+    )
     if log:
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
@@ -123,8 +133,11 @@ def default_out_dir(run_dirs: list[str | Path]) -> Path:
     return Path(run_dirs[0]) / "plots" if len(run_dirs) == 1 else Path("plots")
 
 
-def plot_runs(run_dirs: list[str | Path], out_dir: str | Path | None = None,
-              stems: tuple[str, ...] = tuple(FIGURES)) -> list[Path]:
+def plot_runs(
+    run_dirs: list[str | Path],
+    out_dir: str | Path | None = None,
+    stems: tuple[str, ...] = tuple(FIGURES),
+) -> list[Path]:
     """Writes one PNG per quantity that any run logged; returns the files written."""
     runs = [load_run_metrics(d) for d in run_dirs]
     out = Path(out_dir) if out_dir else default_out_dir(list(run_dirs))

@@ -46,8 +46,9 @@ def validate(cfg: ConfigDict, check_data: bool = True) -> ModelSpec:
 def rules_of(cfg: ConfigDict) -> tuple[tuple[str, Any], ...]:
     """The logical-axis rule table `mesh.rules` names."""
     if cfg.mesh.rules not in sharding.RULE_PRESETS:
-        raise ConfigError(f"mesh.rules={cfg.mesh.rules!r} is not one of "
-                          f"{sorted(sharding.RULE_PRESETS)}.")
+        raise ConfigError(
+            f"mesh.rules={cfg.mesh.rules!r} is not one of {sorted(sharding.RULE_PRESETS)}."
+        )
     return sharding.RULE_PRESETS[cfg.mesh.rules]
 
 
@@ -73,8 +74,10 @@ class RunSetup:
     @property
     def batch_sharding(self) -> NamedSharding:
         """How a global batch is split: rows over the batch axes, positions over `context`."""
-        return NamedSharding(self.mesh, sharding.logical_spec(
-            ("activation_batch", "activation_length"), dict(self.rules)))
+        return NamedSharding(
+            self.mesh,
+            sharding.logical_spec(("activation_batch", "activation_length"), dict(self.rules)),
+        )
 
     @property
     def pipeline(self) -> pipeline_lib.Schedule:
@@ -84,19 +87,29 @@ class RunSetup:
     @contextlib.contextmanager
     def mesh_context(self) -> Iterator[None]:
         """The mesh, rules, pipeline schedule and backend model code traces under."""
-        with sharding.use_mesh(self.mesh, self.rules), backend_lib.use(self.backend), \
-                pipeline_lib.use(self.pipeline):
+        with (
+            sharding.use_mesh(self.mesh, self.rules),
+            backend_lib.use(self.backend),
+            pipeline_lib.use(self.pipeline),
+        ):
             yield
 
     def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         """The global batch as ShapeDtypeStructs with the batch sharding."""
         shape = (self.cfg.train.global_batch_size, self.cfg.train.seq_len)
-        return {name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sharding)
-                for name, dtype in pipeline.batch_fields(self.cfg).items()}
+        return {
+            name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sharding)
+            for name, dtype in pipeline.batch_fields(self.cfg).items()
+        }
 
 
-def setup(cfg: ConfigDict, devices: Sequence[Any] | None = None, *, check_data: bool = True,
-          mesh_cfg: Mapping[str, Any] | ConfigDict | None = None) -> RunSetup:
+def setup(
+    cfg: ConfigDict,
+    devices: Sequence[Any] | None = None,
+    *,
+    check_data: bool = True,
+    mesh_cfg: Mapping[str, Any] | ConfigDict | None = None,
+) -> RunSetup:
     """The run of `cfg` on `devices` (default: every device of every process).
 
     `mesh_cfg` replaces `cfg.mesh`'s sizes (e.g. a planned multi-host mesh folded onto one
@@ -107,8 +120,10 @@ def setup(cfg: ConfigDict, devices: Sequence[Any] | None = None, *, check_data: 
     mesh = sharding.make_mesh(mesh_cfg if mesh_cfg is not None else cfg.mesh, devices)
     mesh_check.check_config_fits_mesh(cfg, spec, mesh, rules)
     if cfg.train.global_batch_size % jax.process_count():
-        raise ConfigError(f"train.global_batch_size={cfg.train.global_batch_size} is not "
-                          f"divisible by the {jax.process_count()} processes.")
+        raise ConfigError(
+            f"train.global_batch_size={cfg.train.global_batch_size} is not "
+            f"divisible by the {jax.process_count()} processes."
+        )
     return _laid_out(cfg, spec, mesh, rules)
 
 
@@ -128,13 +143,21 @@ def for_reading(cfg: ConfigDict, devices: Sequence[Any] | None = None) -> RunSet
     return _laid_out(cfg, spec, mesh, rules)
 
 
-def _laid_out(cfg: ConfigDict, spec: ModelSpec, mesh: Mesh,
-              rules: tuple[tuple[str, Any], ...]) -> RunSetup:
+def _laid_out(
+    cfg: ConfigDict, spec: ModelSpec, mesh: Mesh, rules: tuple[tuple[str, Any], ...]
+) -> RunSetup:
     tx = make_optimizer(cfg.optim, cfg.train.steps)
     chosen = backend_lib.from_config(cfg.get("backend"))
     with sharding.use_mesh(mesh, rules), backend_lib.use(chosen):
         layout = state_lib.state_layout(spec, tx, mesh, rules)
-    return RunSetup(cfg=cfg, spec=spec, mesh=mesh, rules=rules, tx=tx,
-                    schedule=learning_rate_schedule(cfg.optim, cfg.train.steps),
-                    num_micro=cfg.train.global_batch_size // config_lib.micro_batch_size(cfg),
-                    layout=layout, backend=chosen)
+    return RunSetup(
+        cfg=cfg,
+        spec=spec,
+        mesh=mesh,
+        rules=rules,
+        tx=tx,
+        schedule=learning_rate_schedule(cfg.optim, cfg.train.steps),
+        num_micro=cfg.train.global_batch_size // config_lib.micro_batch_size(cfg),
+        layout=layout,
+        backend=chosen,
+    )

@@ -85,7 +85,8 @@ class RunLock:
         return RunLockError(
             f"run directory {self.run_dir} is in use by another trainer ({_holder(record)}; "
             f"lock file {self.path}): wait for it to finish or stop it, or point run.dir at "
-            f"another folder.{extra}")
+            f"another folder.{extra}"
+        )
 
     def acquire(self, log: Callable[[str], None] = print) -> None:
         """Takes the lock (RunLockError when another live trainer holds it); a dead holder's
@@ -101,16 +102,28 @@ class RunLock:
             self._file.close()
             self._file = None
             raise
-        if record.get("pid") and (record.get("pid"), record.get("host")) != \
-                (os.getpid(), socket.gethostname()):
-            log(f"taking over the lock of run directory {self.run_dir} left by "
-                f"{_holder(record)}, which stopped without releasing it")
+        if record.get("pid") and (record.get("pid"), record.get("host")) != (
+            os.getpid(),
+            socket.gethostname(),
+        ):
+            log(
+                f"taking over the lock of run directory {self.run_dir} left by "
+                f"{_holder(record)}, which stopped without releasing it"
+            )
         _HELD.add(self.path)
         try:
             self._file.seek(0)
             self._file.truncate()
-            self._file.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                         "since": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+            self._file.write(
+                json.dumps(
+                    {
+                        "pid": os.getpid(),
+                        "host": socket.gethostname(),
+                        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    }
+                )
+                + "\n"
+            )
             self._file.flush()
         except OSError as e:
             self.release()
@@ -137,9 +150,12 @@ class RunLock:
         if not pid:
             return record
         if record.get("host") != socket.gethostname():
-            raise self._busy(record, f" This filesystem has no file locks, so whether that "
-                                     f"trainer still runs cannot be checked from here: if it "
-                                     f"has stopped, delete {self.path}.")
+            raise self._busy(
+                record,
+                f" This filesystem has no file locks, so whether that "
+                f"trainer still runs cannot be checked from here: if it "
+                f"has stopped, delete {self.path}.",
+            )
         if self.path in _HELD or (int(pid) != os.getpid() and _alive(int(pid))):
             raise self._busy(record)
         return record

@@ -86,14 +86,18 @@ def config_line(cfg: dict[str, Any]) -> str:
         return "no config.json"
     model, train, optim = cfg.get("model", {}), cfg.get("train", {}), cfg.get("optim", {})
     params = _num_params(model)
-    parts = [f"{model.get('preset', '?')} ({model.get('family', '?')}"
-             + (f", {_count(params)} params)" if params else ")"),
-             f"seq_len {train.get('seq_len', '?')}"]
+    parts = [
+        f"{model.get('preset', '?')} ({model.get('family', '?')}"
+        + (f", {_count(params)} params)" if params else ")"),
+        f"seq_len {train.get('seq_len', '?')}",
+    ]
     batch, micro = train.get("global_batch_size"), train.get("micro_batch_size")
     parts.append(f"batch {batch}" + (f" (micro {micro})" if micro and micro != batch else ""))
     if optim:
-        parts.append(f"lr {optim.get('lr', 0):g} {optim.get('schedule', '')} "
-                     f"warmup {optim.get('warmup_steps', 0)}")
+        parts.append(
+            f"lr {optim.get('lr', 0):g} {optim.get('schedule', '')} "
+            f"warmup {optim.get('warmup_steps', 0)}"
+        )
     return ", ".join(parts)
 
 
@@ -104,8 +108,11 @@ def mesh_line(cfg: dict[str, Any]) -> str:
         return "?"
     sides = []
     for side in ("ici", "dcn"):
-        axes = [f"{k.split('_', 1)[1]}={v}" for k, v in mesh.items()
-                if k.startswith(f"{side}_") and v != 1]
+        axes = [
+            f"{k.split('_', 1)[1]}={v}"
+            for k, v in mesh.items()
+            if k.startswith(f"{side}_") and v != 1
+        ]
         sides.append(f"{side} " + (" ".join(axes) if axes else "1"))
     return ", ".join(sides) + f", rules {mesh.get('rules', '?')}"
 
@@ -132,7 +139,7 @@ def step_rate(records: list[dict[str, Any]], window: int = RATE_WINDOW) -> float
         if records[i].get("step", 0) <= records[i - 1].get("step", 0) and "loss" in records[i]:
             start = i
     timed = [(r["step"], r["time"]) for r in records[start:] if "loss" in r and "time" in r]
-    timed = timed[-(window + 1):]
+    timed = timed[-(window + 1) :]
     if len(timed) < 2:
         return None
     (s0, t0), (s1, t1) = timed[0], timed[-1]
@@ -166,11 +173,19 @@ def build_report(run_dir: str | Path) -> RunReport:
     steps, note = _checkpoints(path)
     times = [r["time"] for r in records if "time" in r]
     total = cfg.get("train", {}).get("steps")
-    return RunReport(path=path, name=cfg.get("run", {}).get("name") or path.name, config=cfg,
-                     total_steps=int(total) if total else None, latest=latest,
-                     val_step=val_step, checkpoints=steps, checkpoint_note=note,
-                     last_update=max(times) if times else None,
-                     steps_per_s=step_rate(records), metrics_notes=notes)
+    return RunReport(
+        path=path,
+        name=cfg.get("run", {}).get("name") or path.name,
+        config=cfg,
+        total_steps=int(total) if total else None,
+        latest=latest,
+        val_step=val_step,
+        checkpoints=steps,
+        checkpoint_note=note,
+        last_update=max(times) if times else None,
+        steps_per_s=step_rate(records),
+        metrics_notes=notes,
+    )
 
 
 def duration(seconds: float) -> str:
@@ -214,15 +229,23 @@ def format_report(report: RunReport, now: float | None = None) -> str:
         progress += f", {report.steps_per_s:.3g} steps/s"
     eta = report.eta_seconds()
     eta_text = "-" if eta is None else duration(eta)
-    updated = "never" if report.last_update is None else (
-        f"{duration(now - report.last_update)} ago")
+    updated = (
+        "never" if report.last_update is None else (f"{duration(now - report.last_update)} ago")
+    )
     ckpts = ", ".join(map(str, report.checkpoints)) or "none"
     if report.checkpoint_note:
         ckpts += f"  ({report.checkpoint_note})"
-    rows = [("config", config_line(report.config)), ("mesh", mesh_line(report.config)),
-            ("progress", progress), ("metrics", metrics_line(report)),
-            ("checkpoints", ckpts), ("updated", updated), ("eta", eta_text)]
+    rows = [
+        ("config", config_line(report.config)),
+        ("mesh", mesh_line(report.config)),
+        ("progress", progress),
+        ("metrics", metrics_line(report)),
+        ("checkpoints", ckpts),
+        ("updated", updated),
+        ("eta", eta_text),
+    ]
     rows += [("warning", note) for note in report.metrics_notes]
     width = max(len(k) for k, _ in rows)
-    return "\n".join([f"{report.name}  [{report.path}]"]
-                     + [f"  {k.ljust(width)}  {v}" for k, v in rows])
+    return "\n".join(
+        [f"{report.name}  [{report.path}]"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    )

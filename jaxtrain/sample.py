@@ -23,8 +23,9 @@ def load_tokenizer(folder: str | Path) -> Any:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _forward(graphdef: nnx.GraphDef, params: Any, tokens_BL: jax.Array, cache: Any,
-             index: jax.Array) -> tuple[jax.Array, Any]:
+def _forward(
+    graphdef: nnx.GraphDef, params: Any, tokens_BL: jax.Array, cache: Any, index: jax.Array
+) -> tuple[jax.Array, Any]:
     model = nnx.merge(graphdef, params)
     h_BLD, cache = model.hidden_states(tokens_BL, cache=cache, cache_index=index)
     return model.logits(h_BLD[:, -1:])[:, 0].astype(jnp.float32), cache
@@ -40,23 +41,33 @@ def _pick(logits_BV: jax.Array, key: jax.Array, temperature: float, top_k: int) 
     return jax.random.categorical(key, logits_BV, axis=-1)
 
 
-def generate(model: nnx.Module, prompt_ids: list[int], *, max_new_tokens: int = 64,
-             temperature: float = 0.0, top_k: int = 0, seed: int = 0,
-             eos_id: int | None = None) -> list[int]:
+def generate(
+    model: nnx.Module,
+    prompt_ids: list[int],
+    *,
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    seed: int = 0,
+    eos_id: int | None = None,
+) -> list[int]:
     """The prompt's continuation (new token ids only), stopping early at `eos_id`."""
     if not prompt_ids:
         raise ValueError("generate() needs a non-empty prompt (at least one token id).")
     spec = model.spec
     total = len(prompt_ids) + max_new_tokens
     if total > spec.max_seq_len:
-        raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_new_tokens "
-                         f"({max_new_tokens}) exceeds model.max_seq_len={spec.max_seq_len}.")
+        raise ValueError(
+            f"prompt ({len(prompt_ids)} tokens) + max_new_tokens "
+            f"({max_new_tokens}) exceeds model.max_seq_len={spec.max_seq_len}."
+        )
     graphdef, state = nnx.split(model)
     params = nnx.to_pure_dict(state)
     cache = model.init_cache(1, total)
     key = jax.random.key(seed)
-    logits, cache = _forward(graphdef, params, jnp.asarray([prompt_ids], jnp.int32), cache,
-                             jnp.int32(0))
+    logits, cache = _forward(
+        graphdef, params, jnp.asarray([prompt_ids], jnp.int32), cache, jnp.int32(0)
+    )
     out: list[int] = []
     for i in range(max_new_tokens):
         key, sub = jax.random.split(key)
@@ -64,8 +75,13 @@ def generate(model: nnx.Module, prompt_ids: list[int], *, max_new_tokens: int = 
         out.append(token)
         if eos_id is not None and token == eos_id:
             break
-        logits, cache = _forward(graphdef, params, jnp.asarray([[token]], jnp.int32), cache,
-                                 jnp.int32(len(prompt_ids) + i))
+        logits, cache = _forward(
+            graphdef,
+            params,
+            jnp.asarray([[token]], jnp.int32),
+            cache,
+            jnp.int32(len(prompt_ids) + i),
+        )
     return out
 
 

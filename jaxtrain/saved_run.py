@@ -21,8 +21,10 @@ def load_run_config(run_dir: str | Path) -> ConfigDict:
     """The resolved config a run was started with (`<run dir>/config.json`)."""
     path = Path(run_dir) / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: {run_dir} is not a jaxtrain run "
-                                "directory (train once with run.dir pointing there).")
+        raise FileNotFoundError(
+            f"{path} does not exist: {run_dir} is not a jaxtrain run "
+            "directory (train once with run.dir pointing there)."
+        )
     cfg = ConfigDict(json.loads(path.read_text()))
     with cfg.unlocked():
         cfg.run.dir = str(run_dir)
@@ -48,8 +50,10 @@ def find_checkpoints(path: str | Path) -> tuple[Path, int | None]:
         return (path / "checkpoints").absolute(), None
     if path.is_dir() and any(_is_step_folder(p) for p in path.iterdir()):
         return path.absolute(), None
-    raise CheckpointError(f"{path} is neither a jaxtrain run directory (config.json, "
-                          "checkpoints/) nor an Orbax checkpoint folder (numbered step folders).")
+    raise CheckpointError(
+        f"{path} is neither a jaxtrain run directory (config.json, "
+        "checkpoints/) nor an Orbax checkpoint folder (numbered step folders)."
+    )
 
 
 @dataclasses.dataclass
@@ -63,20 +67,23 @@ class RunParams:
     layout: state_lib.StateLayout
 
 
-def restore_params(run_dir: str | Path, step: int | None = None,
-                   devices: list[Any] | None = None) -> RunParams:
+def restore_params(
+    run_dir: str | Path, step: int | None = None, devices: list[Any] | None = None
+) -> RunParams:
     """A checkpoint's parameters only (the optimizer state is not read); latest by default."""
     cfg = load_run_config(run_dir)
     checkpointer = Checkpointer(config_lib.checkpoint_dir(cfg), async_save=False, read_only=True)
     steps = checkpointer.all_steps()
     if not steps:
-        raise CheckpointError(f"run {run_dir} has no complete checkpoint in "
-                              f"{checkpointer.directory}.")
+        raise CheckpointError(
+            f"run {run_dir} has no complete checkpoint in {checkpointer.directory}."
+        )
     if step is None:
         step = steps[-1]
     elif step not in steps:
-        raise CheckpointError(f"run {run_dir} has no checkpoint at step {step}; saved steps: "
-                              f"{steps}.")
+        raise CheckpointError(
+            f"run {run_dir} has no checkpoint at step {step}; saved steps: {steps}."
+        )
     setup = run.for_reading(cfg, devices)
     try:
         params = checkpointer.restore_params(step, setup.layout.abstract["params"])

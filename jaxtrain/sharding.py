@@ -68,13 +68,15 @@ RULE_PRESETS: dict[str, tuple[tuple[str, Any], ...]] = {
     ),
 }
 # Pure FSDP: the same table with nothing on `tensor` (a tensor size > 1 would then only replicate).
-RULE_PRESETS["fsdp"] = tuple((name, None if axis == "tensor" else axis)
-                             for name, axis in RULE_PRESETS["fsdp_tensor"])
+RULE_PRESETS["fsdp"] = tuple(
+    (name, None if axis == "tensor" else axis) for name, axis in RULE_PRESETS["fsdp_tensor"]
+)
 # Data parallel: parameters replicated (but for the pipeline's stages), batch split over every
 # data-like axis.
 RULE_PRESETS["data"] = tuple(
     (name, axis if name in ("activation_batch", "layers") else None)
-    for name, axis in RULE_PRESETS["fsdp_tensor"])
+    for name, axis in RULE_PRESETS["fsdp_tensor"]
+)
 
 
 class MeshError(JaxtrainError, ValueError):
@@ -90,13 +92,17 @@ def _fill(sizes: dict[str, int], total: int, side: str) -> dict[str, int]:
     unit = "devices per host" if side == "ici" else "hosts (processes)"
     if wild:
         if total % known:
-            raise MeshError(f"mesh.{side}_*: {total} {unit} are not divisible by the product "
-                            f"of the fixed sizes {known} ({_show(sizes)}).")
+            raise MeshError(
+                f"mesh.{side}_*: {total} {unit} are not divisible by the product "
+                f"of the fixed sizes {known} ({_show(sizes)})."
+            )
         sizes[wild[0]] = total // known
     if math.prod(sizes.values()) != total:
-        raise MeshError(f"mesh.{side}_* sizes multiply to {math.prod(sizes.values())} "
-                        f"({_show(sizes)}) but there are {total} {unit} on that side; make the "
-                        "product equal or set one axis to -1.")
+        raise MeshError(
+            f"mesh.{side}_* sizes multiply to {math.prod(sizes.values())} "
+            f"({_show(sizes)}) but there are {total} {unit} on that side; make the "
+            "product equal or set one axis to -1."
+        )
     return sizes
 
 
@@ -112,6 +118,7 @@ def _fit(mesh_cfg: Any, num_devices: int, num_slices: int) -> tuple[dict[str, in
         dcn = _fill(sides["dcn"], num_slices, "dcn")
         ici = _fill(sides["ici"], per_host, "ici")
     except MeshError as e:
+
         def need(side: str) -> str:
             fixed = math.prod(v for v in sides[side].values() if v != -1)
             if -1 not in sides[side].values():
@@ -132,8 +139,9 @@ def _show(sizes: dict[str, int]) -> str:
     return " x ".join(f"{k}={v}" for k, v in sizes.items())
 
 
-def resolved_sizes(mesh_cfg: Any, num_devices: int, num_slices: int = 1
-                   ) -> tuple[dict[str, int], dict[str, int]]:
+def resolved_sizes(
+    mesh_cfg: Any, num_devices: int, num_slices: int = 1
+) -> tuple[dict[str, int], dict[str, int]]:
     """(ici, dcn) size of every mesh axis with the -1 wildcards filled, as `make_mesh` does."""
     return _fit(mesh_cfg, num_devices, num_slices)
 
@@ -151,14 +159,14 @@ def make_mesh(mesh_cfg: Any, devices: Sequence[Any] | None = None) -> Mesh:
     dcn_shape = [dcn[a] for a in MESH_AXES]
     if num_slices > 1:
         device_array = mesh_utils.create_hybrid_device_mesh(
-            ici_shape, dcn_shape, devices, process_is_granule=True)
+            ici_shape, dcn_shape, devices, process_is_granule=True
+        )
     else:
         try:
             device_array = mesh_utils.create_device_mesh(ici_shape, devices)
         except (ValueError, NotImplementedError, AssertionError):
             device_array = np.asarray(devices).reshape(ici_shape)
-    return Mesh(device_array, MESH_AXES,
-                axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
+    return Mesh(device_array, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
 
 
 def mesh_shape(mesh: Mesh) -> dict[str, int]:
@@ -190,10 +198,12 @@ def axis_size(axis: str) -> int:
     return mesh_shape(_active[-1][0]).get(axis, 1) if _active else 1
 
 
-def without_axis(rules: Sequence[tuple[str, Any]] | dict[str, Any], axis: str
-                 ) -> tuple[tuple[str, Any], ...]:
+def without_axis(
+    rules: Sequence[tuple[str, Any]] | dict[str, Any], axis: str
+) -> tuple[tuple[str, Any], ...]:
     """The rule table with one mesh axis taken out of every rule (inside pipeline stages the
     stage dimension holds `pipeline`, so the batch must not)."""
+
     def drop(rule: Any) -> Any:
         kept = tuple(t for t in rule_targets(rule) if t != axis)
         return kept[0] if len(kept) == 1 else (kept or None)
@@ -216,8 +226,10 @@ def logical_spec(axes: Sequence[str | None], rules: dict[str, Any]) -> Partition
             mesh_axes.append(None)
             continue
         if name not in rules:
-            raise KeyError(f"logical axis {name!r} has no entry in the sharding rule table; "
-                           f"add ({name!r}, <mesh axis or None>) to the rules.")
+            raise KeyError(
+                f"logical axis {name!r} has no entry in the sharding rule table; "
+                f"add ({name!r}, <mesh axis or None>) to the rules."
+            )
         # A mesh axis may shard only one dimension of an array.
         targets = tuple(t for t in rule_targets(rules[name]) if t not in used)
         used.update(targets)
@@ -257,5 +269,8 @@ def param_logical_axes(abstract_state: Any) -> Any:
 def shardings_for(logical_tree: Any, mesh: Mesh, rules: Sequence[tuple[str, Any]]) -> Any:
     """NamedShardings for a tree of logical-axis tuples."""
     table = dict(rules)
-    return jax.tree.map(lambda axes: NamedSharding(mesh, logical_spec(axes, table)),
-                        logical_tree, is_leaf=lambda x: isinstance(x, tuple))
+    return jax.tree.map(
+        lambda axes: NamedSharding(mesh, logical_spec(axes, table)),
+        logical_tree,
+        is_leaf=lambda x: isinstance(x, tuple),
+    )

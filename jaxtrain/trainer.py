@@ -55,8 +55,7 @@ class TrainingError(JaxtrainError, RuntimeError):
 class Trainer:
     """Owns the mesh, the train state, the data iterators, checkpoints and metric sinks."""
 
-    def __init__(self, cfg: ConfigDict, *, devices: list[Any] | None = None,
-                 console: bool = True):
+    def __init__(self, cfg: ConfigDict, *, devices: list[Any] | None = None, console: bool = True):
         # Taken once the config is validated, before anything reads or writes the run
         # directory, and held until close(); released here if building fails.
         self.run_lock = RunLock(config_lib.run_dir(cfg))
@@ -76,36 +75,53 @@ class Trainer:
         self.batch_sharding = self.setup.batch_sharding
         # Weights only: fp8 amax histories are state, not parameters.
         self.num_params = state_lib.count_params(
-            buffers.weights(self.layout.graphdef, self.layout.abstract["params"]))
+            buffers.weights(self.layout.graphdef, self.layout.abstract["params"])
+        )
         self.run_dir = config_lib.run_dir(cfg)
         self.is_primary = jax.process_index() == 0
         if self.is_primary:  # only process 0 writes run-directory files
             self.run_lock.acquire(self._log)
 
         self.train_iter = pipeline.make_train_iterator(
-            cfg, self.spec.vocab_size, process_index=jax.process_index(),
-            process_count=jax.process_count())
+            cfg,
+            self.spec.vocab_size,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+        )
         self.make_eval_iter = pipeline.make_eval_batches(
-            cfg, self.spec.vocab_size, process_index=jax.process_index(),
-            process_count=jax.process_count())
+            cfg,
+            self.spec.vocab_size,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+        )
 
         # A start that would overwrite a checkpoint is refused before the (long) compile too.
-        resume_lib.start_step(config_lib.checkpoint_dir(cfg),
-                              committed_steps(config_lib.checkpoint_dir(cfg)),
-                              cfg.checkpoint.resume, cfg.checkpoint.get("resume_step", -1))
+        resume_lib.start_step(
+            config_lib.checkpoint_dir(cfg),
+            committed_steps(config_lib.checkpoint_dir(cfg)),
+            cfg.checkpoint.resume,
+            cfg.checkpoint.get("resume_step", -1),
+        )
         # Compiled before anything is allocated or written, so a step that cannot fit is refused
         # with the figures instead of failing to allocate (see jaxtrain/memory_plan.py).
         self._compile_functions()
-        self.checkpointer = Checkpointer(config_lib.checkpoint_dir(cfg),
-                                         keep=cfg.checkpoint.keep,
-                                         keep_every=cfg.checkpoint.keep_every,
-                                         compression=cfg.checkpoint.get("compression", "none"))
+        self.checkpointer = Checkpointer(
+            config_lib.checkpoint_dir(cfg),
+            keep=cfg.checkpoint.keep,
+            keep_every=cfg.checkpoint.keep_every,
+            compression=cfg.checkpoint.get("compression", "none"),
+        )
         self._compile_s: float | None = self.compile_s  # reported with the first step's metrics
         self.state = self._restore_or_init()
         # Tracked on the host so that asking for it never waits for the device.
         self._host_step = int(jax.device_get(self.state["step"]))
-        self.metrics = MetricsWriter(self.run_dir, cfg.train.steps, is_primary=self.is_primary,
-                                     progress=cfg.train.progress, console=console)
+        self.metrics = MetricsWriter(
+            self.run_dir,
+            cfg.train.steps,
+            is_primary=self.is_primary,
+            progress=cfg.train.progress,
+            console=console,
+        )
         # The recent steps' metrics, for notebooks and tests; metrics.jsonl keeps every step.
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
         self.stops = StopRequests(self._log)
@@ -121,19 +137,28 @@ class Trainer:
     def _restore_or_init(self) -> dict[str, Any]:
         self._restored_step: int | None = None
         # Orbax's own list of complete steps decides (checked against the disk in _build).
-        latest = resume_lib.start_step(self.checkpointer.directory, self.checkpointer.all_steps(),
-                                       self.cfg.checkpoint.resume,
-                                       self.cfg.checkpoint.get("resume_step", -1))
+        latest = resume_lib.start_step(
+            self.checkpointer.directory,
+            self.checkpointer.all_steps(),
+            self.cfg.checkpoint.resume,
+            self.cfg.checkpoint.get("resume_step", -1),
+        )
         for path in self.checkpointer.unfinished:
-            self._log(f"warning: ignoring {path}: a save that never completed (the process "
-                      "writing it stopped); "
-                      + (f"resuming from step {latest}, the latest complete checkpoint"
-                         if latest is not None else "no complete checkpoint to resume from"))
+            self._log(
+                f"warning: ignoring {path}: a save that never completed (the process "
+                "writing it stopped); "
+                + (
+                    f"resuming from step {latest}, the latest complete checkpoint"
+                    if latest is not None
+                    else "no complete checkpoint to resume from"
+                )
+            )
         init_from = self.cfg.checkpoint.init_from
         if latest is None and init_from:
             with self._mesh_context():
                 params, report = init_from_lib.load_params(
-                    init_from, self.cfg.checkpoint.init_step, self.spec, self.layout)
+                    init_from, self.cfg.checkpoint.init_step, self.spec, self.layout
+                )
                 self._log(report)
                 return init_from_lib.initial_state(params, self.tx, self.layout)
         if latest is not None and init_from:
@@ -148,17 +173,23 @@ class Trainer:
         state, data_state, _ = self.checkpointer.restore(latest, self.layout.abstract)
         self._restored_step = latest
         if cast:
-            self._log(f"checkpoint step {latest} holds other dtypes than this run "
-                      f"(model.param_dtype={self.cfg.model.param_dtype}); cast after checking "
-                      f"their checksums: {describe_dtype_changes(cast)}")
+            self._log(
+                f"checkpoint step {latest} holds other dtypes than this run "
+                f"(model.param_dtype={self.cfg.model.param_dtype}); cast after checking "
+                f"their checksums: {describe_dtype_changes(cast)}"
+            )
         if data_changes:
-            self._log(f"data.reset=true: the data settings changed since checkpoint step "
-                      f"{latest} ({'; '.join(data_changes)}); reading the new data from its "
-                      "first batch, with the model and optimizer state of that step")
+            self._log(
+                f"data.reset=true: the data settings changed since checkpoint step "
+                f"{latest} ({'; '.join(data_changes)}); reading the new data from its "
+                "first batch, with the model and optimizer state of that step"
+            )
         elif data_state:
             self.train_iter.set_state(data_state)
-        self._log(f"resumed from step {latest} in {self.checkpointer.directory} "
-                  f"({time.perf_counter() - restore_start:.1f}s)")
+        self._log(
+            f"resumed from step {latest} in {self.checkpointer.directory} "
+            f"({time.perf_counter() - restore_start:.1f}s)"
+        )
         return state
 
     def _data_changes(self, step: int) -> list[str]:
@@ -172,8 +203,10 @@ class Trainer:
         if changes and not self.cfg.data.reset:
             raise ConfigError(data_resume.refusal(step, self.checkpointer.directory, changes))
         if self.cfg.data.reset and not changes:
-            self._log(f"data.reset=true ignored: the data settings are those of checkpoint step "
-                      f"{step}, so the data stream continues where it stopped")
+            self._log(
+                f"data.reset=true ignored: the data settings are those of checkpoint step "
+                f"{step}, so the data stream continues where it stopped"
+            )
         return changes
 
     def _compile_functions(self) -> None:
@@ -185,10 +218,20 @@ class Trainer:
         """
         cfg = self.cfg
         options = loss_options(cfg.train)
-        step_fn = functools.partial(train_step, graphdef=self.layout.graphdef, tx=self.tx,
-                                    schedule=self.schedule, num_micro=self.num_micro, **options)
-        jitted = jax.jit(step_fn, in_shardings=(self.layout.shardings, None),
-                         out_shardings=(self.layout.shardings, None), donate_argnums=(0,))
+        step_fn = functools.partial(
+            train_step,
+            graphdef=self.layout.graphdef,
+            tx=self.tx,
+            schedule=self.schedule,
+            num_micro=self.num_micro,
+            **options,
+        )
+        jitted = jax.jit(
+            step_fn,
+            in_shardings=(self.layout.shardings, None),
+            out_shardings=(self.layout.shardings, None),
+            donate_argnums=(0,),
+        )
         batch = self.setup.abstract_batch()
         axis_sizes = self.setup.axis_sizes
         check = cfg.train.get("check_memory", True)
@@ -207,9 +250,12 @@ class Trainer:
         self.memory = memory_plan.add_compiled(self.memory, self.compiled_step)
         if check:
             memory_plan.check_fits(self.memory, capacity, source, cfg, axis_sizes)
-        self._eval_step = jax.jit(functools.partial(eval_step, graphdef=self.layout.graphdef,
-                                                    loss_chunks=options["loss_chunks"]),
-                                  in_shardings=(self.layout.shardings["params"], None))
+        self._eval_step = jax.jit(
+            functools.partial(
+                eval_step, graphdef=self.layout.graphdef, loss_chunks=options["loss_chunks"]
+            ),
+            in_shardings=(self.layout.shardings["params"], None),
+        )
 
     # ----------------------------------------------------------------------------- helpers
     def _status(self, message: str) -> None:
@@ -222,8 +268,10 @@ class Trainer:
             print(message, flush=True)
 
     def _to_global(self, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-        return {k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(v))
-                for k, v in local_batch.items()}
+        return {
+            k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(v))
+            for k, v in local_batch.items()
+        }
 
     @property
     def step(self) -> int:
@@ -242,8 +290,7 @@ class Trainer:
         ce_sum, tokens = 0.0, 0.0
         with self._mesh_context():
             for local in self.make_eval_iter():
-                out = jax.device_get(self._eval_step(self.state["params"],
-                                                     self._to_global(local)))
+                out = jax.device_get(self._eval_step(self.state["params"], self._to_global(local)))
                 ce_sum += float(out["ce_sum"])
                 tokens += float(out["tokens"])
         loss = ce_sum / max(tokens, 1.0)
@@ -307,9 +354,11 @@ class Trainer:
             self._log(f"nothing to do: at step {self.step}, target {target}")
             return self.history[-1] if self.history else {}
         self._write_run_config()
-        self._log(f"training {self.spec.family} model, {self.num_params:,} parameters, "
-                  f"mesh {sharding.mesh_shape(self.mesh)}, steps {self.step} -> {target}; run "
-                  f"directory {self.run_dir}")
+        self._log(
+            f"training {self.spec.family} model, {self.num_params:,} parameters, "
+            f"mesh {sharding.mesh_shape(self.mesh)}, steps {self.step} -> {target}; run "
+            f"directory {self.run_dir}"
+        )
         tokens_per_step = cfg.train.global_batch_size * cfg.train.seq_len
         pending: tuple[int, Any] | None = None
         last: dict[str, Any] = {}
@@ -335,9 +384,11 @@ class Trainer:
                 last = self._after_step(*pending, target, tokens_per_step)
             if self.stops.requested:
                 self.save(wait=True)
-                self._log(f"stopped by {self.stops.reason} at step {self.step}: checkpoint step "
-                          f"{self.step} is complete on disk in {self.checkpointer.directory}; run "
-                          "the same command to resume.")
+                self._log(
+                    f"stopped by {self.stops.reason} at step {self.step}: checkpoint step "
+                    f"{self.step} is complete on disk in {self.checkpointer.directory}; run "
+                    "the same command to resume."
+                )
             elif self.step >= cfg.train.steps or cfg.checkpoint.every:
                 self.save(wait=True)
         return last
@@ -360,23 +411,31 @@ class Trainer:
 
     def _check_finite(self, step_no: int, values: dict[str, Any]) -> None:
         """TrainingError when the step's loss or gradient norm is not finite."""
-        bad = {k: float(values[k]) for k in ("loss", "grad_norm")
-               if k in values and not math.isfinite(float(values[k]))}
+        bad = {
+            k: float(values[k])
+            for k in ("loss", "grad_norm")
+            if k in values and not math.isfinite(float(values[k]))
+        }
         if not bad:
             return
         self.checkpointer.wait()  # a pending save of an earlier (finite) step completes
         latest = self.checkpointer.latest_step()
-        kept = (f"The last checkpoint, step {latest} in {self.checkpointer.directory}, is "
-                "finite and intact: a rerun resumes from it" if latest is not None else
-                "No checkpoint was written yet")
+        kept = (
+            f"The last checkpoint, step {latest} in {self.checkpointer.directory}, is "
+            "finite and intact: a rerun resumes from it"
+            if latest is not None
+            else "No checkpoint was written yet"
+        )
         what = " and ".join(f"{k} is {v}" for k, v in bad.items())
         raise TrainingError(
             f"{what} at step {step_no}; stopping without saving this state. {kept}. Lower "
             "optim.lr (or its warmup), set optim.clip_grad_norm, check the data for "
-            "out-of-range tokens, or use float32 compute.")
+            "out-of-range tokens, or use float32 compute."
+        )
 
-    def _after_step(self, step_no: int, device_metrics: Any, target: int,
-                    tokens_per_step: int) -> dict[str, Any]:
+    def _after_step(
+        self, step_no: int, device_metrics: Any, target: int, tokens_per_step: int
+    ) -> dict[str, Any]:
         """Reads a dispatched step's metrics (waiting for it), checks, logs and evaluates."""
         cfg = self.cfg
         values = jax.device_get(device_metrics)
@@ -384,17 +443,20 @@ class Trainer:
         self._check_finite(step_no, values)
         record: dict[str, Any] = {k: float(v) for k, v in values.items()}
         record["ppl"] = math.exp(min(record["loss"], 50.0))
-        log_now = step_no % max(cfg.train.log_every, 1) == 0 or step_no == target or \
-            step_no == 1
+        log_now = step_no % max(cfg.train.log_every, 1) == 0 or step_no == target or step_no == 1
         if self._compile_s is not None:
             # The first step is reported apart: its wall time is mostly compiling.
             record["compile_s"], self._compile_s, log_now = self._compile_s, None, True
         if log_now and (window := self._timer.take()):
             steps, seconds = window
             tps = tokens_per_step * steps / max(seconds, 1e-9)
-            mfu = perf.mfu(self.spec.flops_per_token(cfg.train.seq_len), tps,
-                           cfg.train.peak_flops, self.mesh.devices.size,
-                           fp8=self.spec.quantization == "fp8")
+            mfu = perf.mfu(
+                self.spec.flops_per_token(cfg.train.seq_len),
+                tps,
+                cfg.train.peak_flops,
+                self.mesh.devices.size,
+                fp8=self.spec.quantization == "fp8",
+            )
             record.update(tokens_per_s=tps, step_time=seconds / steps, mfu=mfu)
         if cfg.train.eval_every and step_no % cfg.train.eval_every == 0:
             record.update(self.evaluate())
@@ -422,10 +484,15 @@ def print_sample(trainer: Trainer) -> str:
         print("sample: skipped (data.tokenizer names no tokenizer to encode the prompt)")
         return ""
     tokenizer = load_tokenizer(cfg.data.tokenizer)
-    text = complete(trainer.model(), tokenizer, cfg.sample.prompt,
-                    max_new_tokens=cfg.sample.max_new_tokens,
-                    temperature=cfg.sample.temperature, top_k=cfg.sample.top_k,
-                    seed=cfg.run.seed)
+    text = complete(
+        trainer.model(),
+        tokenizer,
+        cfg.sample.prompt,
+        max_new_tokens=cfg.sample.max_new_tokens,
+        temperature=cfg.sample.temperature,
+        top_k=cfg.sample.top_k,
+        seed=cfg.run.seed,
+    )
     print(f"sample (step {trainer.step}): {cfg.sample.prompt}{text}", flush=True)
     return text
 
@@ -448,11 +515,16 @@ def _finished(trainer: Trainer) -> dict[str, Any]:
     final_eval = trainer.evaluate() if _final_eval_missing(trainer) else {}
     if final_eval:
         trainer.metrics.write(trainer.step, final_eval)
-    trainer._log(f"run {trainer.run_dir} is finished at step {trainer.step} "
-                 f"(train.steps={trainer.cfg.train.steps}); its checkpoints are in "
-                 f"{trainer.checkpointer.directory}. Nothing to train"
-                 + ("; the final validation, missing from metrics.jsonl, was recorded."
-                    if final_eval else ", nothing changed."))
+    trainer._log(
+        f"run {trainer.run_dir} is finished at step {trainer.step} "
+        f"(train.steps={trainer.cfg.train.steps}); its checkpoints are in "
+        f"{trainer.checkpointer.directory}. Nothing to train"
+        + (
+            "; the final validation, missing from metrics.jsonl, was recorded."
+            if final_eval
+            else ", nothing changed."
+        )
+    )
     return final_eval
 
 
@@ -483,4 +555,3 @@ def train(cfg: ConfigDict) -> dict[str, Any]:
             trainer.close()
         else:  # aborted: no waiting for saves, but the run directory is free again
             trainer.run_lock.release()
-

@@ -30,8 +30,9 @@ CLI_OVERRIDES = {
 
 def small_config(run_dir: Path, config: str = "llama_debug.py", **overrides):
     """A debug-size config (`configs/<config>`) with CLI_OVERRIDES, for in-process Trainers."""
-    return config_lib.load_config(str(REPO / "configs" / config),
-                                  {"run.dir": str(run_dir), **CLI_OVERRIDES, **overrides})
+    return config_lib.load_config(
+        str(REPO / "configs" / config), {"run.dir": str(run_dir), **CLI_OVERRIDES, **overrides}
+    )
 
 
 def losses(run_dir: Path) -> dict[int, float]:
@@ -43,5 +44,6 @@ def losses(run_dir: Path) -> dict[int, float]:
 def saved_steps(run_dir: Path) -> list[int]:
     """Complete checkpoint steps on disk."""
     folder = run_dir / "checkpoints"
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) \
-        if folder.is_dir() else []
+    return (
+        sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+    )

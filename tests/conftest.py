@@ -5,10 +5,13 @@ import pathlib
 
 # Tests are dominated by XLA compile time on two cores: compile with LLVM optimisations off
 # (4x faster to compile, numerically the same programs) and reuse compiled programs across tests.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
-                                   "--xla_backend_optimization_level=0")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                      str(pathlib.Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
+os.environ.setdefault(
+    "XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
+)
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    str(pathlib.Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"),
+)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

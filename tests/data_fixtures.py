@@ -13,16 +13,19 @@ import numpy as np
 import pytest
 
 EOS = "<|endoftext|>"
-_WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing "
-          "matches under pale moonlight and every parser reads tokens from memory mapped files")
+_WORDS = (
+    "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing "
+    "matches under pale moonlight and every parser reads tokens from memory mapped files"
+)
 
 
 def corpus_texts(n: int, seed: int = 0) -> list[str]:
     """n deterministic pseudo-sentences of varying length."""
     rng = np.random.default_rng(seed)
     words = _WORDS.split()
-    return [" ".join(rng.choice(words, size=int(rng.integers(4, 30)))) + f". Doc {i}."
-            for i in range(n)]
+    return [
+        " ".join(rng.choice(words, size=int(rng.integers(4, 30)))) + f". Doc {i}." for i in range(n)
+    ]
 
 
 def train_tiny_tokenizer(folder: Path, vocab_size: int = 400) -> Path:
@@ -33,8 +36,12 @@ def train_tiny_tokenizer(folder: Path, vocab_size: int = 400) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(corpus_texts(500), trainer)
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS).save_pretrained(folder)
     return folder
@@ -55,8 +62,14 @@ def write_wordlevel_tokenizer(folder: Path, vocab_size: int) -> Path:
     return folder
 
 
-def write_raw_shard(folder: Path, name: str, docs: Sequence[Sequence[int]], width: int = 2,
-                    tokenizer: str = "test-tokenizer", loss: Sequence[int] | None = None) -> Path:
+def write_raw_shard(
+    folder: Path,
+    name: str,
+    docs: Sequence[Sequence[int]],
+    width: int = 2,
+    tokenizer: str = "test-tokenizer",
+    loss: Sequence[int] | None = None,
+) -> Path:
     """Writes X.ds / .index / .metadata (and .loss) byte by byte as FORMATS.md describes."""
     folder.mkdir(parents=True, exist_ok=True)
     fmt = {2: "H", 4: "I"}[width]
@@ -94,8 +107,9 @@ def tiny_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def datatrove_corpus(tmp_path_factory: pytest.TempPathFactory,
-                     tiny_tokenizer: Path) -> DatatroveCorpus:
+def datatrove_corpus(
+    tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer: Path
+) -> DatatroveCorpus:
     """datatrove itself tokenizes 400 documents; task 2 of 3 gets no file: an empty shard."""
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.readers import JsonlReader
@@ -110,11 +124,16 @@ def datatrove_corpus(tmp_path_factory: pytest.TempPathFactory,
     LocalPipelineExecutor(
         pipeline=[
             JsonlReader(str(root / "jsonl")),
-            DocumentTokenizer(str(root / "shards"),
-                              tokenizer_name_or_path=str(tiny_tokenizer / "tokenizer.json"),
-                              eos_token=EOS, seed=3),
+            DocumentTokenizer(
+                str(root / "shards"),
+                tokenizer_name_or_path=str(tiny_tokenizer / "tokenizer.json"),
+                eos_token=EOS,
+                seed=3,
+            ),
         ],
-        tasks=3, workers=1, logging_dir=str(root / "logs"),
+        tasks=3,
+        workers=1,
+        logging_dir=str(root / "logs"),
     ).run()
     from tokenizers import Tokenizer
 
@@ -125,8 +144,12 @@ def datatrove_corpus(tmp_path_factory: pytest.TempPathFactory,
 MEGATRON_FORMATS = {1: "B", 2: "b", 3: "h", 4: "i", 5: "q", 6: "d", 7: "f", 8: "H"}
 
 
-def write_raw_megatron(prefix: Path, docs: Sequence[Sequence[int]], code: int = 8,
-                       doc_index: Sequence[int] | None = None) -> Path:
+def write_raw_megatron(
+    prefix: Path,
+    docs: Sequence[Sequence[int]],
+    code: int = 8,
+    doc_index: Sequence[int] | None = None,
+) -> Path:
     """Writes prefix.bin / prefix.idx field by field as FORMATS.md describes (one sequence per
     document unless `doc_index` groups them); returns the prefix."""
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -137,9 +160,15 @@ def write_raw_megatron(prefix: Path, docs: Sequence[Sequence[int]], code: int = 
     pointers = [size * sum(lengths[:i]) for i in range(len(docs))]
     doc_index = list(range(len(docs) + 1)) if doc_index is None else list(doc_index)
     Path(f"{prefix}.bin").write_bytes(struct.pack(f"<{len(tokens)}{fmt}", *tokens))
-    idx = (b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", code)
-           + struct.pack("<Q", len(docs)) + struct.pack("<Q", len(doc_index))
-           + struct.pack(f"<{len(docs)}i", *lengths) + struct.pack(f"<{len(docs)}q", *pointers)
-           + struct.pack(f"<{len(doc_index)}q", *doc_index))
+    idx = (
+        b"MMIDIDX\x00\x00"
+        + struct.pack("<Q", 1)
+        + struct.pack("<B", code)
+        + struct.pack("<Q", len(docs))
+        + struct.pack("<Q", len(doc_index))
+        + struct.pack(f"<{len(docs)}i", *lengths)
+        + struct.pack(f"<{len(docs)}q", *pointers)
+        + struct.pack(f"<{len(doc_index)}q", *doc_index)
+    )
     Path(f"{prefix}.idx").write_bytes(idx)
     return prefix

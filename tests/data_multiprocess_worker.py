@@ -32,8 +32,9 @@ def main(port: int, process_id: int, steps: int, overrides: dict, out: str) -> N
     from jaxtrain.data.pipeline import make_train_iterator
 
     cfg = load_config(str(REPO / "configs" / "base.py"), overrides)
-    it = make_train_iterator(cfg, VOCAB, process_index=jax.process_index(),
-                             process_count=jax.process_count())
+    it = make_train_iterator(
+        cfg, VOCAB, process_index=jax.process_index(), process_count=jax.process_count()
+    )
     # jax.devices() lists process 0's devices first: the data axis runs over both processes.
     mesh = Mesh(np.asarray(jax.devices()), ("data",))
     sharding = NamedSharding(mesh, PartitionSpec("data"))
@@ -44,11 +45,11 @@ def main(port: int, process_id: int, steps: int, overrides: dict, out: str) -> N
             assert global_array.shape == (cfg.train.global_batch_size, cfg.train.seq_len)
             record[f"local/{step}/{key}"] = local
             record[f"global/{step}/{key}"] = np.asarray(
-                multihost_utils.process_allgather(global_array, tiled=True))
+                multihost_utils.process_allgather(global_array, tiled=True)
+            )
     np.savez(out, **record)
     jax.distributed.shutdown()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]),
-         sys.argv[5])
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5])

@@ -54,15 +54,18 @@ def causal_conv(x_BLC, w_WC):
     """Depthwise causal conv with zero history, silu after: y_t = silu(sum_w c_w x_{t-W+1+w})."""
     taps = w_WC.shape[0]
     xp = np.concatenate([np.zeros((x_BLC.shape[0], taps - 1, x_BLC.shape[2])), x_BLC], 1)
-    y = sum(xp[:, i:i + x_BLC.shape[1]] * w_WC[i] for i in range(taps))
+    y = sum(xp[:, i : i + x_BLC.shape[1]] * w_WC[i] for i in range(taps))
     return silu(y)
 
 
 def params_of(module: nnx.Module) -> dict:
     """The module's parameters as a nested dict of float64 numpy arrays."""
+
     def convert(tree):
-        return {k: (convert(v) if isinstance(v, dict) else np.asarray(v, np.float64))
-                for k, v in tree.items()}
+        return {
+            k: (convert(v) if isinstance(v, dict) else np.asarray(v, np.float64))
+            for k, v in tree.items()
+        }
 
     return convert(nnx.to_pure_dict(nnx.state(module, nnx.Param)))
 

@@ -25,32 +25,60 @@ def free_port() -> int:
 
 def child_env(devices: int, **extra: str) -> dict[str, str]:
     """The test environment with `devices` CPU devices per process and no launcher variables."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JAXTRAIN_", "SLURM_", "OMPI_")) and
-           k not in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")}
-    env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
-                         "--xla_backend_optimization_level=0",
-               JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO), **extra)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("JAXTRAIN_", "SLURM_", "OMPI_"))
+        and k not in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
+    }
+    env.update(
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
+        "--xla_backend_optimization_level=0",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(REPO),
+        **extra,
+    )
     return env
 
 
 class Job:
     """`count` processes of `python -m jaxtrain ARGS`, joined through a fresh coordinator port."""
 
-    def __init__(self, args: list[str], logs: Path, *, count: int = 2, devices: int = 2,
-                 env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        args: list[str],
+        logs: Path,
+        *,
+        count: int = 2,
+        devices: int = 2,
+        env: dict[str, str] | None = None,
+    ):
         port = free_port()
         logs.mkdir(parents=True, exist_ok=True)
         self.logs = [logs / f"process{i}.log" for i in range(count)]
         self.procs = []
         for pid in range(count):
             with open(self.logs[pid], "w") as log:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "jaxtrain", *args, "--coordinator",
-                     f"127.0.0.1:{port}", "--num-processes", str(count), "--process-id",
-                     str(pid)],
-                    env={**child_env(devices), **(env or {})}, stdout=log,
-                    stderr=subprocess.STDOUT, cwd=REPO))
+                self.procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "jaxtrain",
+                            *args,
+                            "--coordinator",
+                            f"127.0.0.1:{port}",
+                            "--num-processes",
+                            str(count),
+                            "--process-id",
+                            str(pid),
+                        ],
+                        env={**child_env(devices), **(env or {})},
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        cwd=REPO,
+                    )
+                )
 
     def wait(self, timeout: float = 300) -> list[int]:
         """Exit codes of every process (kills them all if one overruns `timeout`)."""

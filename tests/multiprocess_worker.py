@@ -31,9 +31,16 @@ def train(out: str, argv: list[str]) -> int:
     mesh = sharding.make_mesh(config.load_config(args.config, args.overrides).mesh)
     owners = [[d.process_index for d in row.reshape(-1)] for row in mesh.devices]
     with open(out, "w") as f:
-        json.dump({"code": code, "process_index": jax.process_index(),
-                   "process_count": jax.process_count(), "mesh": sharding.mesh_shape(mesh),
-                   "owners_by_data_row": owners}, f)
+        json.dump(
+            {
+                "code": code,
+                "process_index": jax.process_index(),
+                "process_count": jax.process_count(),
+                "mesh": sharding.mesh_shape(mesh),
+                "owners_by_data_row": owners,
+            },
+            f,
+        )
     return code
 
 
@@ -49,7 +56,8 @@ def spin(fail: bool) -> int:
 
     mesh = Mesh(np.asarray(jax.devices()), ("x",))
     x = jax.make_array_from_process_local_data(
-        NamedSharding(mesh, PartitionSpec("x")), np.ones(jax.local_device_count(), np.float32))
+        NamedSharding(mesh, PartitionSpec("x")), np.ones(jax.local_device_count(), np.float32)
+    )
     total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, PartitionSpec()))
     rounds = 0
     while True:
@@ -66,5 +74,5 @@ def spin(fail: bool) -> int:
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "train":
-        sys.exit(train(sys.argv[2], sys.argv[sys.argv.index("--") + 1:]))
+        sys.exit(train(sys.argv[2], sys.argv[sys.argv.index("--") + 1 :]))
     sys.exit(spin(sys.argv[2:3] == ["fail"]))

@@ -35,8 +35,7 @@ def random_params(spec: ModelSpec) -> dict:
             return rng.uniform(0.5, 1.5, x.shape).astype(np.float32)
         if name == "score_bias":  # large enough to change which experts win
             return rng.normal(0.0, 0.3, x.shape).astype(np.float32)
-        return rng.normal(0.0, 0.1 if name == "bias" else spec.init_std, x.shape).astype(
-            np.float32)
+        return rng.normal(0.0, 0.1 if name == "bias" else spec.init_std, x.shape).astype(np.float32)
 
     return jax.tree_util.tree_map_with_path(draw, params)
 
@@ -46,8 +45,12 @@ def tokens(vocab: int, length: int) -> np.ndarray:
     return np.random.default_rng(0).integers(0, vocab, (2, length), dtype=np.int32)
 
 
-def random_hf_model(config, std: float = 0.2, param_std: dict[str, float] | None = None,
-                    buffer_std: dict[str, float] | None = None):
+def random_hf_model(
+    config,
+    std: float = 0.2,
+    param_std: dict[str, float] | None = None,
+    buffer_std: dict[str, float] | None = None,
+):
     """A transformers causal LM (eager attention) built from `config` with weights that all
     matter: norm weights U(0.5, 1.5), parameters whose name ends in a `param_std` key
     N(0, that std), the rest N(0, `std`); buffers ending in a `buffer_std` key N(0, that std)."""
@@ -55,7 +58,8 @@ def random_hf_model(config, std: float = 0.2, param_std: dict[str, float] | None
 
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation="eager").eval()
+        config, attn_implementation="eager"
+    ).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             special = [s for suffix, s in (param_std or {}).items() if name.endswith(suffix)]
@@ -79,7 +83,8 @@ def exported_hf_model(spec: ModelSpec, params: dict, path, architecture: str):
 
     save_hf_checkpoint(spec, params, path)
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        path, attn_implementation="eager").eval()
+        path, attn_implementation="eager"
+    ).eval()
     assert type(model).__name__ == architecture
     return model
 

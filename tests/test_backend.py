@@ -50,8 +50,9 @@ def test_the_config_names_a_target_or_overrides_a_choice():
         backend.from_config({"bf16_products": "fast"})
 
 
-@pytest.mark.parametrize("target,dots", [("cpu-avx2", {"f32"}), ("cpu-avx512-bf16", {"bf16"}),
-                                         ("amd-mi300x", {"bf16"})])
+@pytest.mark.parametrize(
+    "target,dots", [("cpu-avx2", {"f32"}), ("cpu-avx512-bf16", {"bf16"}), ("amd-mi300x", {"bf16"})]
+)
 def test_a_targets_program_is_what_is_compiled(target, dots):
     """The product precision follows the target, whatever machine compiles it."""
     x = jnp.ones((16, 64), jnp.bfloat16)
@@ -66,10 +67,17 @@ def test_a_targets_program_is_what_is_compiled(target, dots):
 
 
 def test_the_trainer_prints_and_records_its_backend(tmp_path, capsys):
-    cfg = config_lib.load_config(str(REPO / "configs" / "llama_debug.py"), {
-        "run.dir": str(tmp_path / "run"), "train.steps": 1, "train.seq_len": 32,
-        "train.progress": False, "train.eval_batches": 0,
-        "backend.bf16_products": "widened"})
+    cfg = config_lib.load_config(
+        str(REPO / "configs" / "llama_debug.py"),
+        {
+            "run.dir": str(tmp_path / "run"),
+            "train.steps": 1,
+            "train.seq_len": 32,
+            "train.progress": False,
+            "train.eval_batches": 0,
+            "backend.bf16_products": "widened",
+        },
+    )
     trainer = Trainer(cfg, devices=jax.devices()[:1])
     try:
         trainer.run()

@@ -7,13 +7,24 @@ import importlib.util
 
 from conftest import REPO
 
-TINY = ["--hidden", "64", "--layers", "2", "--heads", "4", "--intermediate", "128",
-        "--vocab", "512"]
+TINY = [
+    "--hidden",
+    "64",
+    "--layers",
+    "2",
+    "--heads",
+    "4",
+    "--intermediate",
+    "128",
+    "--vocab",
+    "512",
+]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_checkpoint",
-                                                  REPO / "tools" / "bench_checkpoint.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_checkpoint", REPO / "tools" / "bench_checkpoint.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench
@@ -37,5 +48,8 @@ def test_bench_checkpoint_leaves_what_it_did_not_write(tmp_path):
     (folder / "results" / "old.json").write_text("{}")
     assert _bench().main([*TINY, "--dir", str(folder), "--compression", "zstd"]) == 0
     assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == [
-        "notes.txt", "results", "results/old.json"]
+        "notes.txt",
+        "results",
+        "results/old.json",
+    ]
     assert (folder / "notes.txt").read_text() == "mine"

@@ -16,8 +16,9 @@ GB = 2e-4  # 100,000 uint16 tokens
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_loader",
-                                                  REPO / "tools" / "bench_loader.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_loader", REPO / "tools" / "bench_loader.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -59,13 +60,17 @@ def test_removes_the_folder_it_created(bench, tmp_path: Path) -> None:
 
 
 def test_every_rate_is_given_as_ratios_of_the_raw_copy_and_the_step_need(bench) -> None:
-    rows = [("raw np.memmap sequential copy", "-", 2e9),
-            ("loader, shuffled", "16 x 2048, workers=0, prefetch=4", 5e7),
-            ("train step, 5.5M-param Llama (synthetic data)", "8 x 512", 2500.0)]
+    rows = [
+        ("raw np.memmap sequential copy", "-", 2e9),
+        ("loader, shuffled", "16 x 2048, workers=0, prefetch=4", 5e7),
+        ("train step, 5.5M-param Llama (synthetic data)", "8 x 512", 2500.0),
+    ]
     lines = bench.table(rows, 2e9, 2500.0, 4.0).splitlines()
     assert lines[1] == "| what | batch | tokens/s | / raw memmap copy | / train step's need |"
-    assert lines[3] == ("| raw np.memmap sequential copy | - | 2,000.0M (4.00 GB/s) | 1.0 | "
-                        "800,000 |")
-    assert lines[4] == ("| loader, shuffled | 16 x 2048, workers=0, prefetch=4 | 50.0M | 0.025 | "
-                        "20,000 |")
+    assert lines[3] == (
+        "| raw np.memmap sequential copy | - | 2,000.0M (4.00 GB/s) | 1.0 | 800,000 |"
+    )
+    assert lines[4] == (
+        "| loader, shuffled | 16 x 2048, workers=0, prefetch=4 | 50.0M | 0.025 | 20,000 |"
+    )
     assert lines[5].endswith("| 2,500 | 0.000 | 1.0 |")

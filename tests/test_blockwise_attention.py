@@ -17,8 +17,9 @@ from jaxtrain.models.spec import ModelSpec
 
 # The backward pass either reads the softmax numerators the forward pass kept or recomputes
 # them; every gradient check runs both ways.
-both_backward_paths = pytest.mark.parametrize("kept_bytes", [64 << 20, 0],
-                                              ids=["kept", "recomputed"])
+both_backward_paths = pytest.mark.parametrize(
+    "kept_bytes", [64 << 20, 0], ids=["kept", "recomputed"]
+)
 
 
 def _numpy_attention(q, k, v, segment, window, scale, chunk=0, sinks=None):
@@ -28,9 +29,13 @@ def _numpy_attention(q, k, v, segment, window, scale, chunk=0, sinks=None):
     out = np.zeros((b, l, n, v.shape[-1]))
     for bi in range(b):
         for i in range(l):
-            keys = [j for j in range(i + 1) if (not window or i - j < window)
-                    and (not chunk or i // chunk == j // chunk)
-                    and (segment is None or segment[bi, i] == segment[bi, j])]
+            keys = [
+                j
+                for j in range(i + 1)
+                if (not window or i - j < window)
+                and (not chunk or i // chunk == j // chunk)
+                and (segment is None or segment[bi, i] == segment[bi, j])
+            ]
             for h in range(n):
                 s = np.array([q[bi, i, h] @ k[bi, j, h // group] for j in keys]) * scale
                 p = np.exp(s - s.max())
@@ -41,8 +46,9 @@ def _numpy_attention(q, k, v, segment, window, scale, chunk=0, sinks=None):
 
 def _dot(q, k, v, segment, window, scale, chunk=0, sinks=None):
     index = jnp.broadcast_to(jnp.arange(q.shape[1]), q.shape[:2])
-    mask = attention_mask(index, index, window=window, chunk=chunk, q_segment_BL=segment,
-                          kv_segment_BS=segment)
+    mask = attention_mask(
+        index, index, window=window, chunk=chunk, q_segment_BL=segment, kv_segment_BS=segment
+    )
     return masked_softmax_attention(q, k, v, mask, scale, sinks)
 
 
@@ -60,21 +66,25 @@ def _inputs(length, value_dim, seed=0, dtype=jnp.float32):
 def test_masked_softmax_path_is_the_definition():
     q, k, v, segment, _ = _inputs(12, 8)
     got = _dot(q, k, v, segment, 5, 0.3)
-    want = _numpy_attention(*(np.asarray(x, np.float64) for x in (q, k, v)),
-                            np.asarray(segment), 5, 0.3)
+    want = _numpy_attention(
+        *(np.asarray(x, np.float64) for x in (q, k, v)), np.asarray(segment), 5, 0.3
+    )
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
 
 
-@pytest.mark.parametrize("length,block,window,documents,value_dim", [
-    (64, 16, 0, False, 8),    # several blocks, full causal
-    (50, 16, 0, True, 12),    # a ragged last block, documents, value width != key width
-    (64, 16, 10, True, 8),    # sliding window: blocks skip keys left of the window
-    (64, 128, 7, False, 8),   # one block larger than the sequence
-])
+@pytest.mark.parametrize(
+    "length,block,window,documents,value_dim",
+    [
+        (64, 16, 0, False, 8),  # several blocks, full causal
+        (50, 16, 0, True, 12),  # a ragged last block, documents, value width != key width
+        (64, 16, 10, True, 8),  # sliding window: blocks skip keys left of the window
+        (64, 128, 7, False, 8),  # one block larger than the sequence
+    ],
+)
 @both_backward_paths
-def test_blockwise_equals_masked_softmax_values_and_gradients(length, block, window, documents,
-                                                              value_dim, kept_bytes,
-                                                              monkeypatch):
+def test_blockwise_equals_masked_softmax_values_and_gradients(
+    length, block, window, documents, value_dim, kept_bytes, monkeypatch
+):
     monkeypatch.setattr(blockwise_attention, "KEPT_PROBABILITIES_BYTES", kept_bytes)
     q, k, v, segment, cotangent = _inputs(length, value_dim)
     segment = segment if documents else None
@@ -99,22 +109,30 @@ def test_masked_softmax_path_is_the_definition_with_chunks_and_sinks(window, chu
     q, k, v, segment, _ = _inputs(20, 8)
     sinks_N = _SINKS if sinks else None
     got = _dot(q, k, v, segment, window, 0.3, chunk, sinks_N)
-    want = _numpy_attention(*(np.asarray(x, np.float64) for x in (q, k, v)),
-                            np.asarray(segment), window, 0.3, chunk,
-                            None if sinks_N is None else np.asarray(sinks_N, np.float64))
+    want = _numpy_attention(
+        *(np.asarray(x, np.float64) for x in (q, k, v)),
+        np.asarray(segment),
+        window,
+        0.3,
+        chunk,
+        None if sinks_N is None else np.asarray(sinks_N, np.float64),
+    )
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
 
 
-@pytest.mark.parametrize("length,block,window,chunk,documents", [
-    (64, 16, 0, 24, False),   # chunks straddling query blocks: first keys at chunk starts
-    (50, 16, 0, 16, True),    # chunks aligned with blocks, documents, a ragged last block
-    (64, 16, 10, 0, True),    # sinks with a sliding window
-    (40, 128, 0, 0, False),   # sinks alone, one block
-])
+@pytest.mark.parametrize(
+    "length,block,window,chunk,documents",
+    [
+        (64, 16, 0, 24, False),  # chunks straddling query blocks: first keys at chunk starts
+        (50, 16, 0, 16, True),  # chunks aligned with blocks, documents, a ragged last block
+        (64, 16, 10, 0, True),  # sinks with a sliding window
+        (40, 128, 0, 0, False),  # sinks alone, one block
+    ],
+)
 @both_backward_paths
-def test_blockwise_with_chunks_and_sinks_equals_masked_softmax(length, block, window, chunk,
-                                                               documents, kept_bytes,
-                                                               monkeypatch):
+def test_blockwise_with_chunks_and_sinks_equals_masked_softmax(
+    length, block, window, chunk, documents, kept_bytes, monkeypatch
+):
     monkeypatch.setattr(blockwise_attention, "KEPT_PROBABILITIES_BYTES", kept_bytes)
     q, k, v, segment, cotangent = _inputs(length, 8)
     segment = segment if documents else None
@@ -123,19 +141,18 @@ def test_blockwise_with_chunks_and_sinks_equals_masked_softmax(length, block, wi
         return lambda q, k, v, sinks: jnp.sum(fn(q, k, v, sinks) * cotangent)
 
     def blockwise(q, k, v, sinks):
-        return blockwise_causal_attention(q, k, v, segment, window, 0.3, block, chunk=chunk,
-                                          sinks_N=sinks)
+        return blockwise_causal_attention(
+            q, k, v, segment, window, 0.3, block, chunk=chunk, sinks_N=sinks
+        )
 
     reference = lambda q, k, v, sinks: _dot(q, k, v, segment, window, 0.3, chunk, sinks)
-    np.testing.assert_allclose(blockwise(q, k, v, _SINKS), reference(q, k, v, _SINKS),
-                               atol=2e-6)
+    np.testing.assert_allclose(blockwise(q, k, v, _SINKS), reference(q, k, v, _SINKS), atol=2e-6)
     got = jax.grad(loss(blockwise), argnums=(0, 1, 2, 3))(q, k, v, _SINKS)
     want = jax.grad(loss(reference), argnums=(0, 1, 2, 3))(q, k, v, _SINKS)
     for name, g, w in zip(("q", "k", "v", "sinks"), got, want):
         np.testing.assert_allclose(g, w, atol=5e-6, err_msg=f"d{name}")
     if chunk:  # without sinks too
-        np.testing.assert_allclose(blockwise(q, k, v, None), reference(q, k, v, None),
-                                   atol=2e-6)
+        np.testing.assert_allclose(blockwise(q, k, v, None), reference(q, k, v, None), atol=2e-6)
 
 
 def test_cudnn_is_never_chosen_for_sinks_or_chunks_and_refuses_them_when_asked():
@@ -155,19 +172,22 @@ def test_cudnn_is_never_chosen_for_sinks_or_chunks_and_refuses_them_when_asked()
 
 def test_blockwise_in_bfloat16_stays_close_to_float32():
     q, k, v, segment, _ = _inputs(64, 8)
-    out16 = blockwise_causal_attention(*(x.astype(jnp.bfloat16) for x in (q, k, v)), segment,
-                                       0, 0.3, 16)
+    out16 = blockwise_causal_attention(
+        *(x.astype(jnp.bfloat16) for x in (q, k, v)), segment, 0, 0.3, 16
+    )
     assert out16.dtype == jnp.bfloat16
-    np.testing.assert_allclose(out16.astype(jnp.float32), _dot(q, k, v, segment, 0, 0.3),
-                               atol=5e-2)
+    np.testing.assert_allclose(out16.astype(jnp.float32), _dot(q, k, v, segment, 0, 0.3), atol=5e-2)
 
 
 def test_fused_attention_arguments_mean_what_the_other_paths_mean():
     # jax's XLA implementation takes the same arguments as the cuDNN one the GPU path uses.
     q, k, v, _, _ = _inputs(40, 8)
     for window in (0, 9):
-        np.testing.assert_allclose(fused_attention(q, k, v, 0.3, window, "xla"),
-                                   _dot(q, k, v, None, window, 0.3), atol=2e-6)
+        np.testing.assert_allclose(
+            fused_attention(q, k, v, 0.3, window, "xla"),
+            _dot(q, k, v, None, window, 0.3),
+            atol=2e-6,
+        )
 
 
 def test_project_gradient_equals_autodiff():
@@ -187,8 +207,9 @@ def test_project_gradient_equals_autodiff():
         np.testing.assert_allclose(g, w, atol=1e-5)
 
 
-@pytest.mark.parametrize("preset", ["llama-debug", "mistral-debug", "deepseek-v3-debug",
-                                    "gpt-oss-debug", "llama4-debug"])
+@pytest.mark.parametrize(
+    "preset", ["llama-debug", "mistral-debug", "deepseek-v3-debug", "gpt-oss-debug", "llama4-debug"]
+)
 def test_model_gradients_do_not_depend_on_the_attention_implementation(preset):
     tokens = jax.random.randint(jax.random.PRNGKey(2), (2, 48), 0, 512)
     segments = jnp.repeat(jnp.arange(3), 16)[None].repeat(2, 0)
@@ -205,10 +226,10 @@ def test_model_gradients_do_not_depend_on_the_attention_implementation(preset):
         return jax.grad(loss)(params)
 
     blockwise, dot = grads("blockwise"), grads("dot")
-    for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(blockwise),
-                            jax.tree_util.tree_leaves(dot)):
-        np.testing.assert_allclose(g, w, atol=2e-6, rtol=1e-4,
-                                   err_msg=jax.tree_util.keystr(path))
+    for (path, g), w in zip(
+        jax.tree_util.tree_leaves_with_path(blockwise), jax.tree_util.tree_leaves(dot)
+    ):
+        np.testing.assert_allclose(g, w, atol=2e-6, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
 
 
 def test_unknown_attention_implementation_is_named():

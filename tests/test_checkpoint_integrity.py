@@ -86,12 +86,14 @@ def _host(tree) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
 
 
-@pytest.mark.parametrize("saved_dtype, run_dtype", [("float32", "bfloat16"),
-                                                    ("bfloat16", "float32")])
+@pytest.mark.parametrize(
+    "saved_dtype, run_dtype", [("float32", "bfloat16"), ("bfloat16", "float32")]
+)
 def test_changing_param_dtype_resumes_by_casting(tmp_path, capsys, saved_dtype, run_dtype):
     run_dir = tmp_path / "run"
-    saver = Trainer(small_config(run_dir, **{"model.param_dtype": saved_dtype}),
-                    devices=DEVICES, console=False)
+    saver = Trainer(
+        small_config(run_dir, **{"model.param_dtype": saved_dtype}), devices=DEVICES, console=False
+    )
     saver.save(wait=True)  # step 0: no train step to compile
     saved = _host(saver.state["params"])
     saver.close()
@@ -100,8 +102,9 @@ def test_changing_param_dtype_resumes_by_casting(tmp_path, capsys, saved_dtype, 
     trainer = _resume(run_dir, **{"model.param_dtype": run_dtype})
     out = capsys.readouterr().out
     assert trainer.step == 0
-    assert f"checkpoint step 0 holds other dtypes than this run (model.param_dtype={run_dtype})" \
-        in out
+    assert (
+        f"checkpoint step 0 holds other dtypes than this run (model.param_dtype={run_dtype})" in out
+    )
     assert f"array(s) {saved_dtype} -> {run_dtype} (params." in out
     assert "resumed from step 0" in out
     params = _host(trainer.state["params"])
@@ -118,22 +121,27 @@ def test_values_are_checked_in_their_saved_dtype_before_the_cast(run_copy):
     saved = json.loads(checksums_file.read_text())
     saved["params.lm_head.kernel"] ^= 1
     checksums_file.write_text(json.dumps(saved))
-    with pytest.raises(CheckpointError, match="1 array.s. differ from the checksums saved with "
-                                              "them: params.lm_head.kernel"):
+    with pytest.raises(
+        CheckpointError,
+        match="1 array.s. differ from the checksums saved with them: params.lm_head.kernel",
+    ):
         _resume(run_copy, **{"model.param_dtype": "bfloat16"})
 
 
 def test_changed_batch_order_settings_are_refused_with_the_differences(run_copy):
     with pytest.raises(ConfigError) as info:
-        _resume(run_copy, **{"train.seq_len": 16, "train.global_batch_size": 16,
-                             "run.seed": 7})
+        _resume(run_copy, **{"train.seq_len": 16, "train.global_batch_size": 16, "run.seed": 7})
     lines = str(info.value).splitlines()
-    assert lines[0] == (f"checkpoint step 4 in {run_copy / 'checkpoints'} was saved with other "
-                        "data settings than this run; its saved data position would point "
-                        "into other batches:")
-    assert lines[1:4] == ["  train.seq_len: checkpoint 32, now 16",
-                          "  train.global_batch_size: checkpoint 8, now 16",
-                          "  run.seed: checkpoint 0, now 7"]
+    assert lines[0] == (
+        f"checkpoint step 4 in {run_copy / 'checkpoints'} was saved with other "
+        "data settings than this run; its saved data position would point "
+        "into other batches:"
+    )
+    assert lines[1:4] == [
+        "  train.seq_len: checkpoint 32, now 16",
+        "  train.global_batch_size: checkpoint 8, now 16",
+        "  run.seed: checkpoint 0, now 7",
+    ]
     assert "--config.data.reset=true" in lines[4]
 
 
@@ -142,8 +150,10 @@ def test_data_reset_keeps_the_state_and_reads_the_new_data_from_the_start(run_co
     out = capsys.readouterr().out
     assert trainer.step == 4  # model and optimizer state of step 4
     assert trainer.train_iter.get_state() == {"next_index": 0}
-    assert ("data.reset=true: the data settings changed since checkpoint step 4 (run.seed: "
-            "checkpoint 0, now 7); reading the new data from its first batch") in out
+    assert (
+        "data.reset=true: the data settings changed since checkpoint step 4 (run.seed: "
+        "checkpoint 0, now 7); reading the new data from its first batch"
+    ) in out
     trainer.run(1)  # saves step 5 on its way out
     trainer.close()
     # The next resume (same command, reset still set) continues the new stream.
@@ -165,12 +175,16 @@ def test_other_data_paths_are_refused(tmp_path, datatrove_corpus):
     shutil.copytree(datatrove_corpus.folder, other)
     data = {"data.kind": "datatrove", "data.tokenizer": str(datatrove_corpus.tokenizer)}
     run_dir = tmp_path / "run"
-    saver = Trainer(small_config(run_dir, **data, **{"data.paths": str(datatrove_corpus.folder)}),
-                    devices=DEVICES, console=False)
+    saver = Trainer(
+        small_config(run_dir, **data, **{"data.paths": str(datatrove_corpus.folder)}),
+        devices=DEVICES,
+        console=False,
+    )
     saver.save(wait=True)
     saver.close()
-    with pytest.raises(ConfigError, match=f"data.paths: checkpoint '{datatrove_corpus.folder}', "
-                                          f"now '{other}'"):
+    with pytest.raises(
+        ConfigError, match=f"data.paths: checkpoint '{datatrove_corpus.folder}', now '{other}'"
+    ):
         _resume(run_dir, **data, **{"data.paths": str(other)})
     # The same folder written differently is the same data.
     trainer = _resume(run_dir, **data, **{"data.paths": f" {datatrove_corpus.folder}/"})

@@ -29,20 +29,25 @@ DEVICES = jax.devices()[:1]
 def _state() -> dict[str, jax.Array]:
     """Compressible arrays (a ramp and zeros) and a random one."""
     rng = np.random.default_rng(0)
-    return {"ramp": jnp.arange(64 * 256, dtype=jnp.float32).reshape(64, 256),
-            "zeros": jnp.zeros((128, 256), jnp.float32),
-            "noise": jnp.asarray(rng.standard_normal((64, 64)).astype(np.float32)),
-            "step": jnp.asarray(3, jnp.int32)}
+    return {
+        "ramp": jnp.arange(64 * 256, dtype=jnp.float32).reshape(64, 256),
+        "zeros": jnp.zeros((128, 256), jnp.float32),
+        "noise": jnp.asarray(rng.standard_normal((64, 64)).astype(np.float32)),
+        "step": jnp.asarray(3, jnp.int32),
+    }
 
 
 def _abstract(state):
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                        state)
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
+    )
 
 
 def _data_bytes(step_dir: Path) -> bytes:
-    return b"".join(Path(f).read_bytes() for f in
-                    sorted(glob.glob(str(step_dir / "state" / "ocdbt.process_0" / "d" / "*"))))
+    return b"".join(
+        Path(f).read_bytes()
+        for f in sorted(glob.glob(str(step_dir / "state" / "ocdbt.process_0" / "d" / "*")))
+    )
 
 
 @pytest.mark.parametrize("compression", ["none", "zstd"])
@@ -70,14 +75,22 @@ def test_a_checkpoint_written_by_the_former_zstd_handlers_restores_under_the_def
     # What every save wrote before checkpoint.compression existed: Orbax's StandardCheckpointHandler
     # (zstd chunks) and the checksums as a plain JSON item.
     state = _state()
-    with ocp.CheckpointManager(tmp_path / "ckpt", item_handlers={
+    with ocp.CheckpointManager(
+        tmp_path / "ckpt",
+        item_handlers={
             "state": ocp.StandardCheckpointHandler(),
-            **{name: ocp.JsonCheckpointHandler() for name in ("data", "config", "checksums")}},
+            **{name: ocp.JsonCheckpointHandler() for name in ("data", "config", "checksums")},
+        },
     ) as manager:
-        manager.save(7, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave({"next_index": 9}),
-            config=ocp.args.JsonSave({"run": {"name": "old"}}),
-            checksums=ocp.args.JsonSave(checksums_lib.record(state, {"next_index": 9}))))
+        manager.save(
+            7,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state),
+                data=ocp.args.JsonSave({"next_index": 9}),
+                config=ocp.args.JsonSave({"run": {"name": "old"}}),
+                checksums=ocp.args.JsonSave(checksums_lib.record(state, {"next_index": 9})),
+            ),
+        )
         manager.wait_until_finished()
     assert _ZSTD_MAGIC in _data_bytes(tmp_path / "ckpt" / "7")
     reader = Checkpointer(tmp_path / "ckpt", read_only=True, async_save=False)
@@ -111,8 +124,9 @@ def test_checksums_are_read_back_on_the_writer_thread(tmp_path, monkeypatch):
 
 def test_a_run_written_with_zstd_resumes_with_the_default(tmp_path):
     run_dir = tmp_path / "run"
-    trainer = Trainer(small_config(run_dir, **{"checkpoint.compression": "zstd"}),
-                      devices=DEVICES, console=False)
+    trainer = Trainer(
+        small_config(run_dir, **{"checkpoint.compression": "zstd"}), devices=DEVICES, console=False
+    )
     trainer.run(2)
     trainer.close()
     resumed = Trainer(small_config(run_dir), devices=DEVICES, console=False)
@@ -127,6 +141,9 @@ def test_a_run_written_with_zstd_resumes_with_the_default(tmp_path):
 
 def test_an_unknown_compression_is_a_config_error_naming_the_choices():
     cfg = load_config(str(REPO / "configs" / "base.py"), {"checkpoint.compression": "lz4"})
-    with pytest.raises(ConfigError, match=r"checkpoint.compression='lz4' is not one of "
-                                          r"\('none', 'zstd'\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"checkpoint.compression='lz4' is not one of "
+        r"\('none', 'zstd'\)",
+    ):
         validate(cfg)

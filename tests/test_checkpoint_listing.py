@@ -100,8 +100,9 @@ def test_verify_names_the_arrays_whose_values_changed(run_dir, tmp_path, capsys)
     assert "1 array(s) differ from the checksums saved with them: params.lm_head.kernel" in out
 
 
-@pytest.mark.parametrize("damage", ["config not json", "config without optim",
-                                    "data state not json"])
+@pytest.mark.parametrize(
+    "damage", ["config not json", "config without optim", "data state not json"]
+)
 def test_verify_reports_unreadable_items_and_goes_on(run_dir, tmp_path, capsys, damage):
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)

@@ -27,8 +27,14 @@ from jaxtrain.trainer import Trainer
 
 def cli_command(run_dir: Path, **overrides) -> list[str]:
     values = {"run.dir": str(run_dir), **CLI_OVERRIDES, **overrides}
-    return [sys.executable, "-m", "jaxtrain", "--config", "configs/llama_debug.py",
-            *(f"--config.{k}={v}" for k, v in values.items())]
+    return [
+        sys.executable,
+        "-m",
+        "jaxtrain",
+        "--config",
+        "configs/llama_debug.py",
+        *(f"--config.{k}={v}" for k, v in values.items()),
+    ]
 
 
 def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int, timeout: float = 240.0):
@@ -44,8 +50,9 @@ def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int, timeout: flo
 
 def run_to_end(run_dir: Path, log: Path) -> subprocess.CompletedProcess:
     with open(log, "w") as out:
-        result = subprocess.run(cli_command(run_dir), cwd=REPO, stdout=out,
-                                stderr=subprocess.STDOUT, timeout=300)
+        result = subprocess.run(
+            cli_command(run_dir), cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=300
+        )
     return result
 
 
@@ -64,12 +71,12 @@ def straight_losses(tmp_path_factory) -> dict[int, float]:
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_matches_an_uninterrupted_run_bit_for_bit(tmp_path,
-                                                                        straight_losses):
+def test_resume_after_sigkill_matches_an_uninterrupted_run_bit_for_bit(tmp_path, straight_losses):
     run_dir = tmp_path / "run"
     with open(tmp_path / "killed.log", "w") as out:
-        proc = subprocess.Popen(cli_command(run_dir), cwd=REPO, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cli_command(run_dir), cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+        )
         try:
             wait_for_step(proc, run_dir, 3)  # past the first checkpoint (step 2) ...
             deadline = time.monotonic() + 60
@@ -96,13 +103,18 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run_bit_for_bit(tmp_path,
 
 @pytest.mark.slow
 def test_sigterm_saves_the_current_step_exits_zero_and_the_rerun_resumes_there(
-        tmp_path, straight_losses):
+    tmp_path, straight_losses
+):
     run_dir = tmp_path / "run"
     log = tmp_path / "preempted.log"
     with open(log, "w") as out:
         # Checkpoints only every 8 steps: the one at the signal must come from the signal.
-        proc = subprocess.Popen(cli_command(run_dir, **{"checkpoint.every": 8}), cwd=REPO,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cli_command(run_dir, **{"checkpoint.every": 8}),
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             wait_for_step(proc, run_dir, 2)
             proc.send_signal(signal.SIGTERM)
@@ -170,8 +182,9 @@ def test_unfinished_step_folder_is_ignored_with_a_warning(tmp_path, capsys):
 
 
 def _corrupt(path: Path, how: str) -> None:
-    files = sorted(glob.glob(str(path / "state" / "ocdbt.process_0" / "d" / "*")),
-                   key=os.path.getsize)
+    files = sorted(
+        glob.glob(str(path / "state" / "ocdbt.process_0" / "d" / "*")), key=os.path.getsize
+    )
     target = Path(files[-1])
     data = bytearray(target.read_bytes())
     if how == "truncate":
@@ -235,9 +248,13 @@ def test_restore_onto_another_mesh_gives_the_same_values_on_the_new_shardings(tm
     saver.close()
 
     for overrides, devices, shape in (
-            ({"mesh.ici_fsdp": 4, "mesh.ici_tensor": 2, "mesh.rules": "fsdp_tensor"}, None,
-             {"fsdp": 4, "tensor": 2}),
-            ({}, jax.devices()[:1], {"fsdp": 1, "tensor": 1})):
+        (
+            {"mesh.ici_fsdp": 4, "mesh.ici_tensor": 2, "mesh.rules": "fsdp_tensor"},
+            None,
+            {"fsdp": 4, "tensor": 2},
+        ),
+        ({}, jax.devices()[:1], {"fsdp": 1, "tensor": 1}),
+    ):
         cfg = small_config(run_dir, **overrides)
         trainer = Trainer(cfg, devices=devices, console=False)
         assert trainer.step == 2
@@ -256,16 +273,21 @@ def test_restore_onto_another_mesh_gives_the_same_values_on_the_new_shardings(tm
 def test_keep_every_and_every_minutes(tmp_path):
     devices = jax.devices()[:1]
     # every_minutes tiny: due after every step; keep the last 2 plus every multiple of 3.
-    cfg = small_config(tmp_path / "a", **{
-        "checkpoint.every": 0, "checkpoint.every_minutes": 1e-9, "checkpoint.keep": 2,
-        "checkpoint.keep_every": 3})
+    cfg = small_config(
+        tmp_path / "a",
+        **{
+            "checkpoint.every": 0,
+            "checkpoint.every_minutes": 1e-9,
+            "checkpoint.keep": 2,
+            "checkpoint.keep_every": 3,
+        },
+    )
     trainer = Trainer(cfg, devices=devices, console=False)
     trainer.run(7)
     trainer.close()
     assert saved_steps(tmp_path / "a") == [3, 6, 7]
     # every_minutes longer than the run and no step interval: no save before the end.
-    cfg = small_config(tmp_path / "b", **{
-        "checkpoint.every": 0, "checkpoint.every_minutes": 60.0})
+    cfg = small_config(tmp_path / "b", **{"checkpoint.every": 0, "checkpoint.every_minutes": 60.0})
     trainer = Trainer(cfg, devices=devices, console=False)
     trainer.run(3)
     trainer.close()

@@ -47,8 +47,10 @@ def test_the_checksum_does_not_depend_on_the_sharding():
     devices = np.array(jax.devices()[:8]).reshape(4, 2)
     mesh = Mesh(devices, ("a", "b"))
     for spec in (PartitionSpec("a", "b"), PartitionSpec("b", None), PartitionSpec(None, "a")):
-        sharded = {"x": jax.device_put(x, NamedSharding(mesh, spec)),
-                   "y": jax.device_put(x64, NamedSharding(mesh, spec))}
+        sharded = {
+            "x": jax.device_put(x, NamedSharding(mesh, spec)),
+            "y": jax.device_put(x64, NamedSharding(mesh, spec)),
+        }
         assert len(sharded["x"].sharding.device_set) > 1
         assert checksums.checksums(sharded) == single
 

@@ -18,9 +18,14 @@ from jaxtrain.errors import ConfigError
 def jaxtrain(*args: str, cwd=REPO, prelude: str = "") -> subprocess.CompletedProcess:
     """`python -m jaxtrain ARGS` (after `prelude`, Python run first in the same process)."""
     code = f"{prelude}\nimport sys\nfrom jaxtrain.cli import main\nsys.exit(main({list(args)!r}))"
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu",
-                                            "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["-h"], ["help"], []])
@@ -50,8 +55,17 @@ def test_help_command_shows_a_commands_options(capsys):
 
 
 def test_overrides_and_foreign_overrides_are_split_from_the_options():
-    args = cli.parse(["--config", "x.yaml", "--config.train.steps", "3", "max_steps=20",
-                      "--config.run.dir=r", "--allow-unsupported"])
+    args = cli.parse(
+        [
+            "--config",
+            "x.yaml",
+            "--config.train.steps",
+            "3",
+            "max_steps=20",
+            "--config.run.dir=r",
+            "--allow-unsupported",
+        ]
+    )
     assert args.command == "train" and args.config == "x.yaml" and args.allow_unsupported
     assert args.overrides == ["--config.train.steps=3", "--config.run.dir=r"]
     assert args.native == ["max_steps=20"]
@@ -59,8 +73,7 @@ def test_overrides_and_foreign_overrides_are_split_from_the_options():
     assert sample.prompt == "a=b"  # only config commands take key=value overrides
 
 
-@pytest.mark.parametrize("name", ["llama2_7b.py", "llama2_7b", "llama2-7b",
-                                  "configs/llama2_7b.py"])
+@pytest.mark.parametrize("name", ["llama2_7b.py", "llama2_7b", "llama2-7b", "configs/llama2_7b.py"])
 def test_shipped_configs_resolve_by_name_from_any_folder(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert config_lib.find_config_file(name) == config_lib.packaged_configs() / "llama2_7b.py"
@@ -69,23 +82,28 @@ def test_shipped_configs_resolve_by_name_from_any_folder(name, tmp_path, monkeyp
 
 def test_an_unknown_config_name_suggests_the_close_ones(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"'lama2-7b' does not exist .* similar names: "
-                                          r"llama2_7b\.py"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'lama2-7b' does not exist .* similar names: "
+        r"llama2_7b\.py",
+    ):
         config_lib.find_config_file("lama2-7b")
     assert "llama3_1_405b.py" in config_lib.preset_names()
 
 
 def test_a_config_importing_the_old_configs_folder_gets_the_new_import(tmp_path, monkeypatch):
     # As outside a clone: the repository root (where configs/ is a folder) is not on the path.
-    monkeypatch.setattr(sys, "path", [p for p in sys.path
-                                      if Path(p or ".").resolve() != REPO.resolve()])
+    monkeypatch.setattr(
+        sys, "path", [p for p in sys.path if Path(p or ".").resolve() != REPO.resolve()]
+    )
     monkeypatch.delitem(sys.modules, "configs", raising=False)
     own = tmp_path / "mine.py"
     own.write_text("from configs import base\n\ndef get_config():\n    return base.get_config()\n")
     with pytest.raises(ConfigError, match="write `from jaxtrain.configs import base`"):
         config_lib.load_config(str(own))
-    own.write_text("from jaxtrain.configs import base\n\n"
-                   "def get_config():\n    return base.get_config()\n")
+    own.write_text(
+        "from jaxtrain.configs import base\n\ndef get_config():\n    return base.get_config()\n"
+    )
     assert config_lib.load_config(str(own)).train.steps == 100
 
 
@@ -97,8 +115,9 @@ def test_config_lists_the_shipped_configs(capsys):
 
 def test_no_library_notice_about_a_missing_pytorch(tmp_path):
     """transformers' 'PyTorch was not found' advice is not printed on every run."""
-    out = jaxtrain("config", "llama_debug.py", cwd=tmp_path,
-                   prelude="import sys; sys.modules['torch'] = None")
+    out = jaxtrain(
+        "config", "llama_debug.py", cwd=tmp_path, prelude="import sys; sys.modules['torch'] = None"
+    )
     assert out.returncode == 0, out.stderr
     assert "PyTorch was not found" not in out.stdout + out.stderr
     assert "# num_params: 139,584" in out.stdout

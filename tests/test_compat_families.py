@@ -28,8 +28,9 @@ TITAN = "torchtitan/torchtitan/models/{}.toml"
 BASE_YML = "maxtext/src/maxtext/configs/base.yml"
 # The DeepSeek-V3 architecture with Kimi K2's config.json values (moonshotai/Kimi-K2-Instruct:
 # 64 heads, 384 routed experts, one leading dense block, vocab 163840).
-KIMI_K2 = dict(num_heads=64, num_kv_heads=64, num_experts=384, num_dense_layers=1,
-               vocab_size=163840)
+KIMI_K2 = dict(
+    num_heads=64, num_kv_heads=64, num_experts=384, num_dense_layers=1, vocab_size=163840
+)
 
 
 def published(preset, **differences):
@@ -40,9 +41,18 @@ def published(preset, **differences):
 def without_mla(preset, head_dim, kv_heads, **differences):
     """A DeepSeek preset with multi-latent attention switched off, as Primus' Megatron examples
     do (multi_latent_attention: false): grouped-query attention of kv_channels-wide heads."""
-    return model_spec(preset, kv_lora_rank=0, q_lora_rank=0, qk_nope_head_dim=0,
-                      qk_rope_head_dim=0, v_head_dim=0, head_dim=head_dim,
-                      num_kv_heads=kv_heads, rope_interleave=False, **differences)
+    return model_spec(
+        preset,
+        kv_lora_rank=0,
+        q_lora_rank=0,
+        qk_nope_head_dim=0,
+        qk_rope_head_dim=0,
+        v_head_dim=0,
+        head_dim=head_dim,
+        num_kv_heads=kv_heads,
+        rope_interleave=False,
+        **differences,
+    )
 
 
 # (file, native overrides, family, expected spec); the comment says what the figure is.
@@ -51,105 +61,280 @@ RESOLVES = [
     (MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"), [], "llama", published("llama2-7b")),
     # add_bias_linear: biases on q/k/v, the output projection and the MLP (Llama's
     # attention_bias + mlp_bias).
-    (MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"), ["add_bias_linear=true"], "llama",
-     published("llama2-7b", qkv_bias=True, o_bias=True, mlp_bias=True)),
-    (MEGATRON.format("MI300X/llama3.1_8B-BF16-pretrain"), [], "llama",
-     published("llama3.1-8b", rope_scaling="none")),  # the preset leaves use_rope_scaling off
+    (
+        MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"),
+        ["add_bias_linear=true"],
+        "llama",
+        published("llama2-7b", qkv_bias=True, o_bias=True, mlp_bias=True),
+    ),
+    (
+        MEGATRON.format("MI300X/llama3.1_8B-BF16-pretrain"),
+        [],
+        "llama",
+        published("llama3.1-8b", rope_scaling="none"),
+    ),  # the preset leaves use_rope_scaling off
     # Untied output (untie_embeddings_and_output_weights): 1.50e9, not the tied 1.24e9.
-    (MEGATRON.format("MI300X/llama3.2_1B-BF16-pretrain"), [], "llama",
-     published("llama3.2-1b", tie_embeddings=False)),
+    (
+        MEGATRON.format("MI300X/llama3.2_1B-BF16-pretrain"),
+        [],
+        "llama",
+        published("llama3.2-1b", tie_embeddings=False),
+    ),
     # Primus' Qwen presets set neither add_qkv_bias nor qk_layernorm: Llama blocks with Qwen's
     # dims and the tokenizer's 151665 / 151669 entries padded to 151680.
-    (MEGATRON.format("MI300X/qwen2.5_7B-BF16-pretrain"), [], "llama",
-     published("qwen2.5-7b", family="llama", qkv_bias=False, vocab_size=151680)),
-    (MEGATRON.format("MI300X/qwen3_8B-BF16-pretrain"), [], "llama",
-     published("qwen3-8b", family="llama", qk_norm=False, vocab_size=151680)),
-    (MEGATRON.format("MI300X/mixtral_8x7B_v0.1-BF16-pretrain"), [], "mixtral",
-     published("mixtral-8x7b")),
-    (MEGATRON.format("MI300X/qwen3_30B_A3B-BF16-pretrain"), [], "qwen3_moe",
-     published("qwen3-30b-a3b", vocab_size=151680)),
+    (
+        MEGATRON.format("MI300X/qwen2.5_7B-BF16-pretrain"),
+        [],
+        "llama",
+        published("qwen2.5-7b", family="llama", qkv_bias=False, vocab_size=151680),
+    ),
+    (
+        MEGATRON.format("MI300X/qwen3_8B-BF16-pretrain"),
+        [],
+        "llama",
+        published("qwen3-8b", family="llama", qk_norm=False, vocab_size=151680),
+    ),
+    (
+        MEGATRON.format("MI300X/mixtral_8x7B_v0.1-BF16-pretrain"),
+        [],
+        "mixtral",
+        published("mixtral-8x7b"),
+    ),
+    (
+        MEGATRON.format("MI300X/qwen3_30B_A3B-BF16-pretrain"),
+        [],
+        "qwen3_moe",
+        published("qwen3-30b-a3b", vocab_size=151680),
+    ),
     # DeepSeek examples switch MLA off: 16 / 128 full-width heads of kv_channels 128.
-    (MEGATRON.format("MI300X/deepseek_v2_lite-BF16-pretrain"), [], "deepseek_v2",
-     without_mla("deepseek-v2-lite", 128, 16, vocab_size=100096)),
-    (MEGATRON.format("MI300X/deepseek_v3-BF16-pretrain"), [], "deepseek_v3",
-     without_mla("deepseek-v3", 128, 128, vocab_size=128896)),
+    (
+        MEGATRON.format("MI300X/deepseek_v2_lite-BF16-pretrain"),
+        [],
+        "deepseek_v2",
+        without_mla("deepseek-v2-lite", 128, 16, vocab_size=100096),
+    ),
+    (
+        MEGATRON.format("MI300X/deepseek_v3-BF16-pretrain"),
+        [],
+        "deepseek_v3",
+        without_mla("deepseek-v3", 128, 128, vocab_size=128896),
+    ),
     # Kimi K2 keeps MLA: the published model (its tokenizer is 163840 entries, a multiple).
-    (MEGATRON.format("MI355X/kimi_k2-BF16-pretrain"), [], "deepseek_v3",
-     published("deepseek-v3", **KIMI_K2)),
+    (
+        MEGATRON.format("MI355X/kimi_k2-BF16-pretrain"),
+        [],
+        "deepseek_v3",
+        published("deepseek-v3", **KIMI_K2),
+    ),
     # Primus' gpt_oss_20B preset is DeepSeek-V2-Lite's MoE (softmax top-4 of 32 experts plus a
     # shared one, DeepSeek-V2-Lite's tokenizer) with gpt-oss dims: no sinks, biases or windows.
-    (MEGATRON.format("MI300X/gpt_oss_20B-BF16-pretrain"), [], "deepseek_v2",
-     ModelSpec(family="deepseek_v2", vocab_size=100096, hidden_size=2880, num_layers=24,
-               num_heads=64, num_kv_heads=8, head_dim=64, intermediate_size=10944,
-               num_experts=32, num_experts_per_tok=4, moe_intermediate_size=2880,
-               moe_shared_experts=1, moe_score="softmax_topk", moe_norm_topk=False)),
+    (
+        MEGATRON.format("MI300X/gpt_oss_20B-BF16-pretrain"),
+        [],
+        "deepseek_v2",
+        ModelSpec(
+            family="deepseek_v2",
+            vocab_size=100096,
+            hidden_size=2880,
+            num_layers=24,
+            num_heads=64,
+            num_kv_heads=8,
+            head_dim=64,
+            intermediate_size=10944,
+            num_experts=32,
+            num_experts_per_tok=4,
+            moe_intermediate_size=2880,
+            moe_shared_experts=1,
+            moe_score="softmax_topk",
+            moe_norm_topk=False,
+        ),
+    ),
     # Primus' Llama 4 presets: Scout / Maverick dims, softmax top-1 routing with a shared
     # expert (no chunked attention, NoPE or sigmoid routing), Llama 4's 202048 tokens padded
     # to 202112; the 16E preset adds weighted per-head q/k norms (qk_layernorm).
-    (MEGATRON.format("MI300X/llama4_17B16E-BF16-pretrain"), [], "deepseek_v2",
-     published("llama4-scout-17b-16e", vocab_size=202112, qk_norm=True)),
-    (MEGATRON.format("MI300X/llama4_17B128E-BF16-pretrain"), [], "deepseek_v2",
-     published("llama4-maverick-17b-128e", vocab_size=202112)),
+    (
+        MEGATRON.format("MI300X/llama4_17B16E-BF16-pretrain"),
+        [],
+        "deepseek_v2",
+        published("llama4-scout-17b-16e", vocab_size=202112, qk_norm=True),
+    ),
+    (
+        MEGATRON.format("MI300X/llama4_17B128E-BF16-pretrain"),
+        [],
+        "deepseek_v2",
+        published("llama4-maverick-17b-128e", vocab_size=202112),
+    ),
     # Primus' grok presets (llama_base.yaml underneath): what Megatron builds from them, GPT
     # layers with SwiGLU experts (softmax over the top-2 logits), untied output, the Mixtral
     # 8x22B tokenizer's 32768 entries; grok2.yaml adds Primus' router and output soft-caps and
     # no dense MLP beside the experts: 216.4e9 total, 61.7e9 active (the file's comment says
     # 270B / 62B: the total is xAI's Grok-2 with its residual MLP, the active count this build).
-    (MEGATRON.format("MI300X/grok1-FP8-pretrain"), [], "grok",
-     ModelSpec(family="grok", vocab_size=32768, hidden_size=6144, num_layers=64, num_heads=48,
-               num_kv_heads=8, head_dim=128, intermediate_size=32768, num_experts=8,
-               num_experts_per_tok=2, moe_intermediate_size=32768)),
-    (MEGATRON.format("MI300X/grok2-FP8-pretrain"), [], "grok",
-     ModelSpec(family="grok", vocab_size=32768, hidden_size=8192, num_layers=64, num_heads=64,
-               num_kv_heads=8, head_dim=128, intermediate_size=21824, num_experts=8,
-               num_experts_per_tok=2, moe_intermediate_size=16384, final_logit_softcap=50.0,
-               router_logit_softcap=30.0)),
+    (
+        MEGATRON.format("MI300X/grok1-FP8-pretrain"),
+        [],
+        "grok",
+        ModelSpec(
+            family="grok",
+            vocab_size=32768,
+            hidden_size=6144,
+            num_layers=64,
+            num_heads=48,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=32768,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32768,
+        ),
+    ),
+    (
+        MEGATRON.format("MI300X/grok2-FP8-pretrain"),
+        [],
+        "grok",
+        ModelSpec(
+            family="grok",
+            vocab_size=32768,
+            hidden_size=8192,
+            num_layers=64,
+            num_heads=64,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=21824,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16384,
+            final_logit_softcap=50.0,
+            router_logit_softcap=30.0,
+        ),
+    ),
     # --- MaxText through Primus (its model presets name MaxText's models/*.yml).
-    (MAXTEXT_PRIMUS.format("MI300X/llama2_7B-bf16-pretrain"), [], "llama",
-     published("llama2-7b")),
-    (MAXTEXT_PRIMUS.format("MI355X/llama3_8B-bf16-pretrain"), [], "llama",
-     published("llama3-8b")),
-    (MAXTEXT_PRIMUS.format("MI300X/mixtral_8x7B-bf16-pretrain"), [], "mixtral",
-     published("mixtral-8x7b")),
-    (MAXTEXT_PRIMUS.format("MI300X/qwen3_30B_A3B-bf16-pretrain"), [], "qwen3_moe",
-     published("qwen3-30b-a3b")),
-    (MAXTEXT_PRIMUS.format("MI300X/deepseek_v2_16B-bf16-pretrain"), [], "deepseek_v2",
-     published("deepseek-v2-lite")),
+    (MAXTEXT_PRIMUS.format("MI300X/llama2_7B-bf16-pretrain"), [], "llama", published("llama2-7b")),
+    (MAXTEXT_PRIMUS.format("MI355X/llama3_8B-bf16-pretrain"), [], "llama", published("llama3-8b")),
+    (
+        MAXTEXT_PRIMUS.format("MI300X/mixtral_8x7B-bf16-pretrain"),
+        [],
+        "mixtral",
+        published("mixtral-8x7b"),
+    ),
+    (
+        MAXTEXT_PRIMUS.format("MI300X/qwen3_30B_A3B-bf16-pretrain"),
+        [],
+        "qwen3_moe",
+        published("qwen3-30b-a3b"),
+    ),
+    (
+        MAXTEXT_PRIMUS.format("MI300X/deepseek_v2_16B-bf16-pretrain"),
+        [],
+        "deepseek_v2",
+        published("deepseek-v2-lite"),
+    ),
     # Grok-1's dims in MaxText's mixtral block, as Primus' grok1.yaml writes them (untied
     # output, 131072 tokens): 316.5e9 (the published Grok-1 is ~314e9).
-    (MAXTEXT_PRIMUS.format("MI300X/grok1-nanoo_fp8-pretrain"), [], "mixtral",
-     published("mixtral-8x7b", vocab_size=131072, hidden_size=6144, num_layers=64,
-               num_heads=48, intermediate_size=32768, moe_intermediate_size=32768)),
+    (
+        MAXTEXT_PRIMUS.format("MI300X/grok1-nanoo_fp8-pretrain"),
+        [],
+        "mixtral",
+        published(
+            "mixtral-8x7b",
+            vocab_size=131072,
+            hidden_size=6144,
+            num_layers=64,
+            num_heads=48,
+            intermediate_size=32768,
+            moe_intermediate_size=32768,
+        ),
+    ),
     # --- TorchTitan through Primus and native TOML (flavours of v0.2.2).
     (TITAN_PRIMUS.format("MI300X/qwen3_0.6B-pretrain"), [], "qwen3", published("qwen3-0.6b")),
-    (TITAN_PRIMUS.format("MI300X/llama3.1_8B-BF16-pretrain"), [], "llama",
-     published("llama3.1-8b")),
+    (
+        TITAN_PRIMUS.format("MI300X/llama3.1_8B-BF16-pretrain"),
+        [],
+        "llama",
+        published("llama3.1-8b"),
+    ),
     # TorchTitan's deepseek_v3 16B flavour is DeepSeek-V2-Lite (softmax routing).
-    (TITAN_PRIMUS.format("MI300X/deepseek_v3_16b-BF16-pretrain"), [], "deepseek_v2",
-     published("deepseek-v2-lite")),
-    (TITAN_PRIMUS.format("MI300X/deepseek_v3_671b-pretrain"), [], "deepseek_v3",
-     published("deepseek-v3")),
-    (TITAN_PRIMUS.format("MI300X/gpt_oss_20B-BF16-pretrain"), [], "gpt_oss",
-     published("gpt-oss-20b")),
-    (TITAN_PRIMUS.format("MI300X/llama4_17Bx16E-BF16-pretrain"), [], "llama4",
-     published("llama4-scout-17b-16e")),
+    (
+        TITAN_PRIMUS.format("MI300X/deepseek_v3_16b-BF16-pretrain"),
+        [],
+        "deepseek_v2",
+        published("deepseek-v2-lite"),
+    ),
+    (
+        TITAN_PRIMUS.format("MI300X/deepseek_v3_671b-pretrain"),
+        [],
+        "deepseek_v3",
+        published("deepseek-v3"),
+    ),
+    (
+        TITAN_PRIMUS.format("MI300X/gpt_oss_20B-BF16-pretrain"),
+        [],
+        "gpt_oss",
+        published("gpt-oss-20b"),
+    ),
+    (
+        TITAN_PRIMUS.format("MI300X/llama4_17Bx16E-BF16-pretrain"),
+        [],
+        "llama4",
+        published("llama4-scout-17b-16e"),
+    ),
     (TITAN.format("llama3/train_configs/llama3_8b"), [], "llama", published("llama3.1-8b")),
-    (TITAN.format("deepseek_v3/train_configs/deepseek_v3_16b"), [], "deepseek_v2",
-     published("deepseek-v2-lite")),
-    (TITAN.format("deepseek_v3/train_configs/deepseek_v3_671b"), [], "deepseek_v3",
-     published("deepseek-v3")),
-    (TITAN.format("llama4/train_configs/llama4_17bx16e"), [], "llama4",
-     published("llama4-scout-17b-16e")),
+    (
+        TITAN.format("deepseek_v3/train_configs/deepseek_v3_16b"),
+        [],
+        "deepseek_v2",
+        published("deepseek-v2-lite"),
+    ),
+    (
+        TITAN.format("deepseek_v3/train_configs/deepseek_v3_671b"),
+        [],
+        "deepseek_v3",
+        published("deepseek-v3"),
+    ),
+    (
+        TITAN.format("llama4/train_configs/llama4_17bx16e"),
+        [],
+        "llama4",
+        published("llama4-scout-17b-16e"),
+    ),
     # Debug flavours: TorchTitan's own dims (torchtitan/models/*/__init__.py).
-    (TITAN.format("deepseek_v3/train_configs/debug_model"), [], "deepseek_v2",
-     published("deepseek-v2-lite", vocab_size=2048, hidden_size=256, intermediate_size=1024,
-               moe_intermediate_size=256, num_layers=6, num_heads=16, num_kv_heads=16,
-               num_experts=8, num_experts_per_tok=3)),
-    (TITAN.format("gpt_oss/train_configs/debug_model"), [], "gpt_oss",
-     published("gpt-oss-20b", hidden_size=256, num_layers=4, num_experts=8)),
-    (TITAN.format("qwen3/train_configs/qwen3_moe_debug"), [], "qwen3_moe",
-     published("qwen3-30b-a3b", vocab_size=2048, hidden_size=256, num_layers=8, num_heads=16,
-               num_kv_heads=8, intermediate_size=3072, num_experts=64)),
+    (
+        TITAN.format("deepseek_v3/train_configs/debug_model"),
+        [],
+        "deepseek_v2",
+        published(
+            "deepseek-v2-lite",
+            vocab_size=2048,
+            hidden_size=256,
+            intermediate_size=1024,
+            moe_intermediate_size=256,
+            num_layers=6,
+            num_heads=16,
+            num_kv_heads=16,
+            num_experts=8,
+            num_experts_per_tok=3,
+        ),
+    ),
+    (
+        TITAN.format("gpt_oss/train_configs/debug_model"),
+        [],
+        "gpt_oss",
+        published("gpt-oss-20b", hidden_size=256, num_layers=4, num_experts=8),
+    ),
+    (
+        TITAN.format("qwen3/train_configs/qwen3_moe_debug"),
+        [],
+        "qwen3_moe",
+        published(
+            "qwen3-30b-a3b",
+            vocab_size=2048,
+            hidden_size=256,
+            num_layers=8,
+            num_heads=16,
+            num_kv_heads=8,
+            intermediate_size=3072,
+            num_experts=64,
+        ),
+    ),
     # --- MaxText's own invocation: base.yml model_name=X (models/X.yml at the pinned commit).
     (BASE_YML, ["model_name=llama2-7b"], "llama", published("llama2-7b")),
     (BASE_YML, ["model_name=llama3.1-8b"], "llama", published("llama3.1-8b")),
@@ -168,21 +353,27 @@ RESOLVES = [
     (BASE_YML, ["model_name=gpt-oss-20b"], "gpt_oss", published("gpt-oss-20b")),
     (BASE_YML, ["model_name=gpt-oss-120b"], "gpt_oss", published("gpt-oss-120b")),
     (BASE_YML, ["model_name=llama4-17b-16e"], "llama4", published("llama4-scout-17b-16e")),
-    (BASE_YML, ["model_name=llama4-17b-128e"], "llama4",
-     published("llama4-maverick-17b-128e")),
+    (BASE_YML, ["model_name=llama4-17b-128e"], "llama4", published("llama4-maverick-17b-128e")),
     # Megatron's MambaModel with is_hybrid_model false: 48 Mamba-2 layers. The file ties
     # its embeddings through `bases: mamba_base.yaml`, a key the YAML loader does not follow
     # (only `extends`), so it resolves untied, as language_model.yaml sets.
-    (MEGATRON.format("MI300X/mamba_370M-pretrain"), [], "mamba2",
-     model_spec("mamba-370m", tie_embeddings=False)),
+    (
+        MEGATRON.format("MI300X/mamba_370M-pretrain"),
+        [],
+        "mamba2",
+        model_spec("mamba-370m", tie_embeddings=False),
+    ),
 ]
 
 # (file, native overrides, the key=value the refusal names)
 REFUSED = [
     (MEGATRON.format("MI355X/deepseek_v4_flash-BF16-pretrain"), [], "model_type='deepseek_v4'"),
     (MEGATRON.format("MI355X/lfm2_8B_A1B-BF16-pretrain"), [], "lfm_layer_types=["),
-    (MEGATRON.format("MI300X/qwen3_5_35B_A3B-BF16-pretrain"), [],
-     "experimental_attention_variant='gated_delta_net'"),
+    (
+        MEGATRON.format("MI300X/qwen3_5_35B_A3B-BF16-pretrain"),
+        [],
+        "experimental_attention_variant='gated_delta_net'",
+    ),
     (MAXTEXT_PRIMUS.format("MI300X/gemma4_26B-bf16-pretrain"), [], "decoder_block='gemma4'"),
     (TITAN.format("flux/train_configs/flux_dev_model"), [], "model.name='flux'"),
     (BASE_YML, ["model_name=gemma3-4b"], "decoder_block='gemma3'"),
@@ -207,8 +398,7 @@ def _load(samples, path, native, **kwargs):
 
 
 @pytest.mark.parametrize("path,native,family,expected", RESOLVES, ids=map(_id, RESOLVES))
-def test_file_resolves_to_its_family_and_counts(compat_samples, path, native, family,
-                                                expected):
+def test_file_resolves_to_its_family_and_counts(compat_samples, path, native, family, expected):
     cfg, _ = _load(compat_samples, path, native, allow_unsupported=True)
     spec = ModelSpec.from_config(cfg.model)
     assert spec.family == family
@@ -218,8 +408,9 @@ def test_file_resolves_to_its_family_and_counts(compat_samples, path, native, fa
 
 def test_megatron_linear_biases(compat_samples):
     # Biases are a small share of the count, so the table above cannot tell them apart.
-    cfg, _ = _load(compat_samples, MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"),
-                   ["add_bias_linear=true"])
+    cfg, _ = _load(
+        compat_samples, MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"), ["add_bias_linear=true"]
+    )
     spec = ModelSpec.from_config(cfg.model)
     assert (spec.family, spec.qkv_bias, spec.o_bias, spec.mlp_bias) == ("llama", True, True, True)
     path = MEGATRON.format("MI300X/mixtral_8x7B_v0.1-BF16-pretrain")
@@ -229,8 +420,14 @@ def test_megatron_linear_biases(compat_samples):
 
 def test_expected_figures_are_the_published_ones():
     # The presets the table calls published: their totals are the published checkpoints'.
-    for preset in ("llama2-7b", "mixtral-8x7b", "qwen3-235b-a22b", "deepseek-v3",
-                   "gpt-oss-120b", "llama4-maverick-17b-128e"):
+    for preset in (
+        "llama2-7b",
+        "mixtral-8x7b",
+        "qwen3-235b-a22b",
+        "deepseek-v3",
+        "gpt-oss-120b",
+        "llama4-maverick-17b-128e",
+    ):
         assert model_spec(preset).num_params() == PUBLISHED_PARAMS[preset]
     # Kimi K2's published total, 1,026,408,232,448, counts the 60 x 384 expert-bias buffers.
     assert published("deepseek-v3", **KIMI_K2).num_params() + 60 * 384 == 1_026_408_232_448
@@ -246,13 +443,13 @@ def test_unbuildable_architecture_is_refused_by_name(compat_samples, path, nativ
 
 
 def test_primus_grok_presets_keep_what_megatron_builds(compat_samples):
-    cfg, report = _load(compat_samples, MEGATRON.format("MI300X/grok2-FP8-pretrain"), [],
-                        allow_unsupported=True)
+    cfg, report = _load(
+        compat_samples, MEGATRON.format("MI300X/grok2-FP8-pretrain"), [], allow_unsupported=True
+    )
     spec = ModelSpec.from_config(cfg.model)
     # Primus' patches cap the output and router logits; the GPT layers stay Megatron's.
     assert (spec.final_logit_softcap, spec.router_logit_softcap) == (50.0, 30.0)
-    assert (spec.moe_activation, spec.post_norms, spec.attn_logit_softcap) == ("swiglu", False,
-                                                                                0.0)
+    assert (spec.moe_activation, spec.post_norms, spec.attn_logit_softcap) == ("swiglu", False, 0.0)
     # moe_router_load_balancing_type none: no balancing loss despite moe_aux_loss_coeff 0.01.
     assert spec.moe_aux_loss_coef == 0.0
     assert report.entries["moe_router_load_balancing_type"].status == "mapped"
@@ -269,8 +466,9 @@ def test_config_prints_no_parameter_count_for_a_refused_file(compat_samples, cap
     assert out == "" and "model_type='deepseek_v4'" in err and "num_params" not in err
 
 
-def test_maxtext_base_yml_with_model_name_counts_only_what_the_user_set(compat_samples,
-                                                                        capsys, monkeypatch):
+def test_maxtext_base_yml_with_model_name_counts_only_what_the_user_set(
+    compat_samples, capsys, monkeypatch
+):
     # MaxText's standard invocation, from inside the checkout with a relative path: base.yml's
     # keys are MaxText's defaults, the model file's and the command line's are the config's.
     monkeypatch.chdir(compat_samples / "maxtext")
@@ -293,17 +491,22 @@ def test_maxtext_minus_one_on_an_axis_jaxtrain_lacks_is_filled(compat_samples):
     assert report.entries["ici_tensor_sequence_parallelism"].status == "ignored"
     assert cfg.mesh.ici_fsdp == 8
     # On 16 devices per host it would be 2: an axis jaxtrain has no counterpart for.
-    _, report = compat.load_foreign(compat_samples / path, env={"GPUS_PER_NODE": "16"},
-                                    allow_unsupported=True)
+    _, report = compat.load_foreign(
+        compat_samples / path, env={"GPUS_PER_NODE": "16"}, allow_unsupported=True
+    )
     assert report.entries["ici_tensor_sequence_parallelism"].status == "unsupported"
 
 
-@pytest.mark.parametrize("path", [
-    MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"),  # eval_iters: 0
-    TITAN_PRIMUS.format("MI300X/qwen3_0.6B-pretrain"),  # validation.enable: false
-    MAXTEXT_PRIMUS.format("MI300X/llama2_7B-bf16-pretrain"),  # eval_interval: -1
-    "prime-hosted/pretrain.toml",  # without its [val] tables, see below
-], ids=["megatron", "torchtitan", "maxtext", "prime-rl"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        MEGATRON.format("MI300X/llama2_7B-BF16-pretrain"),  # eval_iters: 0
+        TITAN_PRIMUS.format("MI300X/qwen3_0.6B-pretrain"),  # validation.enable: false
+        MAXTEXT_PRIMUS.format("MI300X/llama2_7B-bf16-pretrain"),  # eval_interval: -1
+        "prime-hosted/pretrain.toml",  # without its [val] tables, see below
+    ],
+    ids=["megatron", "torchtitan", "maxtext", "prime-rl"],
+)
 def test_disabled_validation_means_no_validation_at_all(compat_samples, tmp_path, path):
     source = compat_samples / path
     if path.startswith("prime-hosted"):  # prime-rl validates only with a [val] table
@@ -314,8 +517,7 @@ def test_disabled_validation_means_no_validation_at_all(compat_samples, tmp_path
             kept.append("" if skip else line)
         source = tmp_path / "pretrain.toml"
         source.write_text("\n".join(kept))
-    cfg, _ = compat.load_foreign(source, {"data.kind": "synthetic"}, env={},
-                                 allow_unsupported=True)
+    cfg, _ = compat.load_foreign(source, {"data.kind": "synthetic"}, env={}, allow_unsupported=True)
     assert (cfg.train.eval_every, cfg.train.eval_batches) == (0, 0)
     # No periodic validation and no final one either: there are no validation batches.
     assert pipeline.make_eval_batches(cfg, 512) is None

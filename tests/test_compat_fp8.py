@@ -13,24 +13,40 @@ from jaxtrain import compat
 from jaxtrain.errors import ConfigError
 from jaxtrain.trainer import Trainer
 
-FP8_FILES = sorted(p.relative_to(COMPAT_SAMPLES).as_posix() for p in (
-    COMPAT_SAMPLES / "Primus" / "examples").glob("*/configs/MI*/*[Ff][Pp]8-pretrain.yaml"))
+FP8_FILES = sorted(
+    p.relative_to(COMPAT_SAMPLES).as_posix()
+    for p in (COMPAT_SAMPLES / "Primus" / "examples").glob("*/configs/MI*/*[Ff][Pp]8-pretrain.yaml")
+)
 # Architectures the zoo does not build: refused by name, as their BF16 files are.
-NOT_IN_ZOO = {"gemma4_26B": "decoder_block='gemma4'", "gemma4_31B": "decoder_block='gemma4'",
-              "qwen3_5_35B_A3B": "experimental_attention_variant='gated_delta_net'",
-              "deepseek_v4_flash": "model_type='deepseek_v4'",
-              "lfm2_8B_A1B": "lfm_layer_types="}
+NOT_IN_ZOO = {
+    "gemma4_26B": "decoder_block='gemma4'",
+    "gemma4_31B": "decoder_block='gemma4'",
+    "qwen3_5_35B_A3B": "experimental_attention_variant='gated_delta_net'",
+    "deepseek_v4_flash": "model_type='deepseek_v4'",
+    "lfm2_8B_A1B": "lfm_layer_types=",
+}
 # Source keys about low-precision training: none of these may be refused.
-FP8_WORDS = ("fp8", "float8", "quantiz", "amax", "mxfp", "delayed_scaling", "layers_bf16",
-             "converters")
+FP8_WORDS = (
+    "fp8",
+    "float8",
+    "quantiz",
+    "amax",
+    "mxfp",
+    "delayed_scaling",
+    "layers_bf16",
+    "converters",
+)
 
 
 def _resolve(rel: str):
     """The file resolved for the smallest launch its parallelism fits (1, 8 or 16 nodes)."""
     for nodes in ("1", "8", "16"):
         try:
-            return compat.load_foreign(COMPAT_SAMPLES / rel, env={
-                "NNODES": nodes, "GPUS_PER_NODE": "8"}, allow_unsupported=True)
+            return compat.load_foreign(
+                COMPAT_SAMPLES / rel,
+                env={"NNODES": nodes, "GPUS_PER_NODE": "8"},
+                allow_unsupported=True,
+            )
         except ConfigError as error:
             if "devices" not in str(error) and "hold together" not in str(error):
                 raise
@@ -50,8 +66,11 @@ def test_fp8_examples_resolve_to_fp8_runs(rel):
             _resolve(rel)
         return
     cfg, report = _resolve(rel)
-    refused = [e.key for e in report.by_status("unsupported")
-               if any(word in e.key.lower() for word in FP8_WORDS) or "fp8" in e.reason]
+    refused = [
+        e.key
+        for e in report.by_status("unsupported")
+        if any(word in e.key.lower() for word in FP8_WORDS) or "fp8" in e.reason
+    ]
     assert refused == [], refused
     assert cfg.model.quantization == "fp8"
     framework = rel.split("/")[2]
@@ -76,10 +95,21 @@ def test_torchtitan_float8_follows_filter_fqns_and_the_moe_switch():
     assert cfg.model.fp8_experts  # use_moe_fp8: true
 
 
-MOE_SHRINK = ["num_layers=2", "hidden_size=64", "ffn_hidden_size=128", "num_attention_heads=4",
-              "num_query_groups=2", "seq_length=32", "max_position_embeddings=32",
-              "global_batch_size=8", "micro_batch_size=1", "train_iters=3", "num_experts=4",
-              "moe_router_topk=2", "moe_ffn_hidden_size=32"]
+MOE_SHRINK = [
+    "num_layers=2",
+    "hidden_size=64",
+    "ffn_hidden_size=128",
+    "num_attention_heads=4",
+    "num_query_groups=2",
+    "seq_length=32",
+    "max_position_embeddings=32",
+    "global_batch_size=8",
+    "micro_batch_size=1",
+    "train_iters=3",
+    "num_experts=4",
+    "moe_router_topk=2",
+    "moe_ffn_hidden_size=32",
+]
 
 
 @pytest.mark.slow
@@ -88,10 +118,15 @@ def test_a_shrunk_primus_fp8_mixture_of_experts_trains(tmp_path):
         COMPAT_SAMPLES / "Primus/examples/megatron/configs/MI300X/"
         "mixtral_8x7B_v0.1-FP8-pretrain.yaml",
         {"run.dir": str(tmp_path / "run"), "train.progress": False, "mesh.ici_expert": 1},
-        env={}, native_overrides=MOE_SHRINK)
+        env={},
+        native_overrides=MOE_SHRINK,
+    )
     assert report.by_status("unsupported") == []
     assert (cfg.model.quantization, cfg.model.num_experts, cfg.model.dtype) == (
-        "fp8", 4, "bfloat16")
+        "fp8",
+        4,
+        "bfloat16",
+    )
     trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
     try:
         trainer.run()

@@ -24,29 +24,77 @@ def _report(samples, name):
     return primus_yaml.experiment_report(exp, "megatron", env={})
 
 
-@pytest.mark.parametrize("name, kind, expected", [
-    ("zebra_llama_300M_gdn_pure", "gdn", dict(
-        linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
-        linear_value_head_dim=64, linear_conv_kernel=4, linear_short_conv=True,
-        linear_output_gate=True)),
-    ("zebra_llama_300M_gdn_hybrid", "gdn", dict(
-        linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
-        linear_value_head_dim=64, linear_conv_kernel=4, linear_short_conv=True,
-        linear_output_gate=True)),
-    ("zebra_llama_1B_gdn_pure", "gdn", dict(
-        linear_num_key_heads=8, linear_num_value_heads=16, linear_key_head_dim=64,
-        linear_value_head_dim=64, linear_conv_kernel=4, linear_short_conv=True,
-        linear_output_gate=True)),
-    # KDA: keys 32 wide, values 64 (FLA expand_v=2); use_short_conv unset: FLA's default, on.
-    ("zebra_llama_300M_kda_pure", "kda", dict(
-        linear_num_key_heads=8, linear_num_value_heads=8, linear_key_head_dim=32,
-        linear_value_head_dim=64, linear_conv_kernel=4, linear_short_conv=True,
-        linear_gate_bias=True)),
-    ("zebra_llama_1B_kda_pure", "kda", dict(
-        linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=32,
-        linear_value_head_dim=64, linear_conv_kernel=4, linear_short_conv=True,
-        linear_gate_bias=True)),
-])
+@pytest.mark.parametrize(
+    "name, kind, expected",
+    [
+        (
+            "zebra_llama_300M_gdn_pure",
+            "gdn",
+            dict(
+                linear_num_key_heads=4,
+                linear_num_value_heads=8,
+                linear_key_head_dim=64,
+                linear_value_head_dim=64,
+                linear_conv_kernel=4,
+                linear_short_conv=True,
+                linear_output_gate=True,
+            ),
+        ),
+        (
+            "zebra_llama_300M_gdn_hybrid",
+            "gdn",
+            dict(
+                linear_num_key_heads=4,
+                linear_num_value_heads=8,
+                linear_key_head_dim=64,
+                linear_value_head_dim=64,
+                linear_conv_kernel=4,
+                linear_short_conv=True,
+                linear_output_gate=True,
+            ),
+        ),
+        (
+            "zebra_llama_1B_gdn_pure",
+            "gdn",
+            dict(
+                linear_num_key_heads=8,
+                linear_num_value_heads=16,
+                linear_key_head_dim=64,
+                linear_value_head_dim=64,
+                linear_conv_kernel=4,
+                linear_short_conv=True,
+                linear_output_gate=True,
+            ),
+        ),
+        # KDA: keys 32 wide, values 64 (FLA expand_v=2); use_short_conv unset: FLA's default, on.
+        (
+            "zebra_llama_300M_kda_pure",
+            "kda",
+            dict(
+                linear_num_key_heads=8,
+                linear_num_value_heads=8,
+                linear_key_head_dim=32,
+                linear_value_head_dim=64,
+                linear_conv_kernel=4,
+                linear_short_conv=True,
+                linear_gate_bias=True,
+            ),
+        ),
+        (
+            "zebra_llama_1B_kda_pure",
+            "kda",
+            dict(
+                linear_num_key_heads=16,
+                linear_num_value_heads=16,
+                linear_key_head_dim=32,
+                linear_value_head_dim=64,
+                linear_conv_kernel=4,
+                linear_short_conv=True,
+                linear_gate_bias=True,
+            ),
+        ),
+    ],
+)
 def test_linear_settings_map_to_the_mixer(compat_samples, name, kind, expected):
     r = _report(compat_samples, name)
     assert mixer_kind(r) == kind
@@ -66,8 +114,7 @@ def test_pure_gdn_1b_has_the_size_its_file_states(compat_samples):
     d, ffn = int(r.get("hidden_size")), int(r.get("ffn_hidden_size"))
     spec = dataclasses.replace(ModelSpec(hidden_size=d), **mixer_settings(r))
     blocks = int(r.get("num_layers")) // 2
-    total = (blocks * (gated_delta.num_params(spec) + 3 * d * ffn + 2 * d)
-             + LLAMA3_VOCAB * d + d)
+    total = blocks * (gated_delta.num_params(spec) + 3 * d * ffn + 2 * d) + LLAMA3_VOCAB * d + d
     assert abs(total / 1.20e9 - 1) < 0.01, total
 
 
@@ -85,11 +132,21 @@ def test_kda_without_sizes_is_refused_naming_the_keys(compat_samples):
         mixer_settings(r)
 
 
-@pytest.mark.parametrize("name", ["zebra_llama_300M_gdn_pure", "zebra_llama_300M_kda_pure",
-                                  "zebra_llama_300M_gdn_hybrid", "zebra_llama_1B_kda_pure"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "zebra_llama_300M_gdn_pure",
+        "zebra_llama_300M_kda_pure",
+        "zebra_llama_300M_gdn_hybrid",
+        "zebra_llama_1B_kda_pure",
+    ],
+)
 def test_hybrid_files_are_still_refused_by_name(compat_samples, name):
     # The hybrid stack does not run these mixers yet: the file is refused naming the mixer.
-    with pytest.raises(ConfigError, match=r"a hybrid with (gated delta net \(GDN\)|Kimi delta "
-                                          r"attention \(KDA\)) mixers, which jaxtrain does not "
-                                          "build yet"):
+    with pytest.raises(
+        ConfigError,
+        match=r"a hybrid with (gated delta net \(GDN\)|Kimi delta "
+        r"attention \(KDA\)) mixers, which jaxtrain does not "
+        "build yet",
+    ):
         compat.load_foreign(compat_samples / MI300X.format(name))

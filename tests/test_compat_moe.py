@@ -17,19 +17,51 @@ EXAMPLE = "Primus/examples/megatron/configs/MI300X/{}"
 MIXTRAL = "mixtral_8x7B_v0.1-BF16-pretrain.yaml"
 DEEPSEEK = "deepseek_v2_lite-BF16-pretrain.yaml"
 QWEN3_MOE = "qwen3_30B_A3B-BF16-pretrain.yaml"
-ARCH = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-        "intermediate_size", "vocab_size", "rope_theta", "tie_embeddings", "qk_norm",
-        "num_experts", "num_experts_per_tok", "moe_intermediate_size", "moe_score",
-        "moe_norm_topk", "moe_topk_method", "moe_routed_scaling", "moe_shared_experts",
-        "num_dense_layers", "moe_layer_step", "moe_score_bias", "kv_lora_rank", "q_lora_rank",
-        "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
-        "rope_scaling", "rope_factor", "rope_original_max_len", "rope_mscale",
-        "rope_mscale_all_dim", "family")
+ARCH = (
+    "num_layers",
+    "hidden_size",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "rope_theta",
+    "tie_embeddings",
+    "qk_norm",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "moe_score",
+    "moe_norm_topk",
+    "moe_topk_method",
+    "moe_routed_scaling",
+    "moe_shared_experts",
+    "num_dense_layers",
+    "moe_layer_step",
+    "moe_score_bias",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "rope_interleave",
+    "rope_scaling",
+    "rope_factor",
+    "rope_original_max_len",
+    "rope_mscale",
+    "rope_mscale_all_dim",
+    "family",
+)
 
 
 def load(samples, name, native=(), overrides=None, **kwargs):
-    return compat.load_foreign(samples / EXAMPLE.format(name), overrides or {}, env={},
-                               native_overrides=list(native), **kwargs)
+    return compat.load_foreign(
+        samples / EXAMPLE.format(name),
+        overrides or {},
+        env={},
+        native_overrides=list(native),
+        **kwargs,
+    )
 
 
 def spec_of(cfg):
@@ -50,8 +82,13 @@ def test_mixtral_8x7b_is_the_preset(compat_samples):
 def test_deepseek_v2_lite_with_mla_is_the_preset(compat_samples):
     # The Primus example switches MLA off; the model preset (deepseek_v2_lite.yaml) has it on.
     # The tokenizer's size is not known offline: the checkpoint's padded vocabulary is given.
-    cfg, report = load(compat_samples, DEEPSEEK, ["multi_latent_attention=true"],
-                       {"model.vocab_size": 102400}, allow_unsupported=True)
+    cfg, report = load(
+        compat_samples,
+        DEEPSEEK,
+        ["multi_latent_attention=true"],
+        {"model.vocab_size": 102400},
+        allow_unsupported=True,
+    )
     spec, preset = spec_of(cfg), model_spec("deepseek-v2-lite")
     assert spec.num_params() == preset.num_params() == 15_706_484_224
     assert {k: getattr(spec, k) for k in ARCH} == {k: getattr(preset, k) for k in ARCH}
@@ -64,8 +101,12 @@ def test_deepseek_v2_lite_with_mla_is_the_preset(compat_samples):
 
 
 def test_deepseek_v2_lite_example_as_shipped_is_mha(compat_samples):
-    cfg, report = load(compat_samples, DEEPSEEK, ["moe_router_load_balancing_type=aux_loss"],
-                       {"model.vocab_size": 102400})
+    cfg, report = load(
+        compat_samples,
+        DEEPSEEK,
+        ["moe_router_load_balancing_type=aux_loss"],
+        {"model.vocab_size": 102400},
+    )
     spec = spec_of(cfg)
     assert not spec.mla and (spec.num_heads, spec.num_kv_heads, spec.head_dim) == (16, 16, 128)
     assert spec.qk_norm and spec.rope_scaling == "none"
@@ -110,28 +151,56 @@ def test_unsupported_moe_settings_name_the_key(compat_samples):
         load(compat_samples, MIXTRAL, ["moe_shared_expert_intermediate_size=10000"])
     with pytest.raises(ConfigError, match="moe_token_drop_policy='probs'"):
         load(compat_samples, MIXTRAL, ["moe_expert_capacity_factor=1.25"])
-    cfg, report = load(compat_samples, MIXTRAL, ["moe_expert_capacity_factor=1.25",
-                                                 "moe_token_drop_policy=position"])
+    cfg, report = load(
+        compat_samples,
+        MIXTRAL,
+        ["moe_expert_capacity_factor=1.25", "moe_token_drop_policy=position"],
+    )
     assert cfg.model.moe_capacity_factor == 1.25
     with pytest.raises(ConfigError, match="moe_router_num_groups"):
-        load(compat_samples, MIXTRAL, ["num_experts=16", "moe_router_topk=6",
-                                       "moe_router_num_groups=4", "moe_router_group_topk=2",
-                                       "moe_router_pre_softmax=true"])
+        load(
+            compat_samples,
+            MIXTRAL,
+            [
+                "num_experts=16",
+                "moe_router_topk=6",
+                "moe_router_num_groups=4",
+                "moe_router_group_topk=2",
+                "moe_router_pre_softmax=true",
+            ],
+        )
     with pytest.raises(ConfigError, match="moe_router_enable_expert_bias"):
         load(compat_samples, MIXTRAL, ["moe_router_enable_expert_bias=true"])
 
 
 def test_deepseek_v3_style_router(compat_samples):
     """Sigmoid scores, aux-free bias, 8 groups ranked by their best two (noaux_tc)."""
-    cfg, report = load(compat_samples, MIXTRAL, [
-        "num_experts=64", "moe_router_topk=8", "moe_router_score_function=sigmoid",
-        "moe_router_num_groups=8", "moe_router_group_topk=4", "moe_router_enable_expert_bias=true",
-        "moe_router_bias_update_rate=0.001", "moe_router_topk_scaling_factor=2.5",
-        "moe_ffn_hidden_size=1024", "moe_shared_expert_intermediate_size=1024",
-        "moe_layer_freq=([0]*3+[1]*29)", "moe_z_loss_coeff=0.001"])
+    cfg, report = load(
+        compat_samples,
+        MIXTRAL,
+        [
+            "num_experts=64",
+            "moe_router_topk=8",
+            "moe_router_score_function=sigmoid",
+            "moe_router_num_groups=8",
+            "moe_router_group_topk=4",
+            "moe_router_enable_expert_bias=true",
+            "moe_router_bias_update_rate=0.001",
+            "moe_router_topk_scaling_factor=2.5",
+            "moe_ffn_hidden_size=1024",
+            "moe_shared_expert_intermediate_size=1024",
+            "moe_layer_freq=([0]*3+[1]*29)",
+            "moe_z_loss_coeff=0.001",
+        ],
+    )
     m = cfg.model
     assert (m.moe_score, m.moe_norm_topk, m.moe_topk_method, m.moe_n_group, m.moe_topk_group) == (
-        "sigmoid", True, "noaux_tc", 8, 4)
+        "sigmoid",
+        True,
+        "noaux_tc",
+        8,
+        4,
+    )
     assert (m.moe_score_bias, m.moe_bias_update_rate, m.moe_routed_scaling) == (True, 0.001, 2.5)
     assert (m.moe_shared_experts, m.num_dense_layers) == (1, 3)
     assert m.moe_z_loss_coef == pytest.approx(0.001 * 29)

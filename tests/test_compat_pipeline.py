@@ -18,8 +18,9 @@ BASE_YML = "maxtext/src/maxtext/configs/base.yml"
 
 
 def _load(samples, path, env, native=()):
-    return compat.load_foreign(samples / path, env=env, native_overrides=list(native),
-                               allow_unsupported=True)
+    return compat.load_foreign(
+        samples / path, env=env, native_overrides=list(native), allow_unsupported=True
+    )
 
 
 def _mesh(cfg) -> dict[str, int]:
@@ -32,20 +33,23 @@ def test_primus_llama_405b_on_8_nodes_maps_its_8_stages(compat_samples, name):
     # 64 GPUs: tensor 8 inside each node, the 8 stages one per node, no data parallelism.
     assert _mesh(cfg) == {"ici_tensor": 8, "ici_fsdp": -1, "dcn_pipeline": 8, "dcn_data": -1}
     # 256 micro batches of one sequence per step: 8 per pipeline pass, 32 passes.
-    assert (cfg.train.micro_batch_size, cfg.train.pipeline_microbatches,
-            cfg.train.global_batch_size) == (8, 8, 256)
+    assert (
+        cfg.train.micro_batch_size,
+        cfg.train.pipeline_microbatches,
+        cfg.train.global_batch_size,
+    ) == (8, 8, 256)
     assert report.entries["pipeline_model_parallel_size"].status == "mapped"
     figures = config_report.derived(cfg, report.world_size, report.num_hosts)
     assert figures["mesh"]["pipeline"] == 8
     # 126 blocks do not split into 8 equal stages; Megatron refuses the file the same way
     # unless decoder_first/last_pipeline_num_layers make the end stages shorter.
-    assert figures["pipeline"].startswith("does not fit: The model.num_layers=126 blocks do "
-                                          "not split into the 8 pipeline stages")
+    assert figures["pipeline"].startswith(
+        "does not fit: The model.num_layers=126 blocks do not split into the 8 pipeline stages"
+    )
 
 
 @pytest.mark.parametrize("name", ["deepseek_v3-BF16", "deepseek_v3-FP8"])
-def test_primus_deepseek_v3_on_mi355x_maps_16_stages_and_expert_parallelism(compat_samples,
-                                                                            name):
+def test_primus_deepseek_v3_on_mi355x_maps_16_stages_and_expert_parallelism(compat_samples, name):
     cfg, report = _load(compat_samples, MEGATRON.format(name), {"NNODES": "32"})
     assert _mesh(cfg) == {"ici_expert": 8, "ici_fsdp": -1, "dcn_pipeline": 16, "dcn_data": -1}
     # 4096 sequences in micro batches of 2 x 16 data-parallel ranks: 16 per pass.
@@ -54,8 +58,10 @@ def test_primus_deepseek_v3_on_mi355x_maps_16_stages_and_expert_parallelism(comp
     assert layout.status == "ignored" and "equal, contiguous runs" in layout.reason
     figures = config_report.derived(cfg, report.world_size, report.num_hosts)
     assert figures["mesh"]["pipeline"] == 16
-    assert "58 expert blocks (model.num_layers=61 less the 3 leading dense blocks" in \
-        figures["pipeline"]
+    assert (
+        "58 expert blocks (model.num_layers=61 less the 3 leading dense blocks"
+        in figures["pipeline"]
+    )
 
 
 def test_torchtitan_llama4_maverick_maps_4_stages(compat_samples):
@@ -77,33 +83,71 @@ def test_torchtitan_llama4_maverick_maps_4_stages(compat_samples):
 
 
 def test_virtual_stages_and_schedules_become_repeats(compat_samples):
-    cfg, report = _load(compat_samples, MEGATRON.format("llama3.1_405B-BF16"), {"NNODES": "8"},
-                        ["num_layers=128", "num_layers_per_virtual_pipeline_stage=4"])
+    cfg, report = _load(
+        compat_samples,
+        MEGATRON.format("llama3.1_405B-BF16"),
+        {"NNODES": "8"},
+        ["num_layers=128", "num_layers_per_virtual_pipeline_stage=4"],
+    )
     assert cfg.train.pipeline_repeats == 4  # 128 / (8 stages x 4 layers)
-    cfg, _ = _load(compat_samples, MEGATRON.format("llama3.1_405B-BF16"), {"NNODES": "8"},
-                   ["virtual_pipeline_model_parallel_size=2"])
+    cfg, _ = _load(
+        compat_samples,
+        MEGATRON.format("llama3.1_405B-BF16"),
+        {"NNODES": "8"},
+        ["virtual_pipeline_model_parallel_size=2"],
+    )
     assert cfg.train.pipeline_repeats == 2
-    cfg, report = _load(compat_samples, TITAN, {"NNODES": "4"},
-                        ["parallelism.pipeline_parallel_schedule=Interleaved1F1B"])
+    cfg, report = _load(
+        compat_samples,
+        TITAN,
+        {"NNODES": "4"},
+        ["parallelism.pipeline_parallel_schedule=Interleaved1F1B"],
+    )
     assert cfg.train.pipeline_repeats == 2
     # MaxText: ici_pipeline_parallelism and its repeats default (blocks / stages).
-    cfg, report = _load(compat_samples, BASE_YML, {}, [
-        "model_name=llama2-7b", "ici_pipeline_parallelism=4", "ici_fsdp_parallelism=-1",
-        "num_pipeline_microbatches=8"])
-    assert (cfg.mesh.ici_pipeline, cfg.train.pipeline_microbatches,
-            cfg.train.pipeline_repeats) == (4, 8, 8)
+    cfg, report = _load(
+        compat_samples,
+        BASE_YML,
+        {},
+        [
+            "model_name=llama2-7b",
+            "ici_pipeline_parallelism=4",
+            "ici_fsdp_parallelism=-1",
+            "num_pipeline_microbatches=8",
+        ],
+    )
+    assert (cfg.mesh.ici_pipeline, cfg.train.pipeline_microbatches, cfg.train.pipeline_repeats) == (
+        4,
+        8,
+        8,
+    )
     assert report.entries["ici_pipeline_parallelism"].status == "mapped"
 
 
 # Shrunk copies: the family's debug model (blocks that split into the stages), the file's
 # kinds of mesh axes on 8 devices, a tiny batch.
 SHRINK = [
-    (MEGATRON.format("llama3.1_405B-BF16"), {"NNODES": "8"}, "llama3-debug",
-     dict(num_layers=8), dict(ici_pipeline=4, ici_tensor=2)),
-    (MEGATRON.format("deepseek_v3-BF16"), {"NNODES": "32"}, "deepseek-v3-debug",
-     dict(num_layers=5, num_dense_layers=1), dict(ici_pipeline=2, ici_expert=4)),
-    (TITAN, {"NNODES": "4"}, "llama4-debug", dict(num_layers=8),
-     dict(ici_pipeline=4, ici_tensor=2)),
+    (
+        MEGATRON.format("llama3.1_405B-BF16"),
+        {"NNODES": "8"},
+        "llama3-debug",
+        dict(num_layers=8),
+        dict(ici_pipeline=4, ici_tensor=2),
+    ),
+    (
+        MEGATRON.format("deepseek_v3-BF16"),
+        {"NNODES": "32"},
+        "deepseek-v3-debug",
+        dict(num_layers=5, num_dense_layers=1),
+        dict(ici_pipeline=2, ici_expert=4),
+    ),
+    (
+        TITAN,
+        {"NNODES": "4"},
+        "llama4-debug",
+        dict(num_layers=8),
+        dict(ici_pipeline=4, ici_tensor=2),
+    ),
 ]
 
 
@@ -115,8 +159,16 @@ def _shrunk(cfg: ConfigDict, tmp_path, preset: str, model: dict, mesh: dict) -> 
     for key in list(cfg.mesh):
         if key != "rules":
             cfg.mesh[key] = mesh.get(key, 1)
-    cfg.train.update(steps=2, seq_len=16, global_batch_size=16, micro_batch_size=8,
-                     pipeline_microbatches=0, eval_every=0, eval_batches=0, progress=False)
+    cfg.train.update(
+        steps=2,
+        seq_len=16,
+        global_batch_size=16,
+        micro_batch_size=8,
+        pipeline_microbatches=0,
+        eval_every=0,
+        eval_batches=0,
+        progress=False,
+    )
     cfg.data.kind = "synthetic"
     cfg.run.dir = str(tmp_path / "run")
     cfg.checkpoint.dir = ""
@@ -125,10 +177,14 @@ def _shrunk(cfg: ConfigDict, tmp_path, preset: str, model: dict, mesh: dict) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path, env, preset, model, mesh", SHRINK,
-                         ids=["llama3.1_405B", "deepseek_v3", "llama4_17bx128e"])
-def test_shrunk_copy_trains_on_fake_devices(compat_samples, tmp_path, path, env, preset, model,
-                                            mesh):
+@pytest.mark.parametrize(
+    "path, env, preset, model, mesh",
+    SHRINK,
+    ids=["llama3.1_405B", "deepseek_v3", "llama4_17bx128e"],
+)
+def test_shrunk_copy_trains_on_fake_devices(
+    compat_samples, tmp_path, path, env, preset, model, mesh
+):
     cfg, _ = _load(compat_samples, path, env)
     trainer = Trainer(_shrunk(cfg, tmp_path, preset, model, mesh), console=False)
     try:

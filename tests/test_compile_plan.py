@@ -17,18 +17,37 @@ from jaxtrain.models.pipeline import bubble_fraction
 
 
 def _bytes_per_device(tree) -> int:
-    return sum(math.prod(leaf.sharding.shard_shape(leaf.shape)) * leaf.dtype.itemsize
-               for leaf in jax.tree.leaves(tree))
+    return sum(
+        math.prod(leaf.sharding.shard_shape(leaf.shape)) * leaf.dtype.itemsize
+        for leaf in jax.tree.leaves(tree)
+    )
 
 
 def test_tool_plans_a_debug_config_on_8_devices():
-    overrides = ["--config.model.num_layers=3", "--config.train.global_batch_size=16",
-                 "--config.train.micro_batch_size=8", "--config.train.seq_len=64"]
+    overrides = [
+        "--config.model.num_layers=3",
+        "--config.train.global_batch_size=16",
+        "--config.train.micro_batch_size=8",
+        "--config.train.seq_len=64",
+    ]
     out = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "compile_plan.py"), "--config",
-         str(REPO / "configs" / "llama_debug.py"), "--devices", "8", "--layers", "1,2",
-         "--json", *overrides],
-        capture_output=True, text=True, timeout=300, cwd=REPO)
+        [
+            sys.executable,
+            str(REPO / "tools" / "compile_plan.py"),
+            "--config",
+            str(REPO / "configs" / "llama_debug.py"),
+            "--devices",
+            "8",
+            "--layers",
+            "1,2",
+            "--json",
+            *overrides,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     plan = report["plan"]
@@ -37,33 +56,47 @@ def test_tool_plans_a_debug_config_on_8_devices():
     assert plan["collectives"]["all-gather"] > 0  # FSDP gathers parameters
 
     # Arguments (sharded state + batch) are affine in depth: the extrapolation is exact.
-    cfg = config_lib.load_config(str(REPO / "configs" / "llama_debug.py"),
-                                 [o.removeprefix("--config.") for o in overrides])
+    cfg = config_lib.load_config(
+        str(REPO / "configs" / "llama_debug.py"), [o.removeprefix("--config.") for o in overrides]
+    )
     setup = run.setup(cfg, check_data=False)
-    expected = _bytes_per_device(setup.layout.abstract) + \
-        _bytes_per_device(setup.abstract_batch())
+    expected = _bytes_per_device(setup.layout.abstract) + _bytes_per_device(setup.abstract_batch())
     assert plan["memory"]["argument"] == expected
     # XLA's count adds the masked half of causal attention to the formula's.
     assert 1.0 <= plan["xla_flops"] / plan["formula_flops"] < 1.5
 
 
 def test_plan_of_a_pipeline_shows_stages_bubble_and_the_permutes():
-    cfg = config_lib.load_config(str(REPO / "configs" / "llama_debug.py"), [
-        "model.num_layers=4", "mesh.ici_pipeline=4", "mesh.ici_fsdp=2",
-        "train.global_batch_size=16", "train.seq_len=32"])
+    cfg = config_lib.load_config(
+        str(REPO / "configs" / "llama_debug.py"),
+        [
+            "model.num_layers=4",
+            "mesh.ici_pipeline=4",
+            "mesh.ici_fsdp=2",
+            "train.global_batch_size=16",
+            "train.seq_len=32",
+        ],
+    )
     plan, _ = compile_plan.compile_step(cfg)
     # 16 sequences, 2 batch shards inside the stages: 8 micro batches of 2 (4 per stage).
-    assert plan.pipeline == {"stages": 4, "blocks_per_stage": "1 of the model.num_layers=4 "
-                             "blocks", "repeats": 1, "micro_batches": 8,
-                             "sequences_per_micro_batch": 2,
-                             "bubble_fraction": round(bubble_fraction(4, 8), 4)}
+    assert plan.pipeline == {
+        "stages": 4,
+        "blocks_per_stage": "1 of the model.num_layers=4 blocks",
+        "repeats": 1,
+        "micro_batches": 8,
+        "sequences_per_micro_batch": 2,
+        "bubble_fraction": round(bubble_fraction(4, 8), 4),
+    }
     assert plan.collectives["collective-permute"] > 0  # activations move stage to stage
     setup = run.setup(cfg, check_data=False)
-    assert plan.memory["argument"] == _bytes_per_device(setup.layout.abstract) + \
-        _bytes_per_device(setup.abstract_batch())
+    assert plan.memory["argument"] == _bytes_per_device(setup.layout.abstract) + _bytes_per_device(
+        setup.abstract_batch()
+    )
     text = compile_plan.format_plan("llama_debug", plan, [plan])
-    assert "pipeline at 4 layers: 4 stages of 1 of the model.num_layers=4 blocks, 8 micro " \
-           "batches of 2 sequences per pass, 1 repeat(s): stages idle 27.3% of each pass" in text
+    assert (
+        "pipeline at 4 layers: 4 stages of 1 of the model.num_layers=4 blocks, 8 micro "
+        "batches of 2 sequences per pass, 1 repeat(s): stages idle 27.3% of each pass" in text
+    )
 
 
 def test_collectives_are_counted_by_opcode():
@@ -74,5 +107,10 @@ def test_collectives_are_counted_by_opcode():
   %rs = f32[1]{0} reduce-scatter(f32[8]{0} %all-gather.1), dimensions={0}
   %cp = f32[4] collective-permute(f32[4] %x), source_target_pairs={{0,1}}
 """
-    assert count_collectives(hlo) == {"all-gather": 1, "reduce-scatter": 1, "all-reduce": 1,
-                                      "all-to-all": 0, "collective-permute": 1}
+    assert count_collectives(hlo) == {
+        "all-gather": 1,
+        "reduce-scatter": 1,
+        "all-reduce": 1,
+        "all-to-all": 0,
+        "collective-permute": 1,
+    }

@@ -26,8 +26,7 @@ def derived(capsys, *argv):
     return json.loads(capsys.readouterr().out)["derived"]
 
 
-def test_a_file_that_names_no_launch_is_planned_for_this_host(compat_samples, capsys,
-                                                              two_devices):
+def test_a_file_that_names_no_launch_is_planned_for_this_host(compat_samples, capsys, two_devices):
     d = derived(capsys, compat_samples / PRIMUS)  # the launcher's default would be 8 GPUs
     assert (d["devices"], d["hosts"], d["devices_from"]) == (2, 1, HERE)
     assert d["mesh"]["fsdp"] == 2 and "devices_here" not in d
@@ -37,7 +36,8 @@ def test_a_file_that_names_no_launch_is_planned_for_this_host(compat_samples, ca
 
 
 def test_a_launch_the_file_or_environment_names_is_planned_beside_this_host(
-        compat_samples, capsys, two_devices, monkeypatch):
+    compat_samples, capsys, two_devices, monkeypatch
+):
     d = derived(capsys, compat_samples / "prime-hosted" / "pretrain.toml")
     assert (d["devices"], d["mesh"]["fsdp"]) == (8, 8)
     assert d["devices_from"] == f"[deployment] num_train_gpus = 8 (planned; {HERE})"

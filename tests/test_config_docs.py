@@ -8,8 +8,9 @@ from jaxtrain.configs import base
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_config_docs",
-                                                  REPO / "tools" / "gen_config_docs.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_config_docs", REPO / "tools" / "gen_config_docs.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -26,8 +27,10 @@ def _flat_keys(cfg, prefix=""):
 def test_configuration_doc_is_up_to_date():
     expected = _generator().generate()
     actual = (REPO / "docs" / "configuration.md").read_text()
-    assert actual == expected, ("docs/configuration.md is out of date with configs/base.py: run "
-                                "python tools/gen_config_docs.py")
+    assert actual == expected, (
+        "docs/configuration.md is out of date with configs/base.py: run "
+        "python tools/gen_config_docs.py"
+    )
 
 
 def test_every_base_key_is_documented_with_its_default():
@@ -36,13 +39,15 @@ def test_every_base_key_is_documented_with_its_default():
     keys = list(_flat_keys(base.get_config()))
     assert sorted(rows) == sorted(keys)
     undocumented = re.findall(r"^\| `([\w.]+)` \| `.*?` \|  \|$", doc, re.M)
-    assert undocumented == [], (f"{undocumented}: give each a trailing comment in "
-                                "configs/base.py (or its ModelSpec field), then rerun "
-                                "python tools/gen_config_docs.py")
+    assert undocumented == [], (
+        f"{undocumented}: give each a trailing comment in "
+        "configs/base.py (or its ModelSpec field), then rerun "
+        "python tools/gen_config_docs.py"
+    )
 
 
 def test_loop_keys_notes_and_continuations_are_parsed():
-    source = '''
+    source = """
 def get_config():
     c = ConfigDict()
     c.a = ConfigDict()
@@ -51,8 +56,12 @@ def get_config():
     # A note between keys.
     for axis in ("p", "q"):
         c.a[f"n_{axis}"] = 2  # per axis
-'''
+"""
     items = _generator().parse_base(source)
-    assert items == [("section", "a", ""), ("key", ("a", "x"), "first line continued here"),
-                     ("note", "A note between keys."), ("key", ("a", "n_p"), "per axis"),
-                     ("key", ("a", "n_q"), "per axis")]
+    assert items == [
+        ("section", "a", ""),
+        ("key", ("a", "x"), "first line continued here"),
+        ("note", "A note between keys."),
+        ("key", ("a", "n_p"), "per axis"),
+        ("key", ("a", "n_q"), "per axis"),
+    ]

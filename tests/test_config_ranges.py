@@ -13,24 +13,57 @@ from jaxtrain.run import validate
 BASE = str(REPO / "configs" / "base.py")
 
 BAD = [
-    ("optim.lr", "inf"), ("optim.lr", "nan"), ("optim.lr", "-0.001"), ("optim.lr", "0"),
-    ("optim.min_lr", "-1e-5"), ("optim.b1", "1.5"), ("optim.b1", "1.0"), ("optim.b2", "-0.1"),
-    ("optim.eps", "-1"), ("optim.eps", "0"), ("optim.weight_decay", "-5"),
-    ("optim.clip_grad_norm", "-1"), ("optim.warmup_steps", "-1"), ("optim.decay_steps", "-3"),
-    ("optim.stable_steps", "-1"), ("optim.warmup_init", "-0.1"), ("optim.warmup_offset", "2"),
-    ("checkpoint.every", "-1"), ("checkpoint.keep", "-2"), ("checkpoint.keep_every", "-1"),
-    ("checkpoint.every_minutes", "inf"), ("checkpoint.every_minutes", "-1"),
-    ("checkpoint.init_step", "-2"), ("checkpoint.resume_step", "-2"),
-    ("mesh.ici_tensor", "0"), ("mesh.ici_tensor", "-2"), ("mesh.dcn_data", "0"),
+    ("optim.lr", "inf"),
+    ("optim.lr", "nan"),
+    ("optim.lr", "-0.001"),
+    ("optim.lr", "0"),
+    ("optim.min_lr", "-1e-5"),
+    ("optim.b1", "1.5"),
+    ("optim.b1", "1.0"),
+    ("optim.b2", "-0.1"),
+    ("optim.eps", "-1"),
+    ("optim.eps", "0"),
+    ("optim.weight_decay", "-5"),
+    ("optim.clip_grad_norm", "-1"),
+    ("optim.warmup_steps", "-1"),
+    ("optim.decay_steps", "-3"),
+    ("optim.stable_steps", "-1"),
+    ("optim.warmup_init", "-0.1"),
+    ("optim.warmup_offset", "2"),
+    ("checkpoint.every", "-1"),
+    ("checkpoint.keep", "-2"),
+    ("checkpoint.keep_every", "-1"),
+    ("checkpoint.every_minutes", "inf"),
+    ("checkpoint.every_minutes", "-1"),
+    ("checkpoint.init_step", "-2"),
+    ("checkpoint.resume_step", "-2"),
+    ("mesh.ici_tensor", "0"),
+    ("mesh.ici_tensor", "-2"),
+    ("mesh.dcn_data", "0"),
     ("mesh.ici_fsdp", "-3"),
-    ("train.steps", "0"), ("train.seq_len", "-1"), ("train.global_batch_size", "0"),
-    ("train.micro_batch_size", "-1"), ("train.z_loss", "-1e-4"), ("train.z_loss", "nan"),
-    ("train.loss_chunks", "-2"), ("train.log_every", "0"), ("train.eval_every", "-1"),
-    ("train.eval_batches", "-1"), ("train.peak_flops", "-1"), ("train.peak_flops", "inf"),
-    ("data.worker_count", "-1"), ("data.prefetch", "-1"),
-    ("sample.max_new_tokens", "-1"), ("sample.temperature", "-0.5"), ("sample.top_k", "-1"),
-    ("model.norm_eps", "0"), ("model.rope_theta", "-1"), ("model.init_std", "nan"),
-    ("model.hidden_size", "0"), ("model.attn_scale", "inf"), ("model.moe_capacity_factor", "-1"),
+    ("train.steps", "0"),
+    ("train.seq_len", "-1"),
+    ("train.global_batch_size", "0"),
+    ("train.micro_batch_size", "-1"),
+    ("train.z_loss", "-1e-4"),
+    ("train.z_loss", "nan"),
+    ("train.loss_chunks", "-2"),
+    ("train.log_every", "0"),
+    ("train.eval_every", "-1"),
+    ("train.eval_batches", "-1"),
+    ("train.peak_flops", "-1"),
+    ("train.peak_flops", "inf"),
+    ("data.worker_count", "-1"),
+    ("data.prefetch", "-1"),
+    ("sample.max_new_tokens", "-1"),
+    ("sample.temperature", "-0.5"),
+    ("sample.top_k", "-1"),
+    ("model.norm_eps", "0"),
+    ("model.rope_theta", "-1"),
+    ("model.init_std", "nan"),
+    ("model.hidden_size", "0"),
+    ("model.attn_scale", "inf"),
+    ("model.moe_capacity_factor", "-1"),
 ]
 
 
@@ -55,9 +88,11 @@ def test_messages_say_the_range_and_what_special_values_mean() -> None:
     assert message("optim.b1", "1.5") == "optim.b1=1.5 is out of range: it must be in [0, 1)."
     assert message("mesh.ici_tensor", "0") == (
         "mesh.ici_tensor=0 is out of range: it must be >= 1 or -1 (-1: the rest of the devices "
-        "on that side).")
+        "on that side)."
+    )
     assert message("checkpoint.keep", "-2") == (
-        "checkpoint.keep=-2 is out of range: it must be >= 0 (0: keep every checkpoint).")
+        "checkpoint.keep=-2 is out of range: it must be >= 0 (0: keep every checkpoint)."
+    )
 
 
 def test_every_numeric_setting_has_a_range() -> None:
@@ -69,10 +104,20 @@ def test_every_numeric_setting_has_a_range() -> None:
 
 
 def test_boundaries_and_special_values_are_accepted() -> None:
-    good = {"optim.b1": 0.0, "optim.eps": 1e-30, "optim.clip_grad_norm": 0.0,
-            "optim.weight_decay": 0.0, "checkpoint.every": 0, "checkpoint.keep": 0,
-            "checkpoint.init_step": -1, "mesh.ici_tensor": 1, "mesh.ici_data": -1,
-            "mesh.ici_fsdp": 1, "train.eval_batches": 0, "sample.temperature": 0.0}
+    good = {
+        "optim.b1": 0.0,
+        "optim.eps": 1e-30,
+        "optim.clip_grad_norm": 0.0,
+        "optim.weight_decay": 0.0,
+        "checkpoint.every": 0,
+        "checkpoint.keep": 0,
+        "checkpoint.init_step": -1,
+        "mesh.ici_tensor": 1,
+        "mesh.ici_data": -1,
+        "mesh.ici_fsdp": 1,
+        "train.eval_batches": 0,
+        "sample.temperature": 0.0,
+    }
     validate(load_config(BASE, good), check_data=False)
     assert Range(0, 1, low_open=True).describe() == "in (0, 1]"
     assert Range().describe() == "any finite number"

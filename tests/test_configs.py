@@ -23,15 +23,30 @@ from jaxtrain.models.spec import ModelSpec
 from jaxtrain.run import validate
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "deepseek_v2",
-            "deepseek_v3", "gpt_oss", "llama4", "grok", "mamba", "mamba2", "nemotron_h")
+FAMILIES = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "mistral",
+    "mixtral",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_oss",
+    "llama4",
+    "grok",
+    "mamba",
+    "mamba2",
+    "nemotron_h",
+)
 
 
 def _defines_get_config(path: Path) -> bool:
     """Whether a configs/*.py file is a config (helper modules define no get_config)."""
     tree = ast.parse(path.read_text())
-    return any(isinstance(node, ast.FunctionDef) and node.name == "get_config"
-               for node in tree.body)
+    return any(
+        isinstance(node, ast.FunctionDef) and node.name == "get_config" for node in tree.body
+    )
 
 
 CONFIG_FILES = sorted(p for p in CONFIGS.glob("*.py") if _defines_get_config(p))
@@ -65,16 +80,20 @@ def test_every_preset_has_a_config_file() -> None:
     for name in PRESETS:
         cfg = load_py_config(str(CONFIGS / f"{_config_stem(name)}.py"))
         assert cfg.model.preset == name
-        assert ModelSpec.from_config(cfg.model) == model_spec(name, **{
-            k: cfg.model[k] for k in ("dtype", "param_dtype", "remat")})
+        assert ModelSpec.from_config(cfg.model) == model_spec(
+            name, **{k: cfg.model[k] for k in ("dtype", "param_dtype", "remat")}
+        )
 
 
 def test_pretrain_configs_train_in_bfloat16_on_real_data() -> None:
     for path in CONFIG_FILES:
         cfg = load_py_config(str(path))
         # Debug sizes and the CPU demo train in float32; every preset recipe in bfloat16.
-        if cfg.model.preset not in PRESETS or cfg.model.preset.endswith("-debug") \
-                or cfg.data.kind != "datatrove":
+        if (
+            cfg.model.preset not in PRESETS
+            or cfg.model.preset.endswith("-debug")
+            or cfg.data.kind != "datatrove"
+        ):
             continue
         assert (cfg.model.dtype, cfg.model.param_dtype) == ("bfloat16", "float32"), path.name
         assert cfg.train.seq_len <= cfg.model.max_seq_len, path.name
@@ -118,15 +137,18 @@ def _hf_param_count(family: str, **hf_config) -> int:
     """Parameters of the transformers model of `family`, built on the meta device."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    config_class = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
-                    "qwen3": transformers.Qwen3Config,
-                    "mistral": transformers.MistralConfig,
-                    "mixtral": transformers.MixtralConfig,
-                    "qwen3_moe": transformers.Qwen3MoeConfig,
-                    "deepseek_v2": transformers.DeepseekV2Config,
-                    "deepseek_v3": transformers.DeepseekV3Config,
-                    "gpt_oss": transformers.GptOssConfig,
-                    "llama4": transformers.Llama4TextConfig}[family]
+    config_class = {
+        "llama": transformers.LlamaConfig,
+        "qwen2": transformers.Qwen2Config,
+        "qwen3": transformers.Qwen3Config,
+        "mistral": transformers.MistralConfig,
+        "mixtral": transformers.MixtralConfig,
+        "qwen3_moe": transformers.Qwen3MoeConfig,
+        "deepseek_v2": transformers.DeepseekV2Config,
+        "deepseek_v3": transformers.DeepseekV3Config,
+        "gpt_oss": transformers.GptOssConfig,
+        "llama4": transformers.Llama4TextConfig,
+    }[family]
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config_class(**hf_config))
     return sum(p.numel() for p in model.parameters())  # tied weights are listed once
@@ -134,67 +156,188 @@ def _hf_param_count(family: str, **hf_config) -> int:
 
 # config.json values of the published checkpoints, written out independently of PRESETS.
 _HF_CONFIGS = {
-    "llama2-7b": dict(family="llama", vocab_size=32000, hidden_size=4096,
-                      intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-                      num_key_value_heads=32, tie_word_embeddings=False),
-    "llama3-8b": dict(family="llama", vocab_size=128256, hidden_size=4096,
-                      intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                      num_key_value_heads=8, tie_word_embeddings=False),
-    "qwen3-8b": dict(family="qwen3", vocab_size=151936, hidden_size=4096,
-                     intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-                     num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
-    "mixtral-8x7b": dict(family="mixtral", vocab_size=32000, hidden_size=4096,
-                         intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                         num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
-                         tie_word_embeddings=False),
-    "qwen3-30b-a3b": dict(family="qwen3_moe", vocab_size=151936, hidden_size=2048,
-                          intermediate_size=6144, moe_intermediate_size=768,
-                          num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
-                          head_dim=128, num_experts=128, num_experts_per_tok=8,
-                          decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False),
-    "deepseek-v2-lite": dict(family="deepseek_v2", vocab_size=102400, hidden_size=2048,
-                             intermediate_size=10944, moe_intermediate_size=1408,
-                             num_hidden_layers=27, num_attention_heads=16,
-                             num_key_value_heads=16, n_shared_experts=2, n_routed_experts=64,
-                             num_experts_per_tok=6, first_k_dense_replace=1, q_lora_rank=None,
-                             kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-                             v_head_dim=128, tie_word_embeddings=False),
-    "deepseek-v2": dict(family="deepseek_v2", vocab_size=102400, hidden_size=5120,
-                        intermediate_size=12288, moe_intermediate_size=1536,
-                        num_hidden_layers=60, num_attention_heads=128, num_key_value_heads=128,
-                        n_shared_experts=2, n_routed_experts=160, num_experts_per_tok=6,
-                        first_k_dense_replace=1, q_lora_rank=1536, kv_lora_rank=512,
-                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-                        tie_word_embeddings=False),
+    "llama2-7b": dict(
+        family="llama",
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        tie_word_embeddings=False,
+    ),
+    "llama3-8b": dict(
+        family="llama",
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        tie_word_embeddings=False,
+    ),
+    "qwen3-8b": dict(
+        family="qwen3",
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=False,
+    ),
+    "mixtral-8x7b": dict(
+        family="mixtral",
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        tie_word_embeddings=False,
+    ),
+    "qwen3-30b-a3b": dict(
+        family="qwen3_moe",
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=6144,
+        moe_intermediate_size=768,
+        num_hidden_layers=48,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        num_experts=128,
+        num_experts_per_tok=8,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        tie_word_embeddings=False,
+    ),
+    "deepseek-v2-lite": dict(
+        family="deepseek_v2",
+        vocab_size=102400,
+        hidden_size=2048,
+        intermediate_size=10944,
+        moe_intermediate_size=1408,
+        num_hidden_layers=27,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        n_shared_experts=2,
+        n_routed_experts=64,
+        num_experts_per_tok=6,
+        first_k_dense_replace=1,
+        q_lora_rank=None,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        tie_word_embeddings=False,
+    ),
+    "deepseek-v2": dict(
+        family="deepseek_v2",
+        vocab_size=102400,
+        hidden_size=5120,
+        intermediate_size=12288,
+        moe_intermediate_size=1536,
+        num_hidden_layers=60,
+        num_attention_heads=128,
+        num_key_value_heads=128,
+        n_shared_experts=2,
+        n_routed_experts=160,
+        num_experts_per_tok=6,
+        first_k_dense_replace=1,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        tie_word_embeddings=False,
+    ),
     # The multi-token-prediction module (num_nextn_predict_layers=1) is not built by either.
-    "deepseek-v3": dict(family="deepseek_v3", vocab_size=129280, hidden_size=7168,
-                        intermediate_size=18432, moe_intermediate_size=2048,
-                        num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
-                        n_shared_experts=1, n_routed_experts=256, num_experts_per_tok=8,
-                        first_k_dense_replace=3, q_lora_rank=1536, kv_lora_rank=512,
-                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-                        n_group=8, topk_group=4, tie_word_embeddings=False),
-    "gpt-oss-20b": dict(family="gpt_oss", vocab_size=201088, hidden_size=2880,
-                        intermediate_size=2880, num_hidden_layers=24, num_attention_heads=64,
-                        num_key_value_heads=8, head_dim=64, num_local_experts=32,
-                        num_experts_per_tok=4, attention_bias=True, tie_word_embeddings=False),
-    "gpt-oss-120b": dict(family="gpt_oss", vocab_size=201088, hidden_size=2880,
-                         intermediate_size=2880, num_hidden_layers=36, num_attention_heads=64,
-                         num_key_value_heads=8, head_dim=64, num_local_experts=128,
-                         num_experts_per_tok=4, attention_bias=True, tie_word_embeddings=False),
-    "llama4-scout-17b-16e": dict(family="llama4", vocab_size=202048, hidden_size=5120,
-                                 intermediate_size=8192, intermediate_size_mlp=16384,
-                                 num_hidden_layers=48, num_attention_heads=40,
-                                 num_key_value_heads=8, head_dim=128, num_local_experts=16,
-                                 num_experts_per_tok=1, interleave_moe_layer_step=1,
-                                 use_qk_norm=True, tie_word_embeddings=False),
-    "llama4-maverick-17b-128e": dict(family="llama4", vocab_size=202048, hidden_size=5120,
-                                     intermediate_size=8192, intermediate_size_mlp=16384,
-                                     num_hidden_layers=48, num_attention_heads=40,
-                                     num_key_value_heads=8, head_dim=128,
-                                     num_local_experts=128, num_experts_per_tok=1,
-                                     interleave_moe_layer_step=2, use_qk_norm=False,
-                                     tie_word_embeddings=False),
+    "deepseek-v3": dict(
+        family="deepseek_v3",
+        vocab_size=129280,
+        hidden_size=7168,
+        intermediate_size=18432,
+        moe_intermediate_size=2048,
+        num_hidden_layers=61,
+        num_attention_heads=128,
+        num_key_value_heads=128,
+        n_shared_experts=1,
+        n_routed_experts=256,
+        num_experts_per_tok=8,
+        first_k_dense_replace=3,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        n_group=8,
+        topk_group=4,
+        tie_word_embeddings=False,
+    ),
+    "gpt-oss-20b": dict(
+        family="gpt_oss",
+        vocab_size=201088,
+        hidden_size=2880,
+        intermediate_size=2880,
+        num_hidden_layers=24,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=64,
+        num_local_experts=32,
+        num_experts_per_tok=4,
+        attention_bias=True,
+        tie_word_embeddings=False,
+    ),
+    "gpt-oss-120b": dict(
+        family="gpt_oss",
+        vocab_size=201088,
+        hidden_size=2880,
+        intermediate_size=2880,
+        num_hidden_layers=36,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=64,
+        num_local_experts=128,
+        num_experts_per_tok=4,
+        attention_bias=True,
+        tie_word_embeddings=False,
+    ),
+    "llama4-scout-17b-16e": dict(
+        family="llama4",
+        vocab_size=202048,
+        hidden_size=5120,
+        intermediate_size=8192,
+        intermediate_size_mlp=16384,
+        num_hidden_layers=48,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        num_local_experts=16,
+        num_experts_per_tok=1,
+        interleave_moe_layer_step=1,
+        use_qk_norm=True,
+        tie_word_embeddings=False,
+    ),
+    "llama4-maverick-17b-128e": dict(
+        family="llama4",
+        vocab_size=202048,
+        hidden_size=5120,
+        intermediate_size=8192,
+        intermediate_size_mlp=16384,
+        num_hidden_layers=48,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        num_local_experts=128,
+        num_experts_per_tok=1,
+        interleave_moe_layer_step=2,
+        use_qk_norm=False,
+        tie_word_embeddings=False,
+    ),
 }
 
 
@@ -208,14 +351,19 @@ def test_every_preset_counts_like_transformers() -> None:
     for name in sorted(PRESETS):
         spec = model_spec(name)
         if spec.family == "grok":  # no Grok in transformers: tests/test_grok_parity.py counts
-            continue               # it against xAI's reference shapes
+            continue  # it against xAI's reference shapes
         if spec.block_pattern:  # state-space families: tests/test_ssm_model.py
             continue
         hf_config = dict(
-            vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
-            intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
-            num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads,
-            head_dim=spec.head_dim, tie_word_embeddings=spec.tie_embeddings)
+            vocab_size=spec.vocab_size,
+            hidden_size=spec.hidden_size,
+            intermediate_size=spec.intermediate_size,
+            num_hidden_layers=spec.num_layers,
+            num_attention_heads=spec.num_heads,
+            num_key_value_heads=spec.num_kv_heads,
+            head_dim=spec.head_dim,
+            tie_word_embeddings=spec.tie_embeddings,
+        )
         count = _hf_param_count(spec.family, **{**hf_config, **_hf_moe_config(spec)})
         assert count == spec.num_params(), name
 
@@ -223,31 +371,47 @@ def test_every_preset_counts_like_transformers() -> None:
 def _hf_moe_config(spec: ModelSpec) -> dict:
     """The transformers expert keys of a mixture-of-experts spec ({} when dense)."""
     if spec.family == "mixtral":
-        return dict(num_local_experts=spec.num_experts,
-                    intermediate_size=spec.moe_intermediate_size,
-                    num_experts_per_tok=spec.num_experts_per_tok)
+        return dict(
+            num_local_experts=spec.num_experts,
+            intermediate_size=spec.moe_intermediate_size,
+            num_experts_per_tok=spec.num_experts_per_tok,
+        )
     if spec.family in ("deepseek_v2", "deepseek_v3"):
-        return dict(n_routed_experts=spec.num_experts, n_shared_experts=spec.moe_shared_experts,
-                    moe_intermediate_size=spec.moe_intermediate_size,
-                    num_experts_per_tok=spec.num_experts_per_tok,
-                    first_k_dense_replace=spec.num_dense_layers,
-                    q_lora_rank=spec.q_lora_rank or None, kv_lora_rank=spec.kv_lora_rank,
-                    qk_nope_head_dim=spec.qk_nope_head_dim,
-                    qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim)
+        return dict(
+            n_routed_experts=spec.num_experts,
+            n_shared_experts=spec.moe_shared_experts,
+            moe_intermediate_size=spec.moe_intermediate_size,
+            num_experts_per_tok=spec.num_experts_per_tok,
+            first_k_dense_replace=spec.num_dense_layers,
+            q_lora_rank=spec.q_lora_rank or None,
+            kv_lora_rank=spec.kv_lora_rank,
+            qk_nope_head_dim=spec.qk_nope_head_dim,
+            qk_rope_head_dim=spec.qk_rope_head_dim,
+            v_head_dim=spec.v_head_dim,
+        )
     if spec.family == "gpt_oss":
-        return dict(num_local_experts=spec.num_experts, intermediate_size=spec.intermediate_size,
-                    num_experts_per_tok=spec.num_experts_per_tok, attention_bias=spec.qkv_bias)
+        return dict(
+            num_local_experts=spec.num_experts,
+            intermediate_size=spec.intermediate_size,
+            num_experts_per_tok=spec.num_experts_per_tok,
+            attention_bias=spec.qkv_bias,
+        )
     if spec.family == "llama4":
-        return dict(num_local_experts=spec.num_experts,
-                    intermediate_size=spec.moe_intermediate_size,
-                    intermediate_size_mlp=spec.intermediate_size,
-                    num_experts_per_tok=spec.num_experts_per_tok,
-                    interleave_moe_layer_step=spec.moe_layer_step)
+        return dict(
+            num_local_experts=spec.num_experts,
+            intermediate_size=spec.moe_intermediate_size,
+            intermediate_size_mlp=spec.intermediate_size,
+            num_experts_per_tok=spec.num_experts_per_tok,
+            interleave_moe_layer_step=spec.moe_layer_step,
+        )
     if spec.family == "qwen3_moe":
-        return dict(num_experts=spec.num_experts,
-                    moe_intermediate_size=spec.moe_intermediate_size,
-                    num_experts_per_tok=spec.num_experts_per_tok, decoder_sparse_step=1,
-                    mlp_only_layers=[])
+        return dict(
+            num_experts=spec.num_experts,
+            moe_intermediate_size=spec.moe_intermediate_size,
+            num_experts_per_tok=spec.num_experts_per_tok,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        )
     return {}
 
 
@@ -256,6 +420,7 @@ def test_active_parameter_counts() -> None:
     assert round(model_spec("mixtral-8x7b").num_active_params() / 1e9, 1) == 12.9
     assert 3.3e9 < model_spec("qwen3-30b-a3b").num_active_params() < 3.4e9
     assert round(model_spec("qwen3-235b-a22b").num_active_params() / 1e9) == 22
+
     # DeepSeek's activated figures leave out the input embedding: V2-Lite 2.4B, V2 21B, V3 37B.
     def activated(name: str) -> float:
         spec = model_spec(name)
@@ -287,14 +452,23 @@ def test_unknown_override_key_is_named() -> None:
         load_config(str(CONFIGS / "llama2_7b.py"), {"model.num_layerz": 2})
 
 
-@pytest.mark.parametrize(("overrides", "keys"), [
-    ({"model.num_heads": 4, "model.num_kv_heads": 3}, ("model.num_heads", "model.num_kv_heads")),
-    ({"train.global_batch_size": 8, "train.micro_batch_size": 3},
-     ("train.global_batch_size", "train.micro_batch_size")),
-    ({"train.seq_len": 1024, "model.max_seq_len": 512}, ("train.seq_len", "model.max_seq_len")),
-    ({"data.kind": "datatrove", "data.paths": ""}, ("data.paths",)),
-    ({"data.kind": "datatrove", "data.paths": "/nonexistent/shards"}, ("data.paths",)),
-], ids=["heads", "micro-batch", "seq-len", "no-data-path", "missing-data-path"])
+@pytest.mark.parametrize(
+    ("overrides", "keys"),
+    [
+        (
+            {"model.num_heads": 4, "model.num_kv_heads": 3},
+            ("model.num_heads", "model.num_kv_heads"),
+        ),
+        (
+            {"train.global_batch_size": 8, "train.micro_batch_size": 3},
+            ("train.global_batch_size", "train.micro_batch_size"),
+        ),
+        ({"train.seq_len": 1024, "model.max_seq_len": 512}, ("train.seq_len", "model.max_seq_len")),
+        ({"data.kind": "datatrove", "data.paths": ""}, ("data.paths",)),
+        ({"data.kind": "datatrove", "data.paths": "/nonexistent/shards"}, ("data.paths",)),
+    ],
+    ids=["heads", "micro-batch", "seq-len", "no-data-path", "missing-data-path"],
+)
 def test_invalid_combinations_name_the_key(overrides: dict, keys: tuple[str, ...]) -> None:
     cfg = load_config(str(CONFIGS / "base.py"), overrides)
     with pytest.raises(ConfigError) as error:
@@ -321,7 +495,11 @@ def test_one_coercion_for_command_line_text_and_typed_values():
     assert isinstance(coerce(1, 0.5, "k"), float) and coerce("1e-3", 0.5, "k") == 1e-3
     assert coerce(None, "x", "k") == "" and coerce(7, "x", "k") == "7"
     assert coerce("(1, 2)", (0,), "k") == (1, 2) and coerce([3], (0,), "k") == (3,)
-    for value, current, expected in (("maybe", True, "true or false"), (2.5, 1, "an integer"),
-                                     (True, 1, "an integer"), ("x", 0.5, "a number")):
+    for value, current, expected in (
+        ("maybe", True, "true or false"),
+        (2.5, 1, "an integer"),
+        (True, 1, "an integer"),
+        ("x", 0.5, "a number"),
+    ):
         with pytest.raises(ConfigError, match=f"--config.k={value!r}: expected {expected}"):
             coerce(value, current, "k")

@@ -25,39 +25,53 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _cfg(**overrides: object):
-    values = {"data.kind": "datatrove", "train.seq_len": 8, "train.global_batch_size": 2,
-              "data.prefetch": 0, **overrides}
+    values = {
+        "data.kind": "datatrove",
+        "train.seq_len": 8,
+        "train.global_batch_size": 2,
+        "data.prefetch": 0,
+        **overrides,
+    }
     return load_config(str(REPO / "configs" / "base.py"), values)
 
 
-def test_shards_of_another_local_tokenizer_are_refused(tmp_path: Path,
-                                                       datatrove_corpus: DatatroveCorpus) -> None:
+def test_shards_of_another_local_tokenizer_are_refused(
+    tmp_path: Path, datatrove_corpus: DatatroveCorpus
+) -> None:
     other = write_wordlevel_tokenizer(tmp_path / "other", 500)
     cfg = _cfg(**{"data.paths": str(datatrove_corpus.folder), "data.tokenizer": str(other)})
-    with pytest.raises(DataError, match=r"_doc_shuffled\.ds: written with the tokenizer .*"
-                                        r"tiny_tokenizer.*tokenizer\.json' \(400 tokens\), but "
-                                        r"data\.tokenizer=.*other' \(500 tokens\) has another "
-                                        r"vocabulary \(e\.g\. .*\)\. Set data\.tokenizer to"):
+    with pytest.raises(
+        DataError,
+        match=r"_doc_shuffled\.ds: written with the tokenizer .*"
+        r"tiny_tokenizer.*tokenizer\.json' \(400 tokens\), but "
+        r"data\.tokenizer=.*other' \(500 tokens\) has another "
+        r"vocabulary \(e\.g\. .*\)\. Set data\.tokenizer to",
+    ):
         make_train_iterator(cfg, 1000)
     # A copy of the right tokenizer elsewhere is the same tokenizer: no error, no warning.
     copy = shutil.copytree(datatrove_corpus.tokenizer, tmp_path / "copy")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        make_train_iterator(_cfg(**{"data.paths": str(datatrove_corpus.folder),
-                                    "data.tokenizer": str(copy)}), 1000)
+        make_train_iterator(
+            _cfg(**{"data.paths": str(datatrove_corpus.folder), "data.tokenizer": str(copy)}), 1000
+        )
 
 
-def test_tokenizer_names_that_cannot_be_compared_warn(tmp_path: Path,
-                                                      tiny_tokenizer: Path) -> None:
+def test_tokenizer_names_that_cannot_be_compared_warn(tmp_path: Path, tiny_tokenizer: Path) -> None:
     hub = write_raw_shard(tmp_path / "a", "a.ds", [[1, 2, 0]], tokenizer="meta-llama/Llama-3-8B")
-    placeholder = write_raw_shard(tmp_path / "b", "b.ds", [[1, 2, 0]],
-                                  tokenizer="Unknown Tokenizer")
-    same_name = write_raw_shard(tmp_path / "c", "c.ds", [[1, 2, 0]],
-                                tokenizer="/elsewhere/tiny_tokenizer0/tokenizer.json")
+    placeholder = write_raw_shard(
+        tmp_path / "b", "b.ds", [[1, 2, 0]], tokenizer="Unknown Tokenizer"
+    )
+    same_name = write_raw_shard(
+        tmp_path / "c", "c.ds", [[1, 2, 0]], tokenizer="/elsewhere/tiny_tokenizer0/tokenizer.json"
+    )
     from jaxtrain.data.datatrove import open_shard
 
-    with pytest.warns(UserWarning, match=r"a\.ds: written with the tokenizer 'meta-llama/"
-                                         r"Llama-3-8B', but data\.tokenizer is"):
+    with pytest.warns(
+        UserWarning,
+        match=r"a\.ds: written with the tokenizer 'meta-llama/"
+        r"Llama-3-8B', but data\.tokenizer is",
+    ):
         check_tokenizer([open_shard(hub)], str(tiny_tokenizer))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -71,14 +85,18 @@ def test_tokenizer_names_that_cannot_be_compared_warn(tmp_path: Path,
 def test_megatron_ids_outside_the_vocabulary(tmp_path: Path) -> None:
     prefix = write_raw_megatron(tmp_path / "p", [[1, 2, 3, 0], [4, -1, 5, 0]] * 3, code=4)
     cfg = _cfg(**{"data.kind": "megatron", "data.paths": str(prefix), "train.seq_len": 4})
-    with pytest.raises(DataError, match=r"p\.bin: token id -1 at token 5 is outside the model's "
-                                        r"vocab size 100 .*an unrecorded tokenizer"):
+    with pytest.raises(
+        DataError,
+        match=r"p\.bin: token id -1 at token 5 is outside the model's "
+        r"vocab size 100 .*an unrecorded tokenizer",
+    ):
         make_train_iterator(cfg, 100)
 
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_ids_past_the_start_up_scan_stop_the_batch_that_reads_them(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
     # A pool "too large" to scan whole: start-up reads only the first 16 tokens of each shard.
     monkeypatch.setattr(pipeline, "FULL_VOCAB_SCAN_TOKENS", 100)
     monkeypatch.setattr(pipeline, "HEAD_VOCAB_SCAN_TOKENS", 16)
@@ -87,12 +105,20 @@ def test_ids_past_the_start_up_scan_stop_the_batch_that_reads_them(
     late = [list(d) for d in docs]
     late[9][4] = 700  # token 76 of the second shard, past its scanned head
     write_raw_shard(tmp_path / "d", "00001_unshuffled.ds", late)
-    cfg = _cfg(**{"data.paths": str(tmp_path / "d"), "data.shuffle": False,
-                  "data.worker_count": workers, "data.val_paths": str(tmp_path / "d"),
-                  "train.eval_batches": 100})
+    cfg = _cfg(
+        **{
+            "data.paths": str(tmp_path / "d"),
+            "data.shuffle": False,
+            "data.worker_count": workers,
+            "data.val_paths": str(tmp_path / "d"),
+            "train.eval_batches": 100,
+        }
+    )
     it = make_train_iterator(cfg, 500)  # the start-up scan passes
-    message = (r"00001_unshuffled\.ds: token id 700 at token 76 is outside the model's vocab "
-               r"size 500 \(model\.vocab_size\)")
+    message = (
+        r"00001_unshuffled\.ds: token id 700 at token 76 is outside the model's vocab "
+        r"size 500 \(model\.vocab_size\)"
+    )
     with pytest.raises(DataError, match=message):
         for _ in range(20):  # window 25 (batch 12) holds pool token 128 + 76
             next(it)
@@ -104,8 +130,7 @@ def test_negative_ids_past_the_scanned_head_stop_the_read(tmp_path: Path) -> Non
     from jaxtrain.data.megatron import open_megatron
     from jaxtrain.data.windows import TokenPool, WindowSource
 
-    prefix = write_raw_megatron(tmp_path / "p", [[1, 2, 3, 0], [4, 5, 6, 0], [7, -1, 8, 0]],
-                                code=4)
+    prefix = write_raw_megatron(tmp_path / "p", [[1, 2, 3, 0], [4, 5, 6, 0], [7, -1, 8, 0]], code=4)
     source = WindowSource(TokenPool([open_megatron(prefix)]), 3)
     assert source.validate_vocab(100, max_tokens_per_shard=4) == 3  # the head only
     assert source[0]["inputs"].tolist() == [1, 2, 3]
@@ -115,8 +140,14 @@ def test_negative_ids_past_the_scanned_head_stop_the_read(tmp_path: Path) -> Non
 
 def test_megatron_without_eos_warns(tmp_path: Path, tiny_tokenizer: Path) -> None:
     prefix = write_raw_megatron(tmp_path / "p", [[5, 6, 7, 8]] * 8)
-    cfg = _cfg(**{"data.kind": "megatron", "data.paths": str(prefix),
-                  "data.tokenizer": str(tiny_tokenizer), "train.seq_len": 4})
+    cfg = _cfg(
+        **{
+            "data.kind": "megatron",
+            "data.paths": str(prefix),
+            "data.tokenizer": str(tiny_tokenizer),
+            "train.seq_len": 4,
+        }
+    )
     with pytest.warns(UserWarning, match=r"p\.bin: no EOS token \(id 0\)"):
         make_train_iterator(cfg, 400)
 

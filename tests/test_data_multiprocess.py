@@ -29,8 +29,9 @@ def _free_port() -> int:
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO),
-               XLA_FLAGS="--xla_backend_optimization_level=0")
+    env.update(
+        JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO), XLA_FLAGS="--xla_backend_optimization_level=0"
+    )
     return env
 
 
@@ -39,16 +40,35 @@ def test_two_processes_read_the_rows_of_one_global_batch(tmp_path: Path) -> None
     for name in ("a", "b"):
         docs = [list(rng.integers(1, 90_000, int(rng.integers(3, 20)))) + [0] for _ in range(60)]
         write_raw_shard(tmp_path / name, "00000_unshuffled.ds", docs, width=4)
-    overrides = {"data.kind": "datatrove", "train.seq_len": 8, "train.global_batch_size": 8,
-                 "data.paths": f"0.6:{tmp_path / 'a'},0.4:{tmp_path / 'b'}",
-                 "data.reset_attention_mask": True, "data.reset_position_ids": True,
-                 "data.prefetch": 0}
+    overrides = {
+        "data.kind": "datatrove",
+        "train.seq_len": 8,
+        "train.global_batch_size": 8,
+        "data.paths": f"0.6:{tmp_path / 'a'},0.4:{tmp_path / 'b'}",
+        "data.reset_attention_mask": True,
+        "data.reset_position_ids": True,
+        "data.prefetch": 0,
+    }
     port = _free_port()
-    procs = [subprocess.Popen(
-        [sys.executable, str(HERE / "data_multiprocess_worker.py"), str(port), str(pid),
-         str(STEPS), json.dumps(overrides), str(tmp_path / f"out{pid}.npz")],
-        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
-        for pid in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "data_multiprocess_worker.py"),
+                str(port),
+                str(pid),
+                str(STEPS),
+                json.dumps(overrides),
+                str(tmp_path / f"out{pid}.npz"),
+            ],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+        )
+        for pid in range(2)
+    ]
     try:
         logs = [p.communicate(timeout=120)[0] for p in procs]
     finally:
@@ -61,8 +81,7 @@ def test_two_processes_read_the_rows_of_one_global_batch(tmp_path: Path) -> None
     outs = [np.load(tmp_path / f"out{pid}.npz") for pid in range(2)]
     for step in range(STEPS):
         reference = next(it)
-        assert sorted(reference) == ["inputs", "loss_mask", "positions", "segment_ids",
-                                     "targets"]
+        assert sorted(reference) == ["inputs", "loss_mask", "positions", "segment_ids", "targets"]
         for key, value in reference.items():
             halves = [out[f"local/{step}/{key}"] for out in outs]
             assert all(h.shape == (4, 8) for h in halves)

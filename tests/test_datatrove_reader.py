@@ -47,7 +47,7 @@ def test_windows_match_numpy_reading(datatrove_corpus: DatatroveCorpus) -> None:
     assert spanning * seq_len < boundary < spanning * seq_len + seq_len + 1
     for i in {0, 1, spanning, len(source) // 2, len(source) - 1}:
         item = source[i]
-        window = expected[i * seq_len: i * seq_len + seq_len + 1]
+        window = expected[i * seq_len : i * seq_len + seq_len + 1]
         np.testing.assert_array_equal(item["inputs"], window[:-1])
         np.testing.assert_array_equal(item["targets"], window[1:])
         assert item["inputs"].dtype == np.int32 and item["loss_mask"].dtype == np.float32
@@ -141,20 +141,35 @@ def _damage(tmp_path: Path, how: str) -> Path:
     return ds
 
 
-@pytest.mark.parametrize("how, message", [
-    ("no index", r"00003_unshuffled\.ds: its companion file 00003_\w+\.ds\.index is missing"),
-    ("no metadata", r"00003_unshuffled\.ds\.metadata is missing"),
-    ("truncated", r"00003_unshuffled\.ds: 8 bytes, but .* 5 tokens of 2 bytes = 10 bytes"),
-    ("index mismatch", r"00003_unshuffled\.ds\.index: the last document ends at token 4, but .* 5"),
-    ("index past the end", r"00003_unshuffled\.ds\.index: document 1 ends at token 7, past the "
-                           r"5 tokens of 00003_unshuffled\.ds; the index is damaged"),
-    ("index decreasing", r"00003_unshuffled\.ds\.index: document 2 ends at token 3, before the "
-                         r"document ahead of it \(at 4\); document ends never decrease"),
-    ("width", r"00003_unshuffled\.ds\.metadata: unknown token width 3 bytes"),
-    ("metadata garbage", r"00003_unshuffled\.ds\.metadata: malformed"),
-    ("metadata not utf-8", r"00003_unshuffled\.ds\.metadata: malformed datatrove metadata "
-                           r"\['tok\\udcff\\udcfe\|2', '5'\]"),
-])
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        ("no index", r"00003_unshuffled\.ds: its companion file 00003_\w+\.ds\.index is missing"),
+        ("no metadata", r"00003_unshuffled\.ds\.metadata is missing"),
+        ("truncated", r"00003_unshuffled\.ds: 8 bytes, but .* 5 tokens of 2 bytes = 10 bytes"),
+        (
+            "index mismatch",
+            r"00003_unshuffled\.ds\.index: the last document ends at token 4, but .* 5",
+        ),
+        (
+            "index past the end",
+            r"00003_unshuffled\.ds\.index: document 1 ends at token 7, past the "
+            r"5 tokens of 00003_unshuffled\.ds; the index is damaged",
+        ),
+        (
+            "index decreasing",
+            r"00003_unshuffled\.ds\.index: document 2 ends at token 3, before the "
+            r"document ahead of it \(at 4\); document ends never decrease",
+        ),
+        ("width", r"00003_unshuffled\.ds\.metadata: unknown token width 3 bytes"),
+        ("metadata garbage", r"00003_unshuffled\.ds\.metadata: malformed"),
+        (
+            "metadata not utf-8",
+            r"00003_unshuffled\.ds\.metadata: malformed datatrove metadata "
+            r"\['tok\\udcff\\udcfe\|2', '5'\]",
+        ),
+    ],
+)
 def test_bad_shards_name_the_file(tmp_path: Path, how: str, message: str) -> None:
     ds = _damage(tmp_path, how)
     with pytest.raises(DataError, match=message):

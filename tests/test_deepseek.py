@@ -28,29 +28,39 @@ from jaxtrain.models.presets import model_spec
 from jaxtrain.train import optimizer, state
 
 V2 = model_spec("deepseek-v2-debug", vocab_size=128, max_seq_len=64, init_std=0.2)
-V3 = model_spec("deepseek-v3-debug", vocab_size=128, max_seq_len=64, init_std=0.2,
-                moe_bias_update_rate=0.01)
+V3 = model_spec(
+    "deepseek-v3-debug", vocab_size=128, max_seq_len=64, init_std=0.2, moe_bias_update_rate=0.01
+)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(num_experts_per_tok=9), "model.num_experts_per_tok=9 must be between 1 and "
-                                  "model.num_experts=8"),
-    (dict(moe_n_group=3), "model.moe_n_group=3 must divide model.num_experts=8"),
-    (dict(moe_topk_group=5), "model.moe_topk_group=5 must be between 1 and model.moe_n_group=4"),
-    (dict(moe_topk_group=1, num_experts_per_tok=3), "model.num_experts_per_tok=3 exceeds"),
-    (dict(moe_topk_method="greedy"), "model.moe_n_group=4 has no effect"),
-    (dict(moe_topk_method="best"), "model.moe_topk_method='best'"),
-    (dict(moe_n_group=8, moe_topk_group=1, num_experts_per_tok=1), "'noaux_tc' ranks groups"),
-    (dict(qk_rope_head_dim=7), "model.qk_rope_head_dim=7 must be a positive even number"),
-    (dict(v_head_dim=0), "model.v_head_dim=0 must be a positive integer"),
-    (dict(kv_lora_rank=0), "model.q_lora_rank=24 only applies to multi-head latent attention"),
-    (dict(q_lora_rank=-1), "model.q_lora_rank=-1 must be >= 0"),
-    (dict(qk_norm=True), "model.qk_norm=True is not supported with multi-head latent"),
-    (dict(num_dense_layers=2), "model.num_dense_layers=2 must be between 0 and"),
-    (dict(moe_score_bias=False), "model.moe_bias_update_rate=0.01 needs the expert bias"),
-    (dict(moe_routed_scaling=0.0), "model.moe_routed_scaling=0.0 must be > 0"),
-    (dict(rope_original_max_len=0), "model.rope_original_max_len=0"),
-], ids=lambda x: x if isinstance(x, str) else None)
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            dict(num_experts_per_tok=9),
+            "model.num_experts_per_tok=9 must be between 1 and model.num_experts=8",
+        ),
+        (dict(moe_n_group=3), "model.moe_n_group=3 must divide model.num_experts=8"),
+        (
+            dict(moe_topk_group=5),
+            "model.moe_topk_group=5 must be between 1 and model.moe_n_group=4",
+        ),
+        (dict(moe_topk_group=1, num_experts_per_tok=3), "model.num_experts_per_tok=3 exceeds"),
+        (dict(moe_topk_method="greedy"), "model.moe_n_group=4 has no effect"),
+        (dict(moe_topk_method="best"), "model.moe_topk_method='best'"),
+        (dict(moe_n_group=8, moe_topk_group=1, num_experts_per_tok=1), "'noaux_tc' ranks groups"),
+        (dict(qk_rope_head_dim=7), "model.qk_rope_head_dim=7 must be a positive even number"),
+        (dict(v_head_dim=0), "model.v_head_dim=0 must be a positive integer"),
+        (dict(kv_lora_rank=0), "model.q_lora_rank=24 only applies to multi-head latent attention"),
+        (dict(q_lora_rank=-1), "model.q_lora_rank=-1 must be >= 0"),
+        (dict(qk_norm=True), "model.qk_norm=True is not supported with multi-head latent"),
+        (dict(num_dense_layers=2), "model.num_dense_layers=2 must be between 0 and"),
+        (dict(moe_score_bias=False), "model.moe_bias_update_rate=0.01 needs the expert bias"),
+        (dict(moe_routed_scaling=0.0), "model.moe_routed_scaling=0.0 must be > 0"),
+        (dict(rope_original_max_len=0), "model.rope_original_max_len=0"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else None,
+)
 def test_bad_deepseek_keys_are_named(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         dataclasses.replace(V3, **overrides).validate()
@@ -87,23 +97,34 @@ def _numpy_route(logits_E, k, sigmoid, bias_E, method, n_group, topk_group, norm
     return experts, weights * scaling
 
 
-@pytest.mark.parametrize("sigmoid, method, norm", [
-    (False, "group_limited_greedy", False), (True, "noaux_tc", True), (True, "noaux_tc", False)])
+@pytest.mark.parametrize(
+    "sigmoid, method, norm",
+    [(False, "group_limited_greedy", False), (True, "noaux_tc", True), (True, "noaux_tc", False)],
+)
 def test_grouped_routing_matches_a_per_token_reference(sigmoid, method, norm):
     rng = np.random.default_rng(0)
     logits_TE = rng.normal(0, 2, (16, 8)).astype(np.float32)
     bias_E = rng.normal(0, 0.3, 8).astype(np.float32) if sigmoid else np.zeros(8, np.float32)
     weights_TK, experts_TK, probs_TE = route(
-        jnp.asarray(logits_TE), 3, "sigmoid" if sigmoid else "softmax_topk", norm,
-        bias_E=jnp.asarray(bias_E) if sigmoid else None, topk_method=method, n_group=4,
-        topk_group=2, scaling=2.5)
+        jnp.asarray(logits_TE),
+        3,
+        "sigmoid" if sigmoid else "softmax_topk",
+        norm,
+        bias_E=jnp.asarray(bias_E) if sigmoid else None,
+        topk_method=method,
+        n_group=4,
+        topk_group=2,
+        scaling=2.5,
+    )
     for t in range(16):
-        experts, weights = _numpy_route(logits_TE[t].astype(np.float64), 3, sigmoid, bias_E,
-                                        method, 4, 2, norm, 2.5)
+        experts, weights = _numpy_route(
+            logits_TE[t].astype(np.float64), 3, sigmoid, bias_E, method, 4, 2, norm, 2.5
+        )
         order = np.argsort(np.asarray(experts_TK[t]))
         np.testing.assert_array_equal(np.asarray(experts_TK[t])[order], np.sort(experts))
-        np.testing.assert_allclose(np.asarray(weights_TK[t])[order],
-                                   weights[np.argsort(experts)], rtol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(weights_TK[t])[order], weights[np.argsort(experts)], rtol=1e-5
+        )
     np.testing.assert_allclose(np.asarray(probs_TE).sum(-1), 1.0, rtol=1e-5)
 
 
@@ -124,8 +145,9 @@ def test_leading_dense_blocks_form_their_own_stack():
     assert model.layers.attn.kv_b_proj.kernel.shape == (1, 32, 4, 32)
 
 
-@pytest.mark.parametrize("spec", [V2, dataclasses.replace(V3, q_lora_rank=0)],
-                         ids=["v2", "v3-no-q-latent"])
+@pytest.mark.parametrize(
+    "spec", [V2, dataclasses.replace(V3, q_lora_rank=0)], ids=["v2", "v3-no-q-latent"]
+)
 def test_cached_decoding_matches_the_full_forward(spec):
     model = build_model(spec)
     tokens_BL = jnp.asarray(np.random.default_rng(0).integers(0, 128, (2, 10)), jnp.int32)
@@ -135,7 +157,7 @@ def test_cached_decoding_matches_the_full_forward(spec):
     h_BLD, cache = model.hidden_states(tokens_BL[:, :6], cache=cache, cache_index=0)
     outs = [model.logits(h_BLD)]
     for i in range(6, 10):
-        h_BLD, cache = model.hidden_states(tokens_BL[:, i:i + 1], cache=cache, cache_index=i)
+        h_BLD, cache = model.hidden_states(tokens_BL[:, i : i + 1], cache=cache, cache_index=i)
         outs.append(model.logits(h_BLD))
     np.testing.assert_allclose(jnp.concatenate(outs, 1), full_BLV, atol=1e-4)
 
@@ -183,8 +205,10 @@ def test_aux_free_bias_moves_toward_balance_and_the_optimizer_never_sees_it():
     before, after = _load(spec, start, batch), _load(spec, final["params"], batch)
     assert np.std(after) < np.std(before)
     # The optimizer state holds no bias: nothing under score_bias, and one moment per Param.
-    paths = [jax.tree_util.keystr(p) for p, _ in
-             jax.tree_util.tree_flatten_with_path(final["opt_state"])[0]]
+    paths = [
+        jax.tree_util.keystr(p)
+        for p, _ in jax.tree_util.tree_flatten_with_path(final["opt_state"])[0]
+    ]
     assert paths and not any("score_bias" in p for p in paths)
     _, metrics, _, _, _ = _train(spec, _mesh(), steps=1, lr=0.0, num_micro=2)
     assert np.isfinite(metrics["loss"])
@@ -201,7 +225,8 @@ def test_zero_rate_leaves_the_bias_and_the_step_trains_the_rest():
 def test_expert_parallel_deepseek_training_matches_one_device(spec):
     reference, ref_metrics, ref_state, _, _ = _train(spec, _mesh())
     sharded, metrics, sharded_state, param_shardings, _ = _train(
-        spec, _mesh(ici_expert=4, ici_fsdp=2))
+        spec, _mesh(ici_expert=4, ici_fsdp=2)
+    )
     gate_spec = param_shardings["layers"]["mlp"]["gate_proj"].spec
     # The stacked dimension is named for pipeline stages (an axis of size 1 here).
     assert gate_spec == PartitionSpec("pipeline", "expert", "fsdp", "tensor")
@@ -209,8 +234,10 @@ def test_expert_parallel_deepseek_training_matches_one_device(spec):
     for key in ("moe_aux_loss", "moe_load_max", "moe_load_min"):
         np.testing.assert_allclose(metrics[key], ref_metrics[key], rtol=2e-5)
     if spec.moe_score_bias:
-        np.testing.assert_allclose(sharded_state["params"]["layers"]["mlp"]["score_bias"],
-                                   ref_state["params"]["layers"]["mlp"]["score_bias"])
+        np.testing.assert_allclose(
+            sharded_state["params"]["layers"]["mlp"]["score_bias"],
+            ref_state["params"]["layers"]["mlp"]["score_bias"],
+        )
 
 
 def test_checkpoint_saves_and_restores_the_expert_bias(tmp_path):
@@ -245,9 +272,12 @@ def test_init_from_a_hugging_face_folder_keeps_the_bias_out_of_the_optimizer(tmp
         layout = state.state_layout(V3, tx, mesh, rules)
         loaded, report = init_from.load_params(tmp_path, -1, V3, layout)
         train_state = init_from.initial_state(loaded, tx, layout)
-    np.testing.assert_array_equal(train_state["params"]["layers"]["mlp"]["score_bias"],
-                                  params["layers"]["mlp"]["score_bias"])
-    paths = [jax.tree_util.keystr(p) for p, _ in
-             jax.tree_util.tree_flatten_with_path(train_state["opt_state"])[0]]
+    np.testing.assert_array_equal(
+        train_state["params"]["layers"]["mlp"]["score_bias"], params["layers"]["mlp"]["score_bias"]
+    )
+    paths = [
+        jax.tree_util.keystr(p)
+        for p, _ in jax.tree_util.tree_flatten_with_path(train_state["opt_state"])[0]
+    ]
     assert paths and not any("score_bias" in p for p in paths)
     assert "init_from: loaded" in report

@@ -25,8 +25,9 @@ from jaxtrain.data.windows import TokenPool, WindowSource
 @pytest.fixture(scope="module")
 def small_demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A demo build cut to its first 120 documents (the reference topics and a few modules)."""
-    return build_demo_data(tmp_path_factory.mktemp("demo") / "data", vocab_size=512,
-                           max_documents=120)
+    return build_demo_data(
+        tmp_path_factory.mktemp("demo") / "data", vocab_size=512, max_documents=120
+    )
 
 
 def test_small_build(small_demo: dict[str, Any]) -> None:
@@ -52,8 +53,11 @@ def test_small_build(small_demo: dict[str, Any]) -> None:
 def test_documents_are_prose(small_demo: dict[str, Any]) -> None:
     """Sentences, one paragraph a line: no doctests, indented examples or signatures."""
     root = Path(small_demo["root"]) / "text"
-    texts = [json.loads(line)["text"] for split in ("train", "val")
-             for line in open(root / f"{split}.jsonl")]
+    texts = [
+        json.loads(line)["text"]
+        for split in ("train", "val")
+        for line in open(root / f"{split}.jsonl")
+    ]
     lines = [line for text in texts for line in text.split("\n\n")]
     assert len(lines) > 1000 and all(line and "\n" not in line for line in lines)
     assert not [line for line in lines if line.startswith((">>>", " ", "def ", "class "))]
@@ -62,8 +66,10 @@ def test_documents_are_prose(small_demo: dict[str, Any]) -> None:
 
 def test_split_is_disjoint_and_by_name(small_demo: dict[str, Any]) -> None:
     root = Path(small_demo["root"]) / "text"
-    ids = {split: [json.loads(line)["id"] for line in open(root / f"{split}.jsonl")]
-           for split in ("train", "val")}
+    ids = {
+        split: [json.loads(line)["id"] for line in open(root / f"{split}.jsonl")]
+        for split in ("train", "val")
+    }
     assert not set(ids["train"]) & set(ids["val"])
     assert not any(is_validation(name) for name in ids["train"])
     assert ids["train"][0].startswith("topic:")
@@ -86,8 +92,11 @@ def test_build_is_idempotent(small_demo: dict[str, Any], tmp_path: Path) -> None
 
 
 def _user_folders(root: Path) -> dict[Path, bytes]:
-    files = {root / "train" / "notes.txt": b"my notes", root / "val" / "notes.txt": b"more",
-             root / "text" / "draft.md": b"# draft"}
+    files = {
+        root / "train" / "notes.txt": b"my notes",
+        root / "val" / "notes.txt": b"more",
+        root / "text" / "draft.md": b"# draft",
+    }
     for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
@@ -96,12 +105,21 @@ def _user_folders(root: Path) -> dict[Path, bytes]:
 
 def test_prepare_refuses_folders_it_did_not_write(tmp_path: Path) -> None:
     files = _user_folders(tmp_path)
-    cfg = load_config(str(REPO / "configs" / "demo.py"), {
-        "data.paths": str(tmp_path / "train"), "data.val_paths": str(tmp_path / "val"),
-        "data.tokenizer": str(tmp_path / "tokenizer"), "train.steps": 1})
+    cfg = load_config(
+        str(REPO / "configs" / "demo.py"),
+        {
+            "data.paths": str(tmp_path / "train"),
+            "data.val_paths": str(tmp_path / "val"),
+            "data.tokenizer": str(tmp_path / "tokenizer"),
+            "train.steps": 1,
+        },
+    )
     named = ", ".join(str(tmp_path / sub) for sub in ("text", "train", "val"))
-    with pytest.raises(DataError, match=rf"^{re.escape(named)}: not written by the demo data "
-                                        "build .* nothing was changed"):
+    with pytest.raises(
+        DataError,
+        match=rf"^{re.escape(named)}: not written by the demo data "
+        "build .* nothing was changed",
+    ):
         prepare_data(cfg)
     assert all(path.read_bytes() == content for path, content in files.items())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["text", "train", "val"]
@@ -113,8 +131,7 @@ def test_prepare_refuses_folders_it_did_not_write(tmp_path: Path) -> None:
     assert (tmp_path / "other" / "manifest.json").read_text() == "{not json"
 
 
-def test_rebuild_replaces_only_its_own_folders(small_demo: dict[str, Any],
-                                               tmp_path: Path) -> None:
+def test_rebuild_replaces_only_its_own_folders(small_demo: dict[str, Any], tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(small_demo["root"], copy)
     assert all((copy / sub / OWNER_MARK).is_file() for sub in ("tokenizer", "text", "train", "val"))

@@ -2,7 +2,7 @@
 
 from jaxtrain.data.demo_prose import prose, prose_paragraph
 
-DOCSTRING = '''Return the number of items in the queue.
+DOCSTRING = """Return the number of items in the queue.
 
 This method is not reliable: the size may change
 as soon as it returns, since :class:`Queue` is shared
@@ -23,7 +23,7 @@ Special names ``__getattr__`` and ``__dir__`` customise *access* to the
 attributes of a module, as **PEP 562** describes.
 
 See also: os.path.join(a, *p) -> str
-'''
+"""
 
 
 def test_prose_keeps_sentences_on_one_line() -> None:
@@ -37,8 +37,12 @@ def test_prose_keeps_sentences_on_one_line() -> None:
 
 
 def test_code_is_not_prose() -> None:
-    for code in ["    >>> q.qsize()\n    0", "put(item, block=True, timeout=None)",
-                 "x = {'a': 1, 'b': [2, 3]}  # a mapping of names to lists",
-                 ".. versionchanged:: 3.8 the default is now the fastest protocol.",
-                 "See also: os.path.join(a, *p) -> str", "Queue EmptyError FullError Shutdown."]:
+    for code in [
+        "    >>> q.qsize()\n    0",
+        "put(item, block=True, timeout=None)",
+        "x = {'a': 1, 'b': [2, 3]}  # a mapping of names to lists",
+        ".. versionchanged:: 3.8 the default is now the fastest protocol.",
+        "See also: os.path.join(a, *p) -> str",
+        "Queue EmptyError FullError Shutdown.",
+    ]:
         assert prose_paragraph(code) is None, code

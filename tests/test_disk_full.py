@@ -23,14 +23,19 @@ from jaxtrain.metrics import JsonlSink, read_jsonl, read_records
 from jaxtrain.plot import load_run_metrics
 from jaxtrain.run_summary import build_report, format_report
 
-ORBAX_ENOSPC = ("RESOURCE_EXHAUSTED: Error writing \"params.x/0.0\" in OCDBT database: Failed to "
-                "write 29201 bytes to file 9: No space left on device [os_error_code='28']")
+ORBAX_ENOSPC = (
+    'RESOURCE_EXHAUSTED: Error writing "params.x/0.0" in OCDBT database: Failed to '
+    "write 29201 bytes to file 9: No space left on device [os_error_code='28']"
+)
 
 
 def _cli_args(run_dir: Path, **overrides) -> list[str]:
     values = {**CLI_OVERRIDES, "run.dir": run_dir, **overrides}
-    return ["--config", str(REPO / "configs" / "llama_debug.py"),
-            *(f"--config.{k}={v}" for k, v in values.items())]
+    return [
+        "--config",
+        str(REPO / "configs" / "llama_debug.py"),
+        *(f"--config.{k}={v}" for k, v in values.items()),
+    ]
 
 
 def _write_torn(path: Path, cut_last: bool = True) -> None:
@@ -57,10 +62,10 @@ def test_disk_full_is_recognised_in_an_exception_chain():
 
 def test_writer_threads_do_not_report_a_full_disk_again(caplog):
     quiet_writer_logs()
-    logging.getLogger("absl").error("_SignalingThread.run() raised an exception: %s",
-                                    ORBAX_ENOSPC)
-    logging.getLogger("asyncio").error("Task exception was never retrieved",
-                                       exc_info=(ValueError, ValueError(ORBAX_ENOSPC), None))
+    logging.getLogger("absl").error("_SignalingThread.run() raised an exception: %s", ORBAX_ENOSPC)
+    logging.getLogger("asyncio").error(
+        "Task exception was never retrieved", exc_info=(ValueError, ValueError(ORBAX_ENOSPC), None)
+    )
     logging.getLogger("absl").error("another problem")
     assert [r.getMessage() for r in caplog.records] == ["another problem"]
 
@@ -79,8 +84,9 @@ def test_a_metric_write_that_hits_a_full_disk_leaves_only_whole_lines(tmp_path, 
     monkeypatch.setattr(metrics_lib.os, "write", half_then_full)
     with pytest.raises(DiskFullError) as info:
         sink.write(2, {"loss": 2.4})
-    assert str(info.value).startswith(f"no space left on device: {path.parent} is full "
-                                      "(writing metrics.jsonl failed).")
+    assert str(info.value).startswith(
+        f"no space left on device: {path.parent} is full (writing metrics.jsonl failed)."
+    )
     assert "checkpoints already complete are intact" in str(info.value)
     sink.close()
     assert path.read_text().endswith("\n")
@@ -93,8 +99,10 @@ def test_readers_skip_a_torn_last_line_and_report_it(tmp_path, capsys):
     _write_torn(run_dir / "metrics.jsonl")
     records, notes = read_records(run_dir / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2, 3]
-    assert notes == [f"{run_dir / 'metrics.jsonl'}: line 4, the last, is an unfinished record "
-                     "(a write cut short by a full disk or a crash); skipped"]
+    assert notes == [
+        f"{run_dir / 'metrics.jsonl'}: line 4, the last, is an unfinished record "
+        "(a write cut short by a full disk or a crash); skipped"
+    ]
     report = build_report(run_dir)
     assert report.step == 3 and report.metrics_notes == notes
     assert main(["runs", str(run_dir)]) == 0
@@ -146,7 +154,8 @@ def test_a_full_disk_during_a_save_stops_training_with_one_line(tmp_path, monkey
         "failed). Nothing already written is lost: the checkpoints already complete there "
         "(latest: step 2) are intact, and an unfinished checkpoint is skipped on resume. Free "
         "space there (or point run.dir / checkpoint.dir at a larger disk), then run the same "
-        "command to resume.\n")
+        "command to resume.\n"
+    )
     assert saved_steps(run_dir) == [2]
 
 
@@ -162,8 +171,10 @@ def test_a_full_disk_writing_metrics_stops_training_with_one_line(tmp_path, monk
     monkeypatch.setattr(metrics_lib.os, "write", full_after_three_lines)
     assert main(_cli_args(run_dir)) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"jaxtrain train: error: no space left on device: {run_dir} is full "
-                          "(writing metrics.jsonl failed).")
+    assert err.startswith(
+        f"jaxtrain train: error: no space left on device: {run_dir} is full "
+        "(writing metrics.jsonl failed)."
+    )
     assert err.count("\n") == 1
     records, notes = read_records(run_dir / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2, 3] and notes == []
@@ -174,27 +185,42 @@ def tiny_disk(tmp_path):
     """A 3 MB tmpfs (needs mount rights: root, outside a restricted container)."""
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode:
-        pytest.skip(f"cannot mount a small tmpfs here ({result.stderr.strip() or 'mount failed'}"
-                    "); the monkeypatched tests above cover the same paths")
+        pytest.skip(
+            f"cannot mount a small tmpfs here ({result.stderr.strip() or 'mount failed'}"
+            "); the monkeypatched tests above cover the same paths"
+        )
     yield mount_point
     subprocess.run(["umount", str(mount_point)], check=True)
 
 
 def test_a_real_full_disk_gives_one_line_and_a_readable_run(tiny_disk):
     run_dir = tiny_disk / "run"
-    result = subprocess.run([sys.executable, "-m", "jaxtrain", *_cli_args(run_dir)], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "jaxtrain", *_cli_args(run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith("jaxtrain train: error: no space left on device: ")
     assert "are intact" in result.stderr
     assert saved_steps(run_dir), "an earlier checkpoint should be complete"
-    runs = subprocess.run([sys.executable, "-m", "jaxtrain", "runs", str(run_dir)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    runs = subprocess.run(
+        [sys.executable, "-m", "jaxtrain", "runs", str(run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert runs.returncode == 0, runs.stderr
 
 

@@ -57,8 +57,12 @@ def test_dockerfile_pins_base_jax_before_installing_the_project(platform):
     # Every other pip install comes before the pins and installs only jax (the CUDA wheels).
     for i in set(installs) - set(project):
         assert i < pin and re.search(r'"jax\[cuda12\]==', steps[i][1]), steps[i][1]
-    check = _index(steps, "RUN", rf"jax_pins\.py check --platform {platform} "
-                                 rf"--constraints {re.escape(constraints)}")
+    check = _index(
+        steps,
+        "RUN",
+        rf"jax_pins\.py check --platform {platform} "
+        rf"--constraints {re.escape(constraints)}",
+    )
     assert check > project[0]
     assert steps[-1] == ("ENTRYPOINT", '["python3", "-m", "jaxtrain"]')
 
@@ -66,7 +70,7 @@ def test_dockerfile_pins_base_jax_before_installing_the_project(platform):
 def _workdir(platform):
     steps = _instructions(IMAGES[platform])
     workdir = [a for k, a in steps if k == "WORKDIR"][-1]
-    after = steps[[k for k, _ in steps].index("WORKDIR"):]
+    after = steps[[k for k, _ in steps].index("WORKDIR") :]
     copies = " ".join(a for k, a in after if k in ("RUN", "COPY"))
     return workdir, copies
 
@@ -107,7 +111,7 @@ def test_docker_run_lines_work_as_written(where, argv):
     for target in mounts:
         assert target.startswith(f"{workdir}/"), f"{where}: {target} is outside {workdir}"
         assert mounts[target] == "$PWD/" + target.removeprefix(f"{workdir}/"), where
-    rest = argv[argv.index(image) + 1:]
+    rest = argv[argv.index(image) + 1 :]
     gpu_check = "jax.devices()" in " ".join(rest)
     if "--entrypoint" in argv and not gpu_check:  # a tool: its folder arguments are mounted
         folders = [a.split("/")[0] for a in rest[1:] if not a.startswith("-")]
@@ -129,12 +133,14 @@ def test_docker_run_lines_work_as_written(where, argv):
 
 # ---------------------------------------------------------------- docker/jax_pins.py
 
+
 def _pins(*args, extra_path=None):
     env = dict(os.environ)
     if extra_path:
         env["PYTHONPATH"] = os.pathsep.join([str(extra_path), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, str(PINS), *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(PINS), *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def _fake_dist(site, name, version):
@@ -156,8 +162,10 @@ def test_constraints_pin_this_interpreters_jax(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert f"jax=={jax_version}" in lines and f"jaxlib=={jaxlib_version}" in lines
-    assert all(re.fullmatch(r"jax(lib)?|jax-(cuda|rocm)\d*-(plugin|pjrt)", line.split("==")[0])
-               for line in lines), lines
+    assert all(
+        re.fullmatch(r"jax(lib)?|jax-(cuda|rocm)\d*-(plugin|pjrt)", line.split("==")[0])
+        for line in lines
+    ), lines
 
 
 def test_check_refuses_an_image_without_a_gpu_plugin(tmp_path):
@@ -177,8 +185,9 @@ def test_check_passes_with_a_matching_plugin_and_names_what_it_kept(tmp_path):
     pins = _pins("constraints", extra_path=site).stdout
     assert f"jax-rocm7-pjrt=={jaxlib_version}" in pins.splitlines()
     (tmp_path / "c.txt").write_text(pins)
-    done = _pins("check", "--platform", "rocm", "--constraints", str(tmp_path / "c.txt"),
-                 extra_path=site)
+    done = _pins(
+        "check", "--platform", "rocm", "--constraints", str(tmp_path / "c.txt"), extra_path=site
+    )
     assert done.returncode == 0, done.stderr
     assert "jax for ROCm kept" in done.stdout and "xla_rocm7" in done.stdout
 
@@ -188,8 +197,9 @@ def test_check_names_a_replaced_jax_and_a_mismatched_plugin(tmp_path):
     site = tmp_path / "site"
     _fake_dist(site, "jax_cuda12_plugin", "0.4.30")
     (tmp_path / "c.txt").write_text("jax==0.4.30\njaxlib==0.4.30\n")
-    done = _pins("check", "--platform", "cuda", "--constraints", str(tmp_path / "c.txt"),
-                 extra_path=site)
+    done = _pins(
+        "check", "--platform", "cuda", "--constraints", str(tmp_path / "c.txt"), extra_path=site
+    )
     assert done.returncode == 1
     assert f"jax is {jax_version}, the base image had 0.4.30" in done.stderr
     assert "jax-cuda12-plugin 0.4.30 does not match jaxlib" in done.stderr

@@ -14,20 +14,28 @@ from jaxtrain.cli import main
 from jaxtrain.export import export_hf
 from jaxtrain.trainer import Trainer
 
-torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers reference; "
-                                            "install the `test` extra to run parity tests.")
+torch = pytest.importorskip(
+    "torch",
+    reason="torch (CPU) is the transformers reference; "
+    "install the `test` extra to run parity tests.",
+)
 transformers = pytest.importorskip("transformers")
 
 # Longer than the mistral-debug sliding window (32), so the window shows in the logits.
 SEQ = 48
-FAMILIES = {"llama": "llama_debug.py", "qwen2": "qwen2_debug.py", "qwen3": "qwen3_debug.py",
-            "mistral": "mistral_debug.py"}
+FAMILIES = {
+    "llama": "llama_debug.py",
+    "qwen2": "qwen2_debug.py",
+    "qwen3": "qwen3_debug.py",
+    "mistral": "mistral_debug.py",
+}
 
 
 def _trained(run_dir, config: str, **overrides) -> np.ndarray:
     """Trains 2 steps on one device; returns jaxtrain's logits for fixed tokens."""
-    trainer = Trainer(small_config(run_dir, config, **overrides), devices=jax.devices()[:1],
-                      console=False)
+    trainer = Trainer(
+        small_config(run_dir, config, **overrides), devices=jax.devices()[:1], console=False
+    )
     trainer.run(2)
     logits = np.asarray(trainer.model()(_tokens(trainer.spec.vocab_size)))
     trainer.close()
@@ -40,7 +48,8 @@ def _tokens(vocab: int) -> np.ndarray:
 
 def _hf_logits(folder, vocab: int) -> np.ndarray:
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        folder, attn_implementation="eager").eval()
+        folder, attn_implementation="eager"
+    ).eval()
     with torch.no_grad():
         return model(torch.from_numpy(_tokens(vocab).astype(np.int64))).logits.numpy()
 
@@ -64,8 +73,7 @@ def test_export_command_writes_weights_config_and_tokenizer(tmp_path, tiny_token
 
     assert main(["export", "--run", run, "--step", "2", "--to", "hf", str(out)]) == 0
     assert f"exported step 2 of {run}" in capsys.readouterr().out
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in
-                                                                      out.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
     # The weights are readable like the other files (safetensors writes them 0600).
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
     assert modes["model.safetensors"] == modes["config.json"]

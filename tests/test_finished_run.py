@@ -12,8 +12,11 @@ from jaxtrain.trainer import train
 
 def _snapshot(run_dir: Path) -> dict[str, tuple[int, int]]:
     """(size, mtime) of every file of a run directory but its lock file."""
-    return {str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in run_dir.rglob("*") if p.is_file() and p.name != ".jaxtrain.lock"}
+    return {
+        str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in run_dir.rglob("*")
+        if p.is_file() and p.name != ".jaxtrain.lock"
+    }
 
 
 def test_a_rerun_of_a_finished_run_writes_nothing(tmp_path, capsys):
@@ -30,9 +33,11 @@ def test_a_rerun_of_a_finished_run_writes_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert _snapshot(run_dir) == before  # no metric line, no event file, no checkpoint
     lines = [line for line in out.splitlines() if line.strip()]
-    assert lines[-1] == (f"run {run_dir} is finished at step {STEPS} (train.steps={STEPS}); its "
-                         f"checkpoints are in {run_dir / 'checkpoints'}. Nothing to train, "
-                         "nothing changed.")
+    assert lines[-1] == (
+        f"run {run_dir} is finished at step {STEPS} (train.steps={STEPS}); its "
+        f"checkpoints are in {run_dir / 'checkpoints'}. Nothing to train, "
+        "nothing changed."
+    )
     assert not any(line.startswith(("training ", "step ")) for line in lines)
 
 
@@ -48,8 +53,9 @@ def test_a_final_validation_that_never_ran_is_recorded_on_rerun(tmp_path, capsys
 
     result = train(small_config(run_dir))
     assert set(result) == {"val_loss", "val_ppl"}
-    assert "the final validation, missing from metrics.jsonl, was recorded" in \
-        capsys.readouterr().out
+    assert (
+        "the final validation, missing from metrics.jsonl, was recorded" in capsys.readouterr().out
+    )
     records = read_jsonl(metrics)
     assert len(records) == len(lines) and records[-1]["step"] == STEPS
     assert "val_loss" in records[-1]

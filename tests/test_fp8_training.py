@@ -19,13 +19,15 @@ FP8 = {"model.quantization": "fp8", "model.dtype": "bfloat16"}
 
 
 def _trainer(run_dir: Path, config: str = "llama_debug.py", **overrides) -> Trainer:
-    return Trainer(small_config(run_dir, config, **overrides), devices=jax.devices()[:1],
-                   console=False)
+    return Trainer(
+        small_config(run_dir, config, **overrides), devices=jax.devices()[:1], console=False
+    )
 
 
 def _amax(trainer: Trainer) -> np.ndarray:
-    return np.asarray(jax.device_get(trainer.state["params"]["layers"]["mlp"]["down_proj"]
-                                     ["fp8_amax"]))
+    return np.asarray(
+        jax.device_get(trainer.state["params"]["layers"]["mlp"]["down_proj"]["fp8_amax"])
+    )
 
 
 @pytest.mark.slow
@@ -59,13 +61,15 @@ def test_an_fp8_run_starts_from_bfloat16_weights_and_exports_weights_only(tmp_pa
     source.close()
 
     capsys.readouterr()
-    fp8_run = _trainer(tmp_path / "fp8", **FP8, **{"checkpoint.init_from": str(tmp_path /
-                                                                                "source")})
+    fp8_run = _trainer(
+        tmp_path / "fp8", **FP8, **{"checkpoint.init_from": str(tmp_path / "source")}
+    )
     out = capsys.readouterr().out
     assert "(139,584 params)" in out and "model.quantization: source '', run uses 'fp8'" in out
     assert fp8_run.num_params == 139_584  # amax histories are state, not parameters
-    np.testing.assert_array_equal(fp8_run.state["params"]["layers"]["mlp"]["down_proj"]
-                                  ["kernel"], weights)
+    np.testing.assert_array_equal(
+        fp8_run.state["params"]["layers"]["mlp"]["down_proj"]["kernel"], weights
+    )
     assert not np.any(_amax(fp8_run))  # a new run's amax history starts empty
     fp8_run.run(2)
     fp8_run.close()
@@ -83,8 +87,9 @@ def _learnable_shards(folder: Path, vocab: int = 512) -> Path:
     for _ in range(400):
         tokens = [int(rng.integers(vocab))]
         for _ in range(299):
-            tokens.append(int(successor[tokens[-1]]) if rng.random() < 0.9
-                          else int(rng.integers(vocab)))
+            tokens.append(
+                int(successor[tokens[-1]]) if rng.random() < 0.9 else int(rng.integers(vocab))
+            )
         docs.append(tokens)
     write_raw_shard(folder, "000.ds", docs)
     return folder
@@ -96,10 +101,21 @@ def test_sixty_fp8_steps_end_within_two_percent_of_bfloat16(tmp_path, config):
     data = _learnable_shards(tmp_path / "data")
     final = {}
     for quantization in ("", "fp8"):
-        trainer = _trainer(tmp_path / (quantization or "bf16"), config, **{
-            "model.dtype": "bfloat16", "model.quantization": quantization, "train.steps": 60,
-            "train.seq_len": 128, "data.kind": "datatrove", "data.paths": str(data),
-            "optim.lr": 3e-3, "optim.warmup_steps": 10, "checkpoint.every": 0})
+        trainer = _trainer(
+            tmp_path / (quantization or "bf16"),
+            config,
+            **{
+                "model.dtype": "bfloat16",
+                "model.quantization": quantization,
+                "train.steps": 60,
+                "train.seq_len": 128,
+                "data.kind": "datatrove",
+                "data.paths": str(data),
+                "optim.lr": 3e-3,
+                "optim.warmup_steps": 10,
+                "checkpoint.every": 0,
+            },
+        )
         trainer.run()
         losses = [h["loss"] for h in trainer.history]
         trainer.close()

@@ -27,10 +27,21 @@ from jaxtrain.errors import ConfigError
 from jaxtrain.models import delta_rule, gated_delta
 from jaxtrain.models.spec import ModelSpec
 
-SPEC = ModelSpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=8,
-                 intermediate_size=64, vocab_size=64, norm_eps=1e-6, linear_num_key_heads=2,
-                 linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
-                 linear_chunk=8)
+SPEC = ModelSpec(
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=4,
+    head_dim=8,
+    intermediate_size=64,
+    vocab_size=64,
+    norm_eps=1e-6,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=8,
+    linear_chunk=8,
+)
 LENGTH = 21  # not a multiple of the chunk: the padded tail must not change anything
 
 
@@ -55,7 +66,7 @@ def _mixer(spec: ModelSpec = SPEC, seed: int = 0) -> tuple[gated_delta.GatedDelt
 def test_chunked_delta_rule_matches_recurrence(per_channel, packed):
     rng = np.random.default_rng(3)
     b, length, h, k, v = 2, LENGTH, 3, 8, 5
-    q = l2norm(rng.normal(size=(b, length, h, k))) * k ** -0.5
+    q = l2norm(rng.normal(size=(b, length, h, k))) * k**-0.5
     key = l2norm(rng.normal(size=(b, length, h, k)))
     val = rng.normal(size=(b, length, h, v))
     beta = sigmoid(rng.normal(size=(b, length, h)))
@@ -65,9 +76,11 @@ def test_chunked_delta_rule_matches_recurrence(per_channel, packed):
     state = None if packed else rng.normal(size=(b, h, k, v))
     want, want_state = naive_delta_rule(q, key, val, g, beta, segment, state)
     got, got_state = delta_rule.chunked_delta_rule(
-        *(jnp.asarray(x, jnp.float32) for x in (q, key, val, g, beta)), chunk=4,
+        *(jnp.asarray(x, jnp.float32) for x in (q, key, val, g, beta)),
+        chunk=4,
         state_BHKV=None if state is None else jnp.asarray(state, jnp.float32),
-        segment_BL=None if segment is None else jnp.asarray(segment))
+        segment_BL=None if segment is None else jnp.asarray(segment),
+    )
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
     np.testing.assert_allclose(np.asarray(got_state), want_state, atol=1e-5)
 
@@ -88,7 +101,7 @@ def naive_gdn(p: dict, x: np.ndarray, spec: ModelSpec) -> np.ndarray:
         flat = causal_conv(y.reshape(*y.shape[:2], -1), w.reshape(w.shape[0], -1))
         return flat.reshape(y.shape)
 
-    q = l2norm(conv("q_conv", proj("q_proj"))) * kd ** -0.5
+    q = l2norm(conv("q_conv", proj("q_proj"))) * kd**-0.5
     k = l2norm(conv("k_conv", proj("k_proj")))
     v = conv("v_conv", proj("v_proj"))
     q, k = (np.repeat(t, h // n, axis=2) for t in (q, k))
@@ -101,9 +114,15 @@ def naive_gdn(p: dict, x: np.ndarray, spec: ModelSpec) -> np.ndarray:
     return np.einsum("blhv,hvd->bld", o, p["o_proj"]["kernel"])
 
 
-@pytest.mark.parametrize("variant", [{}, {"linear_output_gate": False},
-                                     {"linear_short_conv": False},
-                                     {"linear_num_value_heads": 2, "linear_chunk": 64}])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {},
+        {"linear_output_gate": False},
+        {"linear_short_conv": False},
+        {"linear_num_value_heads": 2, "linear_chunk": 64},
+    ],
+)
 def test_mixer_matches_definition(variant):
     spec = dataclasses.replace(SPEC, **variant)
     model, params = _mixer(spec)
@@ -123,12 +142,16 @@ def _qwen3_next_layer(spec: ModelSpec):
     from transformers.models.qwen3_next import modeling_qwen3_next as qn
 
     config = Qwen3NextConfig(
-        hidden_size=spec.hidden_size, linear_num_key_heads=spec.linear_num_key_heads,
+        hidden_size=spec.hidden_size,
+        linear_num_key_heads=spec.linear_num_key_heads,
         linear_num_value_heads=spec.linear_num_value_heads,
         linear_key_head_dim=spec.linear_key_head_dim,
         linear_value_head_dim=spec.linear_value_head_dim,
-        linear_conv_kernel_dim=spec.linear_conv_kernel, rms_norm_eps=spec.norm_eps,
-        num_hidden_layers=1, layer_types=["linear_attention"])
+        linear_conv_kernel_dim=spec.linear_conv_kernel,
+        rms_norm_eps=spec.norm_eps,
+        num_hidden_layers=1,
+        layer_types=["linear_attention"],
+    )
     torch.manual_seed(0)
     layer = qn.Qwen3NextGatedDeltaNet(config, layer_idx=0).float().eval()
     with torch.no_grad():
@@ -157,14 +180,18 @@ def params_from_qwen3_next(layer, spec: ModelSpec) -> dict:
     taps = conv.shape[0]
     q_conv, k_conv, v_conv = np.split(conv, np.cumsum([n * kd, n * kd]), axis=1)
     return {
-        "q_proj": {"kernel": q}, "k_proj": {"kernel": k},
-        "v_proj": {"kernel": v.reshape(d, h, vd)}, "g_proj": {"kernel": z.reshape(d, h, vd)},
+        "q_proj": {"kernel": q},
+        "k_proj": {"kernel": k},
+        "v_proj": {"kernel": v.reshape(d, h, vd)},
+        "g_proj": {"kernel": z.reshape(d, h, vd)},
         "b_proj": {"kernel": ba[..., :group].reshape(d, h)},
         "a_proj": {"kernel": ba[..., group:].reshape(d, h)},
         "q_conv": {"weight": q_conv.reshape(taps, n, kd)},
         "k_conv": {"weight": k_conv.reshape(taps, n, kd)},
         "v_conv": {"weight": v_conv.reshape(taps, h, vd)},
-        "A_log": t["A_log"], "dt_bias": t["dt_bias"], "o_norm": {"scale": t["norm.weight"]},
+        "A_log": t["A_log"],
+        "dt_bias": t["dt_bias"],
+        "o_norm": {"scale": t["norm.weight"]},
         "o_proj": {"kernel": t["out_proj.weight"].T.reshape(h, vd, d)},
     }
 
@@ -193,7 +220,7 @@ def test_decoding_matches_whole_sequence():
     outs.append(y)
     step = jax.jit(lambda m, x, c: m.decode(x, c))
     for t in range(9, x.shape[1]):  # then one token at a time through the recurrent step
-        y, cache = step(model, x[:, t:t + 1], cache)
+        y, cache = step(model, x[:, t : t + 1], cache)
         outs.append(y)
     np.testing.assert_allclose(np.asarray(jnp.concatenate(outs, axis=1)), want, atol=1e-5)
 
@@ -225,8 +252,10 @@ def test_gradients_are_finite_and_jit_compiles():
 
 def test_weights_name_their_head_axes_and_counts_match():
     model, _ = _mixer()
-    axes = {"/".join(str(p) for p in path): v.logical_axes
-            for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+    axes = {
+        "/".join(str(p) for p in path): v.logical_axes
+        for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+    }
     assert axes["q_proj/kernel"] == ("embed", "heads", "head_dim")
     assert axes["v_proj/kernel"] == ("embed", "heads", "head_dim")
     assert axes["o_proj/kernel"] == ("heads", "head_dim", "embed")

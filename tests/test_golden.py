@@ -19,10 +19,19 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def losses(run_dir: Path) -> list[float]:
-    cfg = config_lib.load_config(str(REPO / "configs" / "llama_debug.py"), {
-        "run.dir": str(run_dir), "train.steps": 6, "train.seq_len": 32,
-        "train.global_batch_size": 8, "optim.lr": 1e-2, "optim.warmup_steps": 2,
-        "train.progress": False, "checkpoint.every": 0})
+    cfg = config_lib.load_config(
+        str(REPO / "configs" / "llama_debug.py"),
+        {
+            "run.dir": str(run_dir),
+            "train.steps": 6,
+            "train.seq_len": 32,
+            "train.global_batch_size": 8,
+            "optim.lr": 1e-2,
+            "optim.warmup_steps": 2,
+            "train.progress": False,
+            "checkpoint.every": 0,
+        },
+    )
     trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
     try:
         trainer.run()
@@ -44,6 +53,8 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         values = losses(Path(tmp))
     GOLDEN.parent.mkdir(exist_ok=True)
-    GOLDEN.write_text(json.dumps({"config": "configs/llama_debug.py (see losses())",
-                                  "losses": values}, indent=2) + "\n")
+    GOLDEN.write_text(
+        json.dumps({"config": "configs/llama_debug.py (see losses())", "losses": values}, indent=2)
+        + "\n"
+    )
     print(values, file=sys.stderr)

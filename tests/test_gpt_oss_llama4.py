@@ -24,28 +24,42 @@ from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices
 from jaxtrain.models.moe import clamped_swiglu, route
 from jaxtrain.models.presets import model_spec
 
-GPT_OSS = model_spec("gpt-oss-debug", vocab_size=128, max_seq_len=64, init_std=0.2,
-                     attention_block=8)
-LLAMA4 = model_spec("llama4-debug", vocab_size=128, max_seq_len=64, init_std=0.2,
-                    attention_block=8, attention_chunk=8)
+GPT_OSS = model_spec(
+    "gpt-oss-debug", vocab_size=128, max_seq_len=64, init_std=0.2, attention_block=8
+)
+LLAMA4 = model_spec(
+    "llama4-debug",
+    vocab_size=128,
+    max_seq_len=64,
+    init_std=0.2,
+    attention_block=8,
+    attention_chunk=8,
+)
 
 
-@pytest.mark.parametrize("spec, overrides, message", [
-    (GPT_OSS, dict(global_layer_step=1), "model.global_layer_step=1 makes every layer global"),
-    (GPT_OSS, dict(global_layer_step=-2), "model.global_layer_step=-2 must be >= 0"),
-    (GPT_OSS, dict(attention_chunk=4), "model.attention_chunk=4 and model.sliding_window=8"),
-    (GPT_OSS, dict(moe_activation="gelu"), "model.moe_activation='gelu' is not one of"),
-    (GPT_OSS, dict(moe_swiglu_limit=0.0), "model.moe_swiglu_limit=0.0 must be > 0"),
-    (GPT_OSS, dict(num_experts=0), "model.moe_router_bias=True only applies to a mixture"),
-    (LLAMA4, dict(global_layer_step=0), "model.nope_global=True needs global layers"),
-    (LLAMA4, dict(nope_global=False), "model.attn_temperature_tuning=True applies to NoPE"),
-    (LLAMA4, dict(attn_floor_scale=0.0), "model.attn_floor_scale=0.0 must be > 0"),
-    (LLAMA4, dict(moe_layer_step=3), "model.moe_layer_step=3 must be a positive divisor"),
-    (LLAMA4, dict(num_dense_layers=1), "model.moe_layer_step=2 and model.num_dense_layers=1"),
-    (LLAMA4, dict(moe_score_bias=True), "model.moe_score='topk_sigmoid' ranks raw logits"),
-    (model_spec("deepseek-v3-debug"), dict(attention_sinks=True),
-     "model.attention_sinks=True is not supported with multi-head latent attention"),
-], ids=lambda x: x if isinstance(x, str) else None)
+@pytest.mark.parametrize(
+    "spec, overrides, message",
+    [
+        (GPT_OSS, dict(global_layer_step=1), "model.global_layer_step=1 makes every layer global"),
+        (GPT_OSS, dict(global_layer_step=-2), "model.global_layer_step=-2 must be >= 0"),
+        (GPT_OSS, dict(attention_chunk=4), "model.attention_chunk=4 and model.sliding_window=8"),
+        (GPT_OSS, dict(moe_activation="gelu"), "model.moe_activation='gelu' is not one of"),
+        (GPT_OSS, dict(moe_swiglu_limit=0.0), "model.moe_swiglu_limit=0.0 must be > 0"),
+        (GPT_OSS, dict(num_experts=0), "model.moe_router_bias=True only applies to a mixture"),
+        (LLAMA4, dict(global_layer_step=0), "model.nope_global=True needs global layers"),
+        (LLAMA4, dict(nope_global=False), "model.attn_temperature_tuning=True applies to NoPE"),
+        (LLAMA4, dict(attn_floor_scale=0.0), "model.attn_floor_scale=0.0 must be > 0"),
+        (LLAMA4, dict(moe_layer_step=3), "model.moe_layer_step=3 must be a positive divisor"),
+        (LLAMA4, dict(num_dense_layers=1), "model.moe_layer_step=2 and model.num_dense_layers=1"),
+        (LLAMA4, dict(moe_score_bias=True), "model.moe_score='topk_sigmoid' ranks raw logits"),
+        (
+            model_spec("deepseek-v3-debug"),
+            dict(attention_sinks=True),
+            "model.attention_sinks=True is not supported with multi-head latent attention",
+        ),
+    ],
+    ids=lambda x: x if isinstance(x, str) else None,
+)
 def test_bad_keys_are_named(spec, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         dataclasses.replace(spec, **overrides).validate()
@@ -57,7 +71,11 @@ def test_layer_patterns_and_stacks():
     kinds, per_layer = attention_kinds(model_spec("llama4-maverick-17b-128e"))
     assert per_layer[:8] == (0, 0, 0, 1, 0, 0, 0, 1)
     assert (kinds[0].chunk, kinds[0].rope, kinds[1].rope, kinds[1].temperature) == (
-        8192, True, False, True)
+        8192,
+        True,
+        False,
+        True,
+    )
     stacks = stack_layer_indices(model_spec("llama4-maverick-17b-128e"))
     assert stacks["layers"][:3] == [1, 3, 5] and stacks["dense_layers"][:3] == [0, 2, 4]
     assert set(stack_layer_indices(model_spec("llama4-scout-17b-16e"))) == {"layers"}
@@ -90,8 +108,7 @@ def test_topk_sigmoid_routing_weights_the_expert_input():
     logits_TE = rng.normal(0, 2, (16, 4)).astype(np.float32)
     weights_TK, experts_TK, _ = route(jnp.asarray(logits_TE), 1, "topk_sigmoid", False)
     np.testing.assert_array_equal(experts_TK[:, 0], logits_TE.argmax(-1))
-    np.testing.assert_allclose(weights_TK[:, 0], 1 / (1 + np.exp(-logits_TE.max(-1))),
-                               rtol=1e-6)
+    np.testing.assert_allclose(weights_TK[:, 0], 1 / (1 + np.exp(-logits_TE.max(-1))), rtol=1e-6)
     # One expert block: y = shared(x) + expert_e(w x), e the top expert, as a loop per token.
     model = build_model(dataclasses.replace(LLAMA4, num_layers=2))
     x_BLD = jnp.asarray(rng.normal(0, 1, (1, 6, 64)), jnp.float32)
@@ -103,13 +120,19 @@ def test_topk_sigmoid_routing_weights_the_expert_input():
         e = int(logits[t].argmax())
         xin = np.asarray(x_BLD[0, t]) / (1 + np.exp(-logits[t, e]))
         h = jax.nn.silu(xin @ block.gate_proj[e]) * (xin @ block.up_proj[e])
-        want = h @ block.down_proj[e] + block.shared(x_BLD[:, t:t + 1])[0, 0]
+        want = h @ block.down_proj[e] + block.shared(x_BLD[:, t : t + 1])[0, 0]
         np.testing.assert_allclose(y_BLD[0, t], want, atol=1e-4)
 
 
-@pytest.mark.parametrize("spec", [GPT_OSS, LLAMA4, dataclasses.replace(
-    LLAMA4, num_layers=6, moe_layer_step=3, global_layer_step=3)],
-    ids=["gpt-oss", "llama4", "llama4-step3"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        GPT_OSS,
+        LLAMA4,
+        dataclasses.replace(LLAMA4, num_layers=6, moe_layer_step=3, global_layer_step=3),
+    ],
+    ids=["gpt-oss", "llama4", "llama4-step3"],
+)
 def test_cached_decoding_matches_the_full_forward(spec):
     model = build_model(spec)
     tokens_BL = jnp.asarray(np.random.default_rng(0).integers(0, 128, (2, 24)), jnp.int32)
@@ -118,7 +141,7 @@ def test_cached_decoding_matches_the_full_forward(spec):
     h_BLD, cache = model.hidden_states(tokens_BL[:, :13], cache=cache, cache_index=0)
     outs = [model.logits(h_BLD)]
     for i in range(13, 24):
-        h_BLD, cache = model.hidden_states(tokens_BL[:, i:i + 1], cache=cache, cache_index=i)
+        h_BLD, cache = model.hidden_states(tokens_BL[:, i : i + 1], cache=cache, cache_index=i)
         outs.append(model.logits(h_BLD))
     np.testing.assert_allclose(jnp.concatenate(outs, 1), full_BLV, atol=1e-4)
 
@@ -132,8 +155,9 @@ def test_remat_and_unrolled_layers_give_the_same_logits(spec):
         np.testing.assert_allclose(out, reference, atol=1e-5)
 
 
-@pytest.mark.parametrize("spec", [GPT_OSS, dataclasses.replace(LLAMA4, remat="full")],
-                         ids=["gpt-oss", "llama4"])
+@pytest.mark.parametrize(
+    "spec", [GPT_OSS, dataclasses.replace(LLAMA4, remat="full")], ids=["gpt-oss", "llama4"]
+)
 def test_expert_parallel_training_matches_one_device(spec):
     reference, ref_metrics, _, _, _ = _train(spec, _mesh())
     sharded, metrics, _, param_shardings, _ = _train(spec, _mesh(ici_expert=4, ici_fsdp=2))

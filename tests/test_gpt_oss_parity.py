@@ -13,8 +13,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers reference; "
-                                            "install the `test` extra to run parity tests.")
+torch = pytest.importorskip(
+    "torch",
+    reason="torch (CPU) is the transformers reference; "
+    "install the `test` extra to run parity tests.",
+)
 transformers = pytest.importorskip("transformers")
 
 from parity_helpers import (  # noqa: E402
@@ -31,23 +34,48 @@ from jaxtrain.models.presets import model_spec  # noqa: E402
 from jaxtrain.models.spec import ConfigError  # noqa: E402
 
 VOCAB, SEQ = 96, 14
-_TINY = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=24, num_hidden_layers=4,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-             max_position_embeddings=256, rms_norm_eps=1e-5, num_local_experts=4,
-             num_experts_per_tok=2, sliding_window=5, tie_word_embeddings=False,
-             swiglu_limit=1.5,  # low enough that the clamp cuts activations of these weights
-             rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
-                              "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
-                              "original_max_position_embeddings": 64})
+_TINY = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=24,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-5,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    sliding_window=5,
+    tie_word_embeddings=False,
+    swiglu_limit=1.5,  # low enough that the clamp cuts activations of these weights
+    rope_parameters={
+        "rope_type": "yarn",
+        "rope_theta": 150000.0,
+        "factor": 4.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+        "original_max_position_embeddings": 64,
+    },
+)
 HF_CASES = {
     "alternating": _TINY,
     # Full attention on every fourth layer only, and the default (truncated) YaRN ramp.
-    "every-fourth-full": dict(_TINY, layer_types=["sliding_attention"] * 3 + ["full_attention"],
-                              rope_parameters={**_TINY["rope_parameters"], "truncate": True}),
+    "every-fourth-full": dict(
+        _TINY,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        rope_parameters={**_TINY["rope_parameters"], "truncate": True},
+    ),
 }
-SPEC = model_spec("gpt-oss-debug", vocab_size=VOCAB, num_layers=4, sliding_window=5,
-                  init_std=0.2, moe_swiglu_limit=2.0)
-
+SPEC = model_spec(
+    "gpt-oss-debug",
+    vocab_size=VOCAB,
+    num_layers=4,
+    sliding_window=5,
+    init_std=0.2,
+    moe_swiglu_limit=2.0,
+)
 
 
 def _random_hf_model(kwargs: dict):
@@ -67,8 +95,9 @@ def test_hf_to_jaxtrain_logits(case, tmp_path):
     tokens_BL = tokens(VOCAB, SEQ)
     for impl in ("blockwise", "dot"):
         spec_impl = dataclasses.replace(spec, attention_impl=impl, attention_block=4)
-        assert_logits_match(model_from_params(spec_impl, params)(tokens_BL), hf_model, tokens_BL,
-                            impl)
+        assert_logits_match(
+            model_from_params(spec_impl, params)(tokens_BL), hf_model, tokens_BL, impl
+        )
 
 
 def test_jaxtrain_to_hf_logits(tmp_path):
@@ -79,8 +108,9 @@ def test_jaxtrain_to_hf_logits(tmp_path):
     assert spec_from_hf_config(tmp_path) == SPEC
     # And back: the saved tensors load as the parameters they came from.
     _, loaded = load_hf_params(tmp_path)
-    np.testing.assert_array_equal(loaded["layers"]["mlp"]["up_bias"],
-                                  params["layers"]["mlp"]["up_bias"])
+    np.testing.assert_array_equal(
+        loaded["layers"]["mlp"]["up_bias"], params["layers"]["mlp"]["up_bias"]
+    )
 
 
 def test_expert_layout_that_differs_from_the_config_is_named(tmp_path):

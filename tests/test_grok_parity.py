@@ -27,7 +27,7 @@ def _rms_norm(x, scale, eps):
 
 
 def _gelu_tanh(x):  # jax.nn.gelu(approximate=True), model.py's activation
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def _softmax(x):
@@ -41,7 +41,7 @@ def _rope(x_TNH, theta):
     inv_freq = 1.0 / theta ** (np.arange(0, h, 2) / h)
     phase = np.arange(t)[:, None] * inv_freq[None]
     phase = np.concatenate([phase, phase], axis=-1)[:, None, :]
-    x1, x2 = x_TNH[..., :h // 2], x_TNH[..., h // 2:]
+    x1, x2 = x_TNH[..., : h // 2], x_TNH[..., h // 2 :]
     rotated = np.concatenate([-x2, x1], axis=-1)
     return x_TNH * np.cos(phase) + rotated * np.sin(phase)
 
@@ -54,19 +54,25 @@ def reference_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     shapes = {"in_out_embed/embeddings": (cfg["vocab"], d), "rms_norm/scale": (d,)}
     for i in range(cfg["layers"]):
         p = f"decoder_layer_{i}/"
-        shapes.update({
-            p + "multi_head_attention/query/w": (d, n * h),
-            p + "multi_head_attention/key/w": (d, k * h),
-            p + "multi_head_attention/value/w": (d, k * h),
-            p + "multi_head_attention/linear/w": (n * h, d),
-            p + "router/w": (d, e), p + "moe/linear/w": (e, d, f), p + "moe/linear_v/w": (e, d, f),
-            p + "moe/linear_1/w": (e, f, d)})
+        shapes.update(
+            {
+                p + "multi_head_attention/query/w": (d, n * h),
+                p + "multi_head_attention/key/w": (d, k * h),
+                p + "multi_head_attention/value/w": (d, k * h),
+                p + "multi_head_attention/linear/w": (n * h, d),
+                p + "router/w": (d, e),
+                p + "moe/linear/w": (e, d, f),
+                p + "moe/linear_v/w": (e, d, f),
+                p + "moe/linear_1/w": (e, f, d),
+            }
+        )
         for norm in ("rms_norm", "rms_norm_1", "rms_norm_2", "rms_norm_3"):
             shapes[p + norm + "/scale"] = (d,)
         if cfg.get("residual_ffn"):
             r = cfg["residual_ffn"]
-            shapes.update({p + "mlp/gate/w": (d, r), p + "mlp/up/w": (d, r),
-                           p + "mlp/down/w": (r, d)})
+            shapes.update(
+                {p + "mlp/gate/w": (d, r), p + "mlp/up/w": (d, r), p + "mlp/down/w": (r, d)}
+            )
     if not cfg["tied"]:
         shapes["lm_head/w"] = (d, cfg["vocab"])
     return shapes
@@ -79,10 +85,29 @@ def ffn_size(emb_size: int, widening_factor: float) -> int:
 
 
 # Full sizes: Grok-1 from run.py (emb 48 x 128, widening 8), Grok-2 from its config.json.
-GROK1 = dict(vocab=128 * 1024, d=48 * 128, heads=48, kv_heads=8, head_dim=128, layers=64,
-             experts=8, expert_ffn=ffn_size(48 * 128, 8), tied=True)
-GROK2 = dict(vocab=131072, d=8192, heads=64, kv_heads=8, head_dim=128, layers=64, experts=8,
-             expert_ffn=16384, residual_ffn=32768, tied=False)
+GROK1 = dict(
+    vocab=128 * 1024,
+    d=48 * 128,
+    heads=48,
+    kv_heads=8,
+    head_dim=128,
+    layers=64,
+    experts=8,
+    expert_ffn=ffn_size(48 * 128, 8),
+    tied=True,
+)
+GROK2 = dict(
+    vocab=131072,
+    d=8192,
+    heads=64,
+    kv_heads=8,
+    head_dim=128,
+    layers=64,
+    experts=8,
+    expert_ffn=16384,
+    residual_ffn=32768,
+    tied=False,
+)
 
 
 def _count(cfg):
@@ -97,7 +122,8 @@ def test_full_size_counts_are_the_references_and_the_published_ones():
     assert _count(GROK2) == pytest.approx(270e9, rel=0.01)
     # Active: two of eight experts (the embedding counted once).
     assert model_spec("grok-1").num_active_params() == pytest.approx(
-        _count(GROK1) - 64 * 6 * 3 * 6144 * 32768, rel=1e-9)
+        _count(GROK1) - 64 * 6 * 3 * 6144 * 32768, rel=1e-9
+    )
 
 
 def reference_logits(w: dict, tokens_BL: np.ndarray, cfg: dict) -> np.ndarray:
@@ -144,11 +170,13 @@ def _reference_row(w, row, c):
             for expert in np.argsort(-probs[tok], kind="stable")[:2]:  # top-2, not renormalised
                 gate = hin[tok] @ w[p + "moe/linear/w"][expert]
                 up = hin[tok] @ w[p + "moe/linear_v/w"][expert]
-                moe[tok] += probs[tok, expert] * ((_gelu_tanh(gate) * up)
-                                                  @ w[p + "moe/linear_1/w"][expert])
+                moe[tok] += probs[tok, expert] * (
+                    (_gelu_tanh(gate) * up) @ w[p + "moe/linear_1/w"][expert]
+                )
         if c.get("residual_ffn"):  # Grok-2: (mlp + moe) / sqrt(2)
-            mlp = (_gelu_tanh(hin @ w[p + "mlp/gate/w"]) * (hin @ w[p + "mlp/up/w"])
-                   ) @ w[p + "mlp/down/w"]
+            mlp = (_gelu_tanh(hin @ w[p + "mlp/gate/w"]) * (hin @ w[p + "mlp/up/w"])) @ w[
+                p + "mlp/down/w"
+            ]
             moe = (mlp + moe) / math.sqrt(2.0)
         x = x + _rms_norm(moe, w[p + "rms_norm_3/scale"], eps)
     x = _rms_norm(x, w["rms_norm/scale"], eps)
@@ -185,39 +213,63 @@ def to_jaxtrain(w: dict, cfg: dict) -> dict:
         return np.stack([a.reshape(shape) if shape else a for a in arrays])
 
     a = "multi_head_attention/"
-    mlp = {"gate_proj": stack("moe/linear/w"), "up_proj": stack("moe/linear_v/w"),
-           "down_proj": stack("moe/linear_1/w"), "router": {"kernel": stack("router/w")}}
+    mlp = {
+        "gate_proj": stack("moe/linear/w"),
+        "up_proj": stack("moe/linear_v/w"),
+        "down_proj": stack("moe/linear_1/w"),
+        "router": {"kernel": stack("router/w")},
+    }
     if cfg.get("residual_ffn"):
-        mlp["residual"] = {name: {"kernel": stack(f"mlp/{src}/w")}
-                           for name, src in (("gate_proj", "gate"), ("up_proj", "up"),
-                                             ("down_proj", "down"))}
+        mlp["residual"] = {
+            name: {"kernel": stack(f"mlp/{src}/w")}
+            for name, src in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down"))
+        }
     layers = {
-        "attn": {"q_proj": {"kernel": stack(a + "query/w", (d, n, h))},
-                 "k_proj": {"kernel": stack(a + "key/w", (d, k, h))},
-                 "v_proj": {"kernel": stack(a + "value/w", (d, k, h))},
-                 "o_proj": {"kernel": stack(a + "linear/w", (n, h, d))}},
+        "attn": {
+            "q_proj": {"kernel": stack(a + "query/w", (d, n, h))},
+            "k_proj": {"kernel": stack(a + "key/w", (d, k, h))},
+            "v_proj": {"kernel": stack(a + "value/w", (d, k, h))},
+            "o_proj": {"kernel": stack(a + "linear/w", (n, h, d))},
+        },
         "input_norm": {"scale": stack("rms_norm/scale")},
         "attn_out_norm": {"scale": stack("rms_norm_1/scale")},
         "post_attn_norm": {"scale": stack("rms_norm_2/scale")},
         "mlp_out_norm": {"scale": stack("rms_norm_3/scale")},
-        "mlp": mlp}
-    params = {"embed": {"embedding": w["in_out_embed/embeddings"]},
-              "final_norm": {"scale": w["rms_norm/scale"]}, "layers": layers}
+        "mlp": mlp,
+    }
+    params = {
+        "embed": {"embedding": w["in_out_embed/embeddings"]},
+        "final_norm": {"scale": w["rms_norm/scale"]},
+        "layers": layers,
+    }
     if not cfg["tied"]:
         params["lm_head"] = {"kernel": w["lm_head/w"]}
     return params
 
 
 def _tiny(spec, **extra):
-    return dict(vocab=spec.vocab_size, d=spec.hidden_size, heads=spec.num_heads,
-                kv_heads=spec.num_kv_heads, head_dim=spec.head_dim, layers=spec.num_layers,
-                experts=spec.num_experts, expert_ffn=spec.moe_intermediate_size,
-                tied=spec.tie_embeddings, eps=spec.norm_eps, theta=spec.rope_theta,
-                attn_mult=spec.head_dim ** -0.5, attn_cap=spec.attn_logit_softcap,
-                embed_mult=spec.embed_multiplier, out_mult=spec.output_multiplier,
-                residual_ffn=spec.intermediate_size if spec.moe_residual_mlp else 0,
-                router_cap=spec.router_logit_softcap, final_cap=spec.final_logit_softcap,
-                temperature_len=spec.attn_temperature_len, **extra)
+    return dict(
+        vocab=spec.vocab_size,
+        d=spec.hidden_size,
+        heads=spec.num_heads,
+        kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        layers=spec.num_layers,
+        experts=spec.num_experts,
+        expert_ffn=spec.moe_intermediate_size,
+        tied=spec.tie_embeddings,
+        eps=spec.norm_eps,
+        theta=spec.rope_theta,
+        attn_mult=spec.head_dim**-0.5,
+        attn_cap=spec.attn_logit_softcap,
+        embed_mult=spec.embed_multiplier,
+        out_mult=spec.output_multiplier,
+        residual_ffn=spec.intermediate_size if spec.moe_residual_mlp else 0,
+        router_cap=spec.router_logit_softcap,
+        final_cap=spec.final_logit_softcap,
+        temperature_len=spec.attn_temperature_len,
+        **extra,
+    )
 
 
 # (preset, overrides): the presets' own caps, and caps small enough that tanh bends every
@@ -226,8 +278,15 @@ CASES = [
     ("grok-debug", {}),
     ("grok-debug", dict(attn_logit_softcap=2.0, embed_multiplier=3.0)),
     ("grok2-debug", {}),
-    ("grok2-debug", dict(attn_logit_softcap=2.0, router_logit_softcap=1.5,
-                         final_logit_softcap=3.0, attn_temperature_len=4)),
+    (
+        "grok2-debug",
+        dict(
+            attn_logit_softcap=2.0,
+            router_logit_softcap=1.5,
+            final_logit_softcap=3.0,
+            attn_temperature_len=4,
+        ),
+    ),
 ]
 
 
@@ -236,8 +295,9 @@ CASES = [
 RUNS = [(*case, "blockwise") for case in CASES] + [(*CASES[-1], "dot")]
 
 
-@pytest.mark.parametrize("preset,overrides,impl", RUNS,
-                         ids=[f"{p}{'-stressed' if o else ''}-{i}" for p, o, i in RUNS])
+@pytest.mark.parametrize(
+    "preset,overrides,impl", RUNS, ids=[f"{p}{'-stressed' if o else ''}-{i}" for p, o, i in RUNS]
+)
 def test_logits_match_the_reference(preset, overrides, impl):
     spec = model_spec(preset, attention_impl=impl, attention_block=8, **overrides)
     cfg = _tiny(spec)
@@ -262,6 +322,6 @@ def test_decoding_with_the_cache_matches_the_full_forward():
     h, cache = model.hidden_states(toks[:, :10], cache=cache, cache_index=0)
     steps = [np.asarray(model.logits(h))]
     for i in range(10, 12):  # past the temperature length: the query scale applies
-        h, cache = model.hidden_states(toks[:, i:i + 1], cache=cache, cache_index=i)
+        h, cache = model.hidden_states(toks[:, i : i + 1], cache=cache, cache_index=i)
         steps.append(np.asarray(model.logits(h)))
     assert max_diff(np.concatenate(steps, axis=1), full) < 1e-4

@@ -25,34 +25,62 @@ from jaxtrain.interop.hf import (
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config
 from jaxtrain.models import ConfigError, Decoder, ModelSpec
 
-_TINY = dict(vocab_size=96, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-             head_dim=8, intermediate_size=48, max_seq_len=128, norm_eps=1e-6)
+_TINY = dict(
+    vocab_size=96,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    intermediate_size=48,
+    max_seq_len=128,
+    norm_eps=1e-6,
+)
 SPECS = {
     "llama": ModelSpec(family="llama", **_TINY),
-    "llama3": ModelSpec(family="llama", rope_theta=500000.0, rope_scaling="llama3",
-                        rope_factor=8.0, rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
-                        rope_original_max_len=64, **_TINY),
-    "llama-linear-tied": ModelSpec(family="llama", rope_scaling="linear", rope_factor=4.0,
-                                   tie_embeddings=True, **_TINY),
+    "llama3": ModelSpec(
+        family="llama",
+        rope_theta=500000.0,
+        rope_scaling="llama3",
+        rope_factor=8.0,
+        rope_low_freq_factor=1.0,
+        rope_high_freq_factor=4.0,
+        rope_original_max_len=64,
+        **_TINY,
+    ),
+    "llama-linear-tied": ModelSpec(
+        family="llama", rope_scaling="linear", rope_factor=4.0, tie_embeddings=True, **_TINY
+    ),
     "qwen2": ModelSpec(family="qwen2", qkv_bias=True, rope_theta=1e6, **_TINY),
     "qwen2-window": ModelSpec(family="qwen2", qkv_bias=True, sliding_window=16, **_TINY),
-    "qwen3": ModelSpec(family="qwen3", qk_norm=True, tie_embeddings=True,
-                       **{**_TINY, "head_dim": 16}),
+    "qwen3": ModelSpec(
+        family="qwen3", qk_norm=True, tie_embeddings=True, **{**_TINY, "head_dim": 16}
+    ),
     "mistral": ModelSpec(family="mistral", sliding_window=32, **_TINY),
     "mistral-nowindow": ModelSpec(family="mistral", **_TINY),
 }
-_LLAMA_CFG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 96,
-              "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
-              "hidden_act": "silu"}
+_LLAMA_CFG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 96,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-5,
+    "hidden_act": "silu",
+}
 
 
 def _params(spec: ModelSpec, seed: int = 0) -> dict:
     """Random numpy weights in the decoder's tree layout."""
     abstract = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(params=0)))
     rng = np.random.default_rng(seed)
-    return jax.tree_util.tree_map(lambda x: rng.normal(size=x.shape).astype(np.float32),
-                                  nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
+    return jax.tree_util.tree_map(
+        lambda x: rng.normal(size=x.shape).astype(np.float32),
+        nnx.to_pure_dict(nnx.state(abstract, nnx.Param)),
+    )
 
 
 def _assert_trees_equal(a: dict, b: dict) -> None:
@@ -87,8 +115,15 @@ def test_config_reads_in_transformers(name, tmp_path):
     spec = SPECS[name]
     (tmp_path / "config.json").write_text(json.dumps(hf_config_from_spec(spec)))
     cfg = transformers.AutoConfig.from_pretrained(tmp_path)
-    assert type(cfg).__name__ == {"llama": "LlamaConfig", "qwen2": "Qwen2Config",
-                                  "qwen3": "Qwen3Config", "mistral": "MistralConfig"}[spec.family]
+    assert (
+        type(cfg).__name__
+        == {
+            "llama": "LlamaConfig",
+            "qwen2": "Qwen2Config",
+            "qwen3": "Qwen3Config",
+            "mistral": "MistralConfig",
+        }[spec.family]
+    )
     assert cfg.head_dim == spec.head_dim and cfg.num_key_value_heads == spec.num_kv_heads
     assert getattr(cfg, "sliding_window", None) == (spec.sliding_window or None)
     if spec.family.startswith("qwen"):
@@ -105,9 +140,17 @@ def test_legacy_config_forms():
     spec = spec_from_hf_config(cfg)
     assert (spec.head_dim, spec.num_kv_heads, spec.rope_theta) == (8, 4, 20000.0)
     assert (spec.rope_scaling, spec.rope_factor) == ("linear", 2.0)
-    llama31 = dict(_LLAMA_CFG, rope_theta=500000.0, rope_scaling={
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 64})
+    llama31 = dict(
+        _LLAMA_CFG,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    )
     new = dict(_LLAMA_CFG, rope_parameters={**llama31["rope_scaling"], "rope_theta": 500000.0})
     assert spec_from_hf_config(llama31) == spec_from_hf_config(new)
     assert spec_from_hf_config(new).rope_original_max_len == 64
@@ -138,13 +181,16 @@ def test_unsupported_architecture_names_file_and_choices(tmp_path):
         assert "LlamaForCausalLM" in message and "Qwen3ForCausalLM" in message
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(hidden_act="gelu"), "hidden_act='gelu'"),
-    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope type 'yarn'"),
-    (dict(mlp_bias=True, architectures=["Qwen2ForCausalLM"]), "only LlamaForCausalLM has MLP"),
-    (dict(num_attention_heads=None), "'num_attention_heads' is missing"),
-    (dict(num_key_value_heads=3), "not divisible"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(hidden_act="gelu"), "hidden_act='gelu'"),
+        (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope type 'yarn'"),
+        (dict(mlp_bias=True, architectures=["Qwen2ForCausalLM"]), "only LlamaForCausalLM has MLP"),
+        (dict(num_attention_heads=None), "'num_attention_heads' is missing"),
+        (dict(num_key_value_heads=3), "not divisible"),
+    ],
+)
 def test_unsupported_config_values(change, match):
     with pytest.raises(ConfigError, match=match):
         spec_from_hf_config(dict(_LLAMA_CFG, **change))
@@ -178,9 +224,11 @@ def test_sharded_bf16_checkpoint(tmp_path):
     shards = sorted(set(index["weight_map"].values()))
     assert len(shards) > 2 and not (tmp_path / WEIGHTS_NAME).exists()
     assert json.loads((tmp_path / "config.json").read_text()).get("dtype", "bfloat16") == (
-        "bfloat16")
+        "bfloat16"
+    )
     assert load_file(tmp_path / shards[0])["model.embed_tokens.weight"].dtype == (
-        ml_dtypes.bfloat16)
+        ml_dtypes.bfloat16
+    )
     _, loaded = load_hf_params(tmp_path, param_dtype="bfloat16")
     rounded = jax.tree_util.tree_map(lambda x: x.astype(ml_dtypes.bfloat16), params)
     _assert_trees_equal(loaded, rounded)
@@ -233,18 +281,24 @@ def test_checkpoint_errors_name_the_tensor(tmp_path):
     with pytest.raises(ConfigError, match=f"lacks 1 tensor.*{name}"):
         load_hf_params(tmp_path)
     head = load_file(tmp_path / WEIGHTS_NAME)["lm_head.weight"]
-    _tamper(tmp_path, lambda t: (t.update({name: np.zeros((16, 32), np.float32)}),
-                                 t.pop("lm_head.weight")))
+    _tamper(
+        tmp_path,
+        lambda t: (t.update({name: np.zeros((16, 32), np.float32)}), t.pop("lm_head.weight")),
+    )
     with pytest.raises(ConfigError, match="lm_head.weight.*tie_word_embeddings=true"):
         load_hf_params(tmp_path)
     extra = "model.layers.0.self_attn.o_proj.bias"
-    _tamper(tmp_path, lambda t: t.update({"lm_head.weight": head,
-                                          extra: np.zeros(32, np.float32)}))
+    _tamper(tmp_path, lambda t: t.update({"lm_head.weight": head, extra: np.zeros(32, np.float32)}))
     with pytest.raises(ConfigError, match=f"no place for.*{extra}"):
         load_hf_params(tmp_path)
     # Rotary buffers of old checkpoints are derived from the config and skipped.
-    _tamper(tmp_path, lambda t: (t.pop(extra), t.update(
-        {"model.layers.0.self_attn.rotary_emb.inv_freq": np.ones(4, np.float32)})))
+    _tamper(
+        tmp_path,
+        lambda t: (
+            t.pop(extra),
+            t.update({"model.layers.0.self_attn.rotary_emb.inv_freq": np.ones(4, np.float32)}),
+        ),
+    )
     load_hf_params(tmp_path)
     # A Llama config over Qwen2 weights: the q/k/v biases have no place.
     cfg = json.loads((tmp_path / "config.json").read_text())
@@ -275,16 +329,23 @@ def test_save_rejects_params_that_do_not_fit_spec(tmp_path):
     params["layers"]["mlp"]["up_proj"]["kernel"] = np.zeros((2, 32, 40), np.float32)
     with pytest.raises(ConfigError, match=r"layers\.mlp\.up_proj\.kernel has shape"):
         save_hf_checkpoint(spec, params, tmp_path)
-    with pytest.raises(ConfigError, match=r"no tensor for: layers\.attn\.k_norm\.scale, "
-                                          r"layers\.attn\.q_norm\.scale"):
+    with pytest.raises(
+        ConfigError,
+        match=r"no tensor for: layers\.attn\.k_norm\.scale, "
+        r"layers\.attn\.q_norm\.scale",
+    ):
         save_hf_checkpoint(spec, _params(dataclasses.replace(spec, qk_norm=True)), tmp_path)
 
 
 def test_tensor_maps_cover_every_parameter():
     for spec in SPECS.values():
         abstract = nnx.eval_shape(lambda spec=spec: Decoder(spec, rngs=nnx.Rngs(params=0)))
-        paths = {tuple(k.key for k in path) for path, _ in jax.tree_util.tree_leaves_with_path(
-            nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))}
+        paths = {
+            tuple(k.key for k in path)
+            for path, _ in jax.tree_util.tree_leaves_with_path(
+                nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
+            )
+        }
         assert paths == {m.path for m in tensor_maps(spec)}
 
 
@@ -297,18 +358,20 @@ def test_tokenizer_files_copied(tmp_path):
     out = save_hf_checkpoint(spec, _params(spec), tmp_path / "out", tokenizer_dir=tok)
     assert (out / "tokenizer.json").is_file() and (out / "generation_config.json").is_file()
     with pytest.raises(ConfigError, match="has none of"):
-        save_hf_checkpoint(spec, _params(spec), tmp_path / "out", tokenizer_dir=tmp_path / "out"
-                           / "missing")
+        save_hf_checkpoint(
+            spec, _params(spec), tmp_path / "out", tokenizer_dir=tmp_path / "out" / "missing"
+        )
 
 
 def test_convert_cli_round_trip(tmp_path, capsys):
     spec = SPECS["qwen3"]
-    src = save_hf_checkpoint(spec, _params(spec), tmp_path / "in",
-                             config_extra={"eos_token_id": 5})
+    src = save_hf_checkpoint(spec, _params(spec), tmp_path / "in", config_extra={"eos_token_id": 5})
     (src / "tokenizer.json").write_text("{}")
     out = tmp_path / "out"
-    assert main(["convert", "--from-hf", str(src), "--to-hf", str(out), "--max-shard-size",
-                 "30KB"]) == 0
+    assert (
+        main(["convert", "--from-hf", str(src), "--to-hf", str(out), "--max-shard-size", "30KB"])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "Qwen3ForCausalLM" in printed and f"{spec.num_params():,} parameters" in printed
     assert "read back identically" in printed

@@ -11,7 +11,8 @@ from jaxtrain import host_malloc
 
 linux_glibc = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-    reason="the settings are glibc environment variables; other platforms keep their malloc")
+    reason="the settings are glibc environment variables; other platforms keep their malloc",
+)
 
 
 @linux_glibc
@@ -26,14 +27,24 @@ def test_worthwhile_on_a_cpu_host_unless_opted_out_or_already_applied():
 
 
 def _arena_setting_after_restart(extra_env):
-    code = ("from jaxtrain import host_malloc; host_malloc.reexec_with_tuned_malloc(); "
-            "import os; print(os.environ.get('MALLOC_ARENA_MAX'), os.getpid(), "
-            "os.environ.get('GLIBC_TUNABLES'))")
-    env = {k: v for k, v in os.environ.items()
-           if k not in host_malloc.SETTINGS and k != "GLIBC_TUNABLES"}
+    code = (
+        "from jaxtrain import host_malloc; host_malloc.reexec_with_tuned_malloc(); "
+        "import os; print(os.environ.get('MALLOC_ARENA_MAX'), os.getpid(), "
+        "os.environ.get('GLIBC_TUNABLES'))"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in host_malloc.SETTINGS and k != "GLIBC_TUNABLES"
+    }
     env.update(extra_env)
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr
     value, pid, tunables = stdout.split()
@@ -55,5 +66,6 @@ def test_the_process_restarts_in_place_with_the_settings():
     assert tunables == host_malloc.HUGE_PAGES
     assert same_process  # exec, not a child: launchers and signals see one pid
     value, _, tunables = _arena_setting_after_restart(
-        {"JAX_PLATFORMS": "cpu", "JAXTRAIN_MALLOC": "off"})
+        {"JAX_PLATFORMS": "cpu", "JAXTRAIN_MALLOC": "off"}
+    )
     assert (value, tunables) == ("None", "None")

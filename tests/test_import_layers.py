@@ -33,8 +33,10 @@ def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] +
-                                ([node.module] if node.module else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1]
+                    + ([node.module] if node.module else [])
+                )
             # `from pkg import sub` imports the submodule `pkg.sub`; other names live in `pkg`.
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
@@ -52,7 +54,7 @@ def test_no_import_cycle():
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(path[path.index(nxt):] + [nxt])
+                cycles.append(path[path.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, [*path, nxt])
         state[node] = 2
@@ -68,5 +70,9 @@ def test_the_bottom_layers_import_nothing_above_them():
     known = set(files)
     assert imports_of(files["jaxtrain.errors"], "jaxtrain.errors", known) == set()
     config_imports = imports_of(files["jaxtrain.config"], "jaxtrain.config", known)
-    assert config_imports <= {"jaxtrain.errors", "jaxtrain.config_ranges", "jaxtrain.configs",
-                              "jaxtrain.models.spec"}, config_imports
+    assert config_imports <= {
+        "jaxtrain.errors",
+        "jaxtrain.config_ranges",
+        "jaxtrain.configs",
+        "jaxtrain.models.spec",
+    }, config_imports

@@ -31,18 +31,21 @@ def source_run(tmp_path_factory):
 
 
 def _start(tmp_path, **overrides) -> Trainer:
-    return Trainer(small_config(tmp_path / "run", **overrides), devices=jax.devices()[:1],
-                   console=False)
+    return Trainer(
+        small_config(tmp_path / "run", **overrides), devices=jax.devices()[:1], console=False
+    )
 
 
-def test_init_from_a_run_loads_parameters_only_then_resumes_its_own(tmp_path, source_run,
-                                                                    capsys):
+def test_init_from_a_run_loads_parameters_only_then_resumes_its_own(tmp_path, source_run, capsys):
     source_dir, source_params = source_run
     capsys.readouterr()
     trainer = _start(tmp_path, **{"checkpoint.init_from": str(source_dir)})
     out = capsys.readouterr().out
-    assert re.search(r"init_from: loaded 12 arrays \(139,584 params\) from \S+checkpoints "
-                     r"\(jaxtrain checkpoint, step 2\); optimizer state initialised, step 0", out)
+    assert re.search(
+        r"init_from: loaded 12 arrays \(139,584 params\) from \S+checkpoints "
+        r"\(jaxtrain checkpoint, step 2\); optimizer state initialised, step 0",
+        out,
+    )
     assert trainer.step == 0
     for got, want in zip(_leaves(trainer.state["params"]), source_params, strict=True):
         np.testing.assert_array_equal(got, want)
@@ -74,23 +77,35 @@ def test_init_from_another_architecture_names_the_differing_fields(tmp_path, sou
     source_dir, _ = source_run
     hf_dir = export_hf(source_dir, tmp_path / "hf")
     for source in (source_dir, hf_dir):
-        with pytest.raises(CheckpointError, match=r"model.intermediate_size: source 128 vs "
-                                                  r"run 96"):
-            _start(tmp_path / "x", **{"checkpoint.init_from": str(source),
-                                      "model.intermediate_size": 96})
+        with pytest.raises(
+            CheckpointError,
+            match=r"model.intermediate_size: source 128 vs "
+            r"run 96",
+        ):
+            _start(
+                tmp_path / "x",
+                **{"checkpoint.init_from": str(source), "model.intermediate_size": 96},
+            )
     with pytest.raises(CheckpointError, match=r"has no step 7; saved steps: \[2\]"):
-        _start(tmp_path / "y", **{"checkpoint.init_from": str(source_dir),
-                                  "checkpoint.init_step": 7})
+        _start(
+            tmp_path / "y", **{"checkpoint.init_from": str(source_dir), "checkpoint.init_step": 7}
+        )
     with pytest.raises(CheckpointError, match="neither a Hugging Face folder"):
         _start(tmp_path / "z", **{"checkpoint.init_from": str(tmp_path)})
 
 
-def test_init_from_reports_numerical_differences_and_keeps_the_run_values(tmp_path,
-                                                                          source_run, capsys):
+def test_init_from_reports_numerical_differences_and_keeps_the_run_values(
+    tmp_path, source_run, capsys
+):
     source_dir, _ = source_run
     capsys.readouterr()
-    trainer = _start(tmp_path, **{"checkpoint.init_from": str(source_dir / "checkpoints" / "2"),
-                                  "model.rope_theta": 20000.0})
+    trainer = _start(
+        tmp_path,
+        **{
+            "checkpoint.init_from": str(source_dir / "checkpoints" / "2"),
+            "model.rope_theta": 20000.0,
+        },
+    )
     out = capsys.readouterr().out
     assert "step 2" in out
     assert "model.rope_theta: source 10000.0, run uses 20000.0" in out

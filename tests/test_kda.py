@@ -27,10 +27,22 @@ from jaxtrain.models import kda
 from jaxtrain.models.spec import ModelSpec
 
 # Zebra-Llama's shape in small: keys narrower than values (K = 16, V = 32 there 32 / 64).
-SPEC = ModelSpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=8,
-                 intermediate_size=64, vocab_size=64, norm_eps=1e-6, linear_num_key_heads=2,
-                 linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=16,
-                 linear_chunk=8, linear_gate_bias=True)
+SPEC = ModelSpec(
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=4,
+    head_dim=8,
+    intermediate_size=64,
+    vocab_size=64,
+    norm_eps=1e-6,
+    linear_num_key_heads=2,
+    linear_num_value_heads=2,
+    linear_key_head_dim=8,
+    linear_value_head_dim=16,
+    linear_chunk=8,
+    linear_gate_bias=True,
+)
 LENGTH = 21
 
 
@@ -59,24 +71,23 @@ def naive_kda(p: dict, x: np.ndarray, spec: ModelSpec) -> np.ndarray:
 
     def conv(name, y):
         w = p[name]["weight"]
-        return causal_conv(y.reshape(*y.shape[:2], -1), w.reshape(w.shape[0], -1)).reshape(
-            y.shape)
+        return causal_conv(y.reshape(*y.shape[:2], -1), w.reshape(w.shape[0], -1)).reshape(y.shape)
 
-    q = l2norm(conv("q_conv", proj("q_proj"))) * kd ** -0.5
+    q = l2norm(conv("q_conv", proj("q_proj"))) * kd**-0.5
     k = l2norm(conv("k_conv", proj("k_proj")))
     v = conv("v_conv", proj("v_proj"))
     q, k = (np.repeat(t, h // n, axis=2) for t in (q, k))
     beta = sigmoid(proj("b_proj"))
-    g = -np.exp(p["A_log"])[:, None] * softplus(proj("f_b_proj", proj("f_a_proj"))
-                                                + p["dt_bias"])
+    g = -np.exp(p["A_log"])[:, None] * softplus(proj("f_b_proj", proj("f_a_proj")) + p["dt_bias"])
     o, _ = naive_delta_rule(q, k, v, g, beta)
     o = rmsnorm(o, p["o_norm"]["scale"], spec.norm_eps)
     o = o * sigmoid(proj("g_b_proj", proj("g_a_proj")))
     return np.einsum("blhv,hvd->bld", o, p["o_proj"]["kernel"])
 
 
-@pytest.mark.parametrize("variant", [{}, {"linear_gate_bias": False},
-                                     {"linear_num_value_heads": 4, "linear_chunk": 4}])
+@pytest.mark.parametrize(
+    "variant", [{}, {"linear_gate_bias": False}, {"linear_num_value_heads": 4, "linear_chunk": 4}]
+)
 def test_mixer_matches_definition(variant):
     spec = dataclasses.replace(SPEC, **variant)
     model, params = _mixer(spec)
@@ -92,12 +103,15 @@ def _kimi_layer(spec: ModelSpec):
     from transformers import KimiLinearConfig
     from transformers.models.kimi_linear import modeling_kimi_linear as kl
 
-    config = KimiLinearConfig(hidden_size=spec.hidden_size,
-                              linear_head_dim=spec.linear_key_head_dim,
-                              linear_num_heads=spec.linear_num_key_heads,
-                              linear_conv_kernel_dim=spec.linear_conv_kernel,
-                              rms_norm_eps=spec.norm_eps, num_hidden_layers=1,
-                              layer_types=["linear_attention"])
+    config = KimiLinearConfig(
+        hidden_size=spec.hidden_size,
+        linear_head_dim=spec.linear_key_head_dim,
+        linear_num_heads=spec.linear_num_key_heads,
+        linear_conv_kernel_dim=spec.linear_conv_kernel,
+        rms_norm_eps=spec.norm_eps,
+        num_hidden_layers=1,
+        layer_types=["linear_attention"],
+    )
     torch.manual_seed(0)
     layer = kl.KimiLinearDeltaAttention(config, layer_idx=0).float().eval()
     with torch.no_grad():
@@ -125,15 +139,17 @@ def params_from_kimi(layer, spec: ModelSpec) -> dict:
 
     conv = t["conv1d.weight"][:, 0, :].T.reshape(-1, 3, n, kd)
     return {
-        "q_proj": {"kernel": linear("q_proj", n, kd)}, "k_proj": {"kernel": linear("k_proj", n, kd)},
+        "q_proj": {"kernel": linear("q_proj", n, kd)},
+        "k_proj": {"kernel": linear("k_proj", n, kd)},
         "v_proj": {"kernel": linear("v_proj", n, kd)},
-        "q_conv": {"weight": conv[:, 0]}, "k_conv": {"weight": conv[:, 1]},
+        "q_conv": {"weight": conv[:, 0]},
+        "k_conv": {"weight": conv[:, 1]},
         "v_conv": {"weight": conv[:, 2]},
         "f_a_proj": {"kernel": linear("forget_gate.f_a_proj", kd).reshape(d, kd)},
         "f_b_proj": {"kernel": linear("forget_gate.f_b_proj", n, kd)},
         "b_proj": {"kernel": linear("b_proj", n)},
-        "A_log": t["forget_gate.A_log"].reshape(n), "dt_bias": t["forget_gate.dt_bias"].reshape(
-            n, kd),
+        "A_log": t["forget_gate.A_log"].reshape(n),
+        "dt_bias": t["forget_gate.dt_bias"].reshape(n, kd),
         "g_a_proj": {"kernel": linear("g_a_proj", kd).reshape(d, kd)},
         "g_b_proj": {"kernel": linear("g_b_proj", n, kd)},
         "o_norm": {"scale": t["o_norm.weight"]},
@@ -141,8 +157,9 @@ def params_from_kimi(layer, spec: ModelSpec) -> dict:
     }
 
 
-KIMI_SPEC = dataclasses.replace(SPEC, linear_value_head_dim=SPEC.linear_key_head_dim,
-                                linear_gate_bias=False)
+KIMI_SPEC = dataclasses.replace(
+    SPEC, linear_value_head_dim=SPEC.linear_key_head_dim, linear_gate_bias=False
+)
 
 
 def test_mixer_matches_transformers_kimi_linear():
@@ -169,7 +186,7 @@ def test_decoding_matches_whole_sequence():
     outs = [y]
     step = jax.jit(lambda m, x, c: m.decode(x, c))
     for t in range(9, x.shape[1]):
-        y, cache = step(model, x[:, t:t + 1], cache)
+        y, cache = step(model, x[:, t : t + 1], cache)
         outs.append(y)
     np.testing.assert_allclose(np.asarray(jnp.concatenate(outs, axis=1)), want, atol=1e-5)
 
@@ -199,5 +216,4 @@ def test_gradients_are_finite():
     x = jnp.asarray(_inputs(5), jnp.float32)
     grads = nnx.grad(nnx.jit(lambda m, x: jnp.mean(m(x) ** 2)))(model, x)
     leaves = jax.tree.leaves(nnx.state(grads))
-    assert all(np.isfinite(np.asarray(g)).all() and np.abs(np.asarray(g)).max() > 0
-               for g in leaves)
+    assert all(np.isfinite(np.asarray(g)).all() and np.abs(np.asarray(g)).max() > 0 for g in leaves)

@@ -36,18 +36,31 @@ def _dry_run(script, tmp_path, tools=(), **env):
     bin_dir = Path(tempfile.mkdtemp(dir=tmp_path))
     # A long node list: more than a pipe holds, as `scontrol show hostnames` prints for a
     # large allocation.
-    (bin_dir / "scontrol").write_text("#!/bin/sh\necho node001\ni=2\nwhile [ $i -le 20000 ]"
-                                      "; do echo node$i; i=$((i + 1)); done\n")
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\necho node001\ni=2\nwhile [ $i -le 20000 ]; do echo node$i; i=$((i + 1)); done\n"
+    )
     (bin_dir / "head").symlink_to(shutil.which("head"))  # for scripts that pipe into it
     for tool in tools:
         (bin_dir / tool).write_text("#!/bin/sh\nexit 0\n")
     for f in bin_dir.iterdir():
         if not f.is_symlink():
             f.chmod(0o755)
-    env = {"PATH": str(bin_dir), "JAXTRAIN_LAUNCH_DRY_RUN": "1", "SLURM_JOB_NODELIST":
-           "node[001-002]", "SLURM_JOB_ID": "1234", "SLURM_JOB_NUM_NODES": "2", **env}
-    done = subprocess.run([BASH, str(script), "configs/llama3_8b.py", "--config.train.steps=5"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
+    env = {
+        "PATH": str(bin_dir),
+        "JAXTRAIN_LAUNCH_DRY_RUN": "1",
+        "SLURM_JOB_NODELIST": "node[001-002]",
+        "SLURM_JOB_ID": "1234",
+        "SLURM_JOB_NUM_NODES": "2",
+        **env,
+    }
+    done = subprocess.run(
+        [BASH, str(script), "configs/llama3_8b.py", "--config.train.steps=5"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=30,
+    )
     lines = done.stdout.splitlines()
     platform = next((x.split(": ", 1)[1] for x in lines if x.startswith("platform: ")), None)
     set_vars = dict(x[5:].split("=", 1) for x in lines if x.startswith("env: "))
@@ -62,13 +75,15 @@ def test_a_host_without_gpu_tools_is_cpu_with_no_gpu_settings(script, tmp_path):
     assert code == 0, out
     assert platform == "cpu" and "nvidia" not in out and "amd" not in out
     assert not [v for v in set_vars if v.startswith(GPU_VARS)], set_vars
-    assert command.endswith("python3 -u -m jaxtrain --config configs/llama3_8b.py "
-                            "--config.train.steps=5")
+    assert command.endswith(
+        "python3 -u -m jaxtrain --config configs/llama3_8b.py --config.train.steps=5"
+    )
 
 
 @pytest.mark.parametrize("script", [MULTINODE, SBATCH], ids=["multinode", "slurm"])
-@pytest.mark.parametrize("tool,vendor", [("rocm-smi", "amd"), ("amd-smi", "amd"),
-                                         ("nvidia-smi", "nvidia")])
+@pytest.mark.parametrize(
+    "tool,vendor", [("rocm-smi", "amd"), ("amd-smi", "amd"), ("nvidia-smi", "nvidia")]
+)
 def test_the_gpu_vendor_comes_from_its_tool(script, tool, vendor, tmp_path):
     code, platform, set_vars, _, out = _dry_run(script, tmp_path, tools=[tool])
     assert code == 0, out
@@ -79,8 +94,9 @@ def test_the_gpu_vendor_comes_from_its_tool(script, tool, vendor, tmp_path):
 
 @pytest.mark.parametrize("script", [MULTINODE, SBATCH], ids=["multinode", "slurm"])
 def test_gpu_vendor_overrides_detection_and_is_checked(script, tmp_path):
-    _, platform, set_vars, _, _ = _dry_run(script, tmp_path, tools=["rocm-smi"], GPU_VENDOR="cpu",
-                                           NET_IFACE="eth1")
+    _, platform, set_vars, _, _ = _dry_run(
+        script, tmp_path, tools=["rocm-smi"], GPU_VENDOR="cpu", NET_IFACE="eth1"
+    )
     assert platform == "cpu" and set_vars["GLOO_SOCKET_IFNAME"] == "eth1"
     assert "NCCL_SOCKET_IFNAME" not in set_vars
     code, _, _, _, out = _dry_run(script, tmp_path, GPU_VENDOR="intel")

@@ -13,8 +13,11 @@ import dataclasses
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers reference; "
-                                            "install the `test` extra to run parity tests.")
+torch = pytest.importorskip(
+    "torch",
+    reason="torch (CPU) is the transformers reference; "
+    "install the `test` extra to run parity tests.",
+)
 transformers = pytest.importorskip("transformers")
 
 from parity_helpers import (  # noqa: E402
@@ -31,23 +34,50 @@ from jaxtrain.models.presets import model_spec  # noqa: E402
 from jaxtrain.models.spec import ConfigError  # noqa: E402
 
 VOCAB, SEQ = 96, 12
-_TINY = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=16, intermediate_size_mlp=40,
-             num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-             max_position_embeddings=256, rms_norm_eps=1e-5, num_local_experts=4,
-             num_experts_per_tok=1, attention_chunk_size=4, no_rope_layer_interval=4,
-             floor_scale=3,  # temperatures above 1 within a dozen tokens
-             attn_scale=0.5, tie_word_embeddings=False)
+_TINY = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=16,
+    intermediate_size_mlp=40,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-5,
+    num_local_experts=4,
+    num_experts_per_tok=1,
+    attention_chunk_size=4,
+    no_rope_layer_interval=4,
+    floor_scale=3,  # temperatures above 1 within a dozen tokens
+    attn_scale=0.5,
+    tie_word_embeddings=False,
+)
 HF_CASES = {
     "maverick-like": dict(_TINY, interleave_moe_layer_step=2, use_qk_norm=True),
-    "scout-like": dict(_TINY, interleave_moe_layer_step=1, use_qk_norm=False,
-                       rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
-                                        "factor": 8.0, "low_freq_factor": 1.0,
-                                        "high_freq_factor": 4.0,
-                                        "original_max_position_embeddings": 16}),
+    "scout-like": dict(
+        _TINY,
+        interleave_moe_layer_step=1,
+        use_qk_norm=False,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    ),
 }
-SPEC = model_spec("llama4-debug", vocab_size=VOCAB, num_layers=4, global_layer_step=4,
-                  attention_chunk=4, attn_floor_scale=3.0, init_std=0.2)
-
+SPEC = model_spec(
+    "llama4-debug",
+    vocab_size=VOCAB,
+    num_layers=4,
+    global_layer_step=4,
+    attention_chunk=4,
+    attn_floor_scale=3.0,
+    init_std=0.2,
+)
 
 
 def _random_hf_model(kwargs: dict):
@@ -66,8 +96,9 @@ def test_hf_to_jaxtrain_logits(case, tmp_path):
     tokens_BL = tokens(VOCAB, SEQ)
     for impl in ("blockwise", "dot"):
         spec_impl = dataclasses.replace(spec, attention_impl=impl, attention_block=3)
-        assert_logits_match(model_from_params(spec_impl, params)(tokens_BL), hf_model, tokens_BL,
-                            impl)
+        assert_logits_match(
+            model_from_params(spec_impl, params)(tokens_BL), hf_model, tokens_BL, impl
+        )
 
 
 def test_jaxtrain_to_hf_logits(tmp_path):
@@ -80,15 +111,19 @@ def test_jaxtrain_to_hf_logits(tmp_path):
 
 def test_expert_layout_that_differs_from_the_config_is_named(tmp_path):
     save_hf_checkpoint(SPEC, random_params(SPEC), tmp_path)
-    with pytest.raises(ConfigError, match=r"\[4\] expert\(s\) in layers \[1, 3\].*layers "
-                                          r"\[0, 1, 2, 3\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"\[4\] expert\(s\) in layers \[1, 3\].*layers "
+        r"\[0, 1, 2, 3\]",
+    ):
         load_hf_params(tmp_path, dataclasses.replace(SPEC, moe_layer_step=1))
 
 
 def test_llama4_configs_that_cannot_be_expressed_are_rejected():
     with pytest.raises(ConfigError, match="model.nope_global=False cannot be written"):
-        hf_config_from_spec(dataclasses.replace(SPEC, nope_global=False,
-                                                attn_temperature_tuning=False))
+        hf_config_from_spec(
+            dataclasses.replace(SPEC, nope_global=False, attn_temperature_tuning=False)
+        )
     with pytest.raises(ConfigError, match="model.moe_layer_step=2 has no place"):
         hf_config_from_spec(dataclasses.replace(model_spec("mixtral-debug"), moe_layer_step=2))
     cfg = hf_config_from_spec(SPEC)

@@ -69,10 +69,10 @@ def _damage(prefix: Path, how: str) -> None:
     elif how == "truncated idx":
         raw = raw[:40]
     elif how == "pointers":
-        raw[34 + 16 + 8:34 + 16 + 16] = struct.pack("<q", 2)  # sequence 1 starts at byte 2
+        raw[34 + 16 + 8 : 34 + 16 + 16] = struct.pack("<q", 2)  # sequence 1 starts at byte 2
     elif how == "negative length":  # lengths 8, -2, 6, 2 with pointers that agree with them
         raw[34:42] = struct.pack("<2i", 8, -2)
-        raw[34 + 16 + 8:34 + 16 + 16] = struct.pack("<q", 16)
+        raw[34 + 16 + 8 : 34 + 16 + 16] = struct.pack("<q", 16)
     elif how == "doc index":
         raw[-8:] = struct.pack("<q", 3)
     elif how == "no bin":
@@ -83,20 +83,26 @@ def _damage(prefix: Path, how: str) -> None:
         idx.write_bytes(bytes(raw))
 
 
-@pytest.mark.parametrize("how, message", [
-    ("magic", r"p\.idx: not a Megatron index \(magic b'NOTMEGAT"),
-    ("version", r"p\.idx: index version 2; only version 1"),
-    ("dtype code", r"p\.idx: dtype code 9 does not exist \(known: 1 uint8"),
-    ("short bin", r"p\.bin: 26 bytes, but p\.idx holds 4 sequences of 14 uint16 tokens = 28"),
-    ("long bin", r"p\.bin: 30 bytes, but .* = 28 bytes"),
-    ("truncated idx", r"p\.idx: 40 bytes, but its header announces 4 sequences"),
-    ("pointers", r"p\.idx: sequence 1 starts at byte 2, but the lengths before it put it at "
-                 r"byte 8"),
-    ("negative length", r"p\.idx: sequence 1 has length -2; lengths are token counts"),
-    ("doc index", r"p\.idx: the document index must rise from 0 to the sequence count 4"),
-    ("no bin", r"p\.bin: missing"),
-    ("no idx", r"p\.idx: missing"),
-])
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        ("magic", r"p\.idx: not a Megatron index \(magic b'NOTMEGAT"),
+        ("version", r"p\.idx: index version 2; only version 1"),
+        ("dtype code", r"p\.idx: dtype code 9 does not exist \(known: 1 uint8"),
+        ("short bin", r"p\.bin: 26 bytes, but p\.idx holds 4 sequences of 14 uint16 tokens = 28"),
+        ("long bin", r"p\.bin: 30 bytes, but .* = 28 bytes"),
+        ("truncated idx", r"p\.idx: 40 bytes, but its header announces 4 sequences"),
+        (
+            "pointers",
+            r"p\.idx: sequence 1 starts at byte 2, but the lengths before it put it at "
+            r"byte 8",
+        ),
+        ("negative length", r"p\.idx: sequence 1 has length -2; lengths are token counts"),
+        ("doc index", r"p\.idx: the document index must rise from 0 to the sequence count 4"),
+        ("no bin", r"p\.bin: missing"),
+        ("no idx", r"p\.idx: missing"),
+    ],
+)
 def test_bad_files_name_the_file_and_the_fix(tmp_path: Path, how: str, message: str) -> None:
     prefix = write_raw_megatron(tmp_path / "p", DOCS)
     _damage(prefix, how)
@@ -124,11 +130,11 @@ def test_writer_matches_an_independent_writer_byte_for_byte(tmp_path: Path, dtyp
     code = {"<u2": 8, "<i4": 4, "<i8": 5}[dtype]
     write_raw_megatron(tmp_path / "theirs", DOCS, code=code)
     for suffix in (".bin", ".idx"):
-        assert (tmp_path / f"ours{suffix}").read_bytes() == \
-            (tmp_path / f"theirs{suffix}").read_bytes()
+        assert (tmp_path / f"ours{suffix}").read_bytes() == (
+            tmp_path / f"theirs{suffix}"
+        ).read_bytes()
     merged = merge_megatron([tmp_path / "ours", tmp_path / "theirs"], tmp_path / "both")
-    np.testing.assert_array_equal(open_megatron(merged).tokens,
-                                  [t for d in DOCS + DOCS for t in d])
+    np.testing.assert_array_equal(open_megatron(merged).tokens, [t for d in DOCS + DOCS for t in d])
     assert dtype_for_vocab(65499) == np.uint16 and dtype_for_vocab(65500) == np.int32
 
 
@@ -160,13 +166,17 @@ def test_tokenize_megatron_format_reads_back(tmp_path: Path, tiny_tokenizer: Pat
         docs = [np.asarray(s.tokens[a:b]).tolist() for a, b in zip(ends[:-1], ends[1:])]
         write_raw_megatron(tmp_path / "ref" / f.prefix.name, docs, code=8)
         for suffix in (".bin", ".idx"):
-            assert Path(f"{f.prefix}{suffix}").read_bytes() == \
-                (tmp_path / "ref" / f"{f.prefix.name}{suffix}").read_bytes()
-    merged = tokenize_files(inputs, tiny_tokenizer, tmp_path / "merged", fmt="megatron",
-                            merge=True, **common)
+            assert (
+                Path(f"{f.prefix}{suffix}").read_bytes()
+                == (tmp_path / "ref" / f"{f.prefix.name}{suffix}").read_bytes()
+            )
+    merged = tokenize_files(
+        inputs, tiny_tokenizer, tmp_path / "merged", fmt="megatron", merge=True, **common
+    )
     assert [p.name for p in merged] == ["text_document.bin"]
-    np.testing.assert_array_equal(open_megatron(merged[0]).tokens,
-                                  np.concatenate([np.asarray(f.tokens) for f in files]))
+    np.testing.assert_array_equal(
+        open_megatron(merged[0]).tokens, np.concatenate([np.asarray(f.tokens) for f in files])
+    )
 
 
 def test_big_vocabulary_writes_int32(tmp_path: Path) -> None:
@@ -176,8 +186,7 @@ def test_big_vocabulary_writes_int32(tmp_path: Path) -> None:
 
     tok = write_wordlevel_tokenizer(tmp_path / "tok", 70000)
     inputs = _jsonl(tmp_path / "in", [["w1 w65535 w65536", "w69997 w3"]])
-    (bin_,) = tokenize_files(inputs, tok, tmp_path / "out", fmt="megatron",
-                             shuffle_documents=False)
+    (bin_,) = tokenize_files(inputs, tok, tmp_path / "out", fmt="megatron", shuffle_documents=False)
     f = open_megatron(bin_)
     assert f.dtype == np.int32
     np.testing.assert_array_equal(f.tokens, [1, 65535, 65536, 69999, 69997, 3, 69999])
@@ -185,11 +194,17 @@ def test_big_vocabulary_writes_int32(tmp_path: Path) -> None:
 
 def test_blend_syntax() -> None:
     assert parse_sources("0.7 data/a 0.3 data/b", "megatron") == [
-        SourceSpec("data/a", 0.7), SourceSpec("data/b", 0.3)]
-    assert parse_sources("data/a data/b", "megatron") == [SourceSpec("data/a"),
-                                                         SourceSpec("data/b")]
-    assert parse_sources("2:data/a,1:data/b", "megatron") == [SourceSpec("data/a", 2.0),
-                                                             SourceSpec("data/b", 1.0)]
+        SourceSpec("data/a", 0.7),
+        SourceSpec("data/b", 0.3),
+    ]
+    assert parse_sources("data/a data/b", "megatron") == [
+        SourceSpec("data/a"),
+        SourceSpec("data/b"),
+    ]
+    assert parse_sources("2:data/a,1:data/b", "megatron") == [
+        SourceSpec("data/a", 2.0),
+        SourceSpec("data/b", 1.0),
+    ]
     for bad in ("0.7 data/a 0.3", "0.7 data/a data/b 0.3"):
         with pytest.raises(ConfigError, match="alternates weights and prefixes"):
             parse_sources(bad, "megatron")
@@ -204,30 +219,44 @@ def test_split_matches_megatrons_rounding() -> None:
     bounds = parse_split("969, 30, 1")
     n = 1000  # Megatron: documents [round(lo * n), round(hi * n)) per part
     assert [(round(lo * n), round(hi * n)) for lo, hi in bounds] == [
-        (0, 969), (969, 999), (999, 1000)]
+        (0, 969),
+        (969, 999),
+        (999, 1000),
+    ]
     for bad in ("1,2,3,4", "0,0,0", "train", "-5,1,0", "99,-1,2"):
         with pytest.raises(ConfigError, match="data.split"):
             parse_split(bad)
 
 
 def _cfg(**overrides: object) -> ConfigDict:
-    values = {"data.kind": "megatron", "train.seq_len": 4, "train.global_batch_size": 2,
-              "data.prefetch": 0, "data.shuffle": False, **overrides}
+    values = {
+        "data.kind": "megatron",
+        "train.seq_len": 4,
+        "train.global_batch_size": 2,
+        "data.prefetch": 0,
+        "data.shuffle": False,
+        **overrides,
+    }
     return load_config(str(REPO / "configs" / "base.py"), values)
 
 
 @pytest.fixture
 def counting_datasets(tmp_path: Path) -> tuple[Path, Path]:
     """Two datasets of 20 documents of 5 counting tokens: a holds 0..99, b holds 1000..1099."""
-    a = write_raw_megatron(tmp_path / "a_text_document",
-                           [list(range(5 * i, 5 * i + 5)) for i in range(20)], code=4)
-    b = write_raw_megatron(tmp_path / "sub" / "b_text_document",
-                           [list(range(1000 + 5 * i, 1005 + 5 * i)) for i in range(20)], code=4)
+    a = write_raw_megatron(
+        tmp_path / "a_text_document", [list(range(5 * i, 5 * i + 5)) for i in range(20)], code=4
+    )
+    b = write_raw_megatron(
+        tmp_path / "sub" / "b_text_document",
+        [list(range(1000 + 5 * i, 1005 + 5 * i)) for i in range(20)],
+        code=4,
+    )
     return a, b
 
 
 def test_split_carves_document_ranges_and_valid_part_validates(
-        counting_datasets: tuple[Path, Path]) -> None:
+    counting_datasets: tuple[Path, Path],
+) -> None:
     a, b = counting_datasets
     (train,) = load_datasets([SourceSpec(str(a))], "megatron", "80,15,5", "train")
     (valid,) = load_datasets([SourceSpec(str(a))], "megatron", "80,15,5", "valid")
@@ -236,15 +265,21 @@ def test_split_carves_document_ranges_and_valid_part_validates(
 
     # Training windows are the Megatron sampler's: seq_len + 1 tokens, stride seq_len, spanning
     # documents, over the train documents only.
-    cfg = _cfg(**{"data.paths": f"{a},{b}", "data.split": "80,20,0", "train.eval_every": 2,
-                  "train.eval_batches": 100})
+    cfg = _cfg(
+        **{
+            "data.paths": f"{a},{b}",
+            "data.split": "80,20,0",
+            "train.eval_every": 2,
+            "train.eval_batches": 100,
+        }
+    )
     validate(cfg)
     it = make_train_iterator(cfg, 2000)
     rows = np.concatenate([next(it)["inputs"] for _ in range(20)])
     train_tokens = np.r_[np.arange(80), np.arange(1000, 1080)]
     # One pool of both train parts: 159 // 4 = 39 windows, 19 batches of 2, then epoch 2.
     for i, row in enumerate(rows[:38]):
-        np.testing.assert_array_equal(row, train_tokens[4 * i:4 * i + 4])
+        np.testing.assert_array_equal(row, train_tokens[4 * i : 4 * i + 4])
     np.testing.assert_array_equal(rows[38], train_tokens[:4])
     evals = [b["inputs"] for b in make_eval_batches(cfg, 2000)()]
     valid_tokens = np.r_[np.arange(80, 100), np.arange(1080, 1100)]
@@ -254,12 +289,14 @@ def test_split_carves_document_ranges_and_valid_part_validates(
 
 
 def test_validation_from_val_paths_uses_whole_datasets(
-        counting_datasets: tuple[Path, Path]) -> None:
+    counting_datasets: tuple[Path, Path],
+) -> None:
     a, b = counting_datasets
     cfg = _cfg(**{"data.paths": str(a), "data.val_paths": str(b), "data.split": "50,50,0"})
     evals = list(make_eval_batches(cfg, 2000)())
-    np.testing.assert_array_equal(evals[0]["inputs"], [[1000, 1001, 1002, 1003],
-                                                       [1004, 1005, 1006, 1007]])
+    np.testing.assert_array_equal(
+        evals[0]["inputs"], [[1000, 1001, 1002, 1003], [1004, 1005, 1006, 1007]]
+    )
     assert make_eval_batches(_cfg(**{"data.paths": str(a)}), 2000) is None
     with pytest.raises(ConfigError, match="no validation data"):
         validate(_cfg(**{"data.paths": str(a), "train.eval_every": 5}))

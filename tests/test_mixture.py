@@ -28,16 +28,23 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     and a Megatron dataset m (20000..20400 in documents of 10 tokens, EOS 0-free)."""
     root = tmp_path_factory.mktemp("mixture")
     write_raw_shard(root / "a", "00000_unshuffled.ds", [list(range(0, 161))], width=4)
-    write_raw_shard(root / "b", "00000_unshuffled.ds", [list(range(BASE_B, BASE_B + 81))],
-                    width=4)
-    write_raw_megatron(root / "m" / "m_text_document",
-                       [list(range(20_000 + 10 * i, 20_010 + 10 * i)) for i in range(40)], code=4)
+    write_raw_shard(root / "b", "00000_unshuffled.ds", [list(range(BASE_B, BASE_B + 81))], width=4)
+    write_raw_megatron(
+        root / "m" / "m_text_document",
+        [list(range(20_000 + 10 * i, 20_010 + 10 * i)) for i in range(40)],
+        code=4,
+    )
     return {"a": root / "a", "b": root / "b", "m": root / "m" / "m_text_document"}
 
 
 def _cfg(**overrides: object) -> ConfigDict:
-    values = {"data.kind": "datatrove", "train.seq_len": SEQ, "train.global_batch_size": 10,
-              "data.prefetch": 2, **{k.replace("__", "."): v for k, v in overrides.items()}}
+    values = {
+        "data.kind": "datatrove",
+        "train.seq_len": SEQ,
+        "train.global_batch_size": 10,
+        "data.prefetch": 2,
+        **{k.replace("__", "."): v for k, v in overrides.items()},
+    }
     return load_config(str(REPO / "configs" / "base.py"), values)
 
 
@@ -72,10 +79,10 @@ def test_mixture_proportions_and_per_source_epochs(sources: dict[str, Path]) -> 
     # windows, every 40 rows of a one of a's 40.
     b_windows = (firsts[from_b] - BASE_B) // SEQ
     a_windows = firsts[~from_b] // SEQ
-    b_epochs = [b_windows[i:i + 20].tolist() for i in range(0, 580, 20)]
+    b_epochs = [b_windows[i : i + 20].tolist() for i in range(0, 580, 20)]
     assert all(sorted(e) == list(range(20)) for e in b_epochs)
     assert len({tuple(e) for e in b_epochs}) == len(b_epochs)
-    assert all(sorted(a_windows[i:i + 40]) == list(range(40)) for i in range(0, 1360, 40))
+    assert all(sorted(a_windows[i : i + 40]) == list(range(40)) for i in range(0, 1360, 40))
     # data.weights says the same thing as weights inside data.paths.
     apart = _cfg(data__paths=f"{sources['a']},{sources['b']}", data__weights="0.7,0.3")
     for x, y in zip(batches[:5], _take(make_train_iterator(apart, 20_000), 5)):
@@ -91,31 +98,45 @@ def test_mixture_order_is_the_documented_formula(sources: dict[str, Path]) -> No
     from jaxtrain.data.mixture import SOURCE_SEED_SALT
 
     cfg = _cfg(data__paths=f"0.7:{sources['a']},0.3:{sources['b']}", run__seed=3)
-    firsts = np.concatenate([b["inputs"][:, 0] for b in _take(make_train_iterator(cfg, 20_000),
-                                                               30)])
+    firsts = np.concatenate(
+        [b["inputs"][:, 0] for b in _take(make_train_iterator(cfg, 20_000), 30)]
+    )
     source, index = Interleave([0.7, 0.3]).locate(np.arange(firsts.size))
     lengths, bases = (40, 20), (0, BASE_B)
-    expected = [bases[k] + SEQ * index_shuffle(j % lengths[k], max_index=lengths[k] - 1,
-                                               seed=3 + j // lengths[k] + k * SOURCE_SEED_SALT,
-                                               rounds=4)
-                for k, j in zip(source.tolist(), index.tolist())]
+    expected = [
+        bases[k]
+        + SEQ
+        * index_shuffle(
+            j % lengths[k],
+            max_index=lengths[k] - 1,
+            seed=3 + j // lengths[k] + k * SOURCE_SEED_SALT,
+            rounds=4,
+        )
+        for k, j in zip(source.tolist(), index.tolist())
+    ]
     assert firsts.tolist() == expected
 
 
 def test_mixture_rows_are_sliced_among_processes(sources: dict[str, Path]) -> None:
     cfg = _cfg(data__paths=f"0.7:{sources['a']},0.3:{sources['b']}")
     whole = _take(make_train_iterator(cfg, 20_000), 6)
-    parts = [_take(make_train_iterator(cfg, 20_000, process_index=p, process_count=2), 6)
-             for p in range(2)]
+    parts = [
+        _take(make_train_iterator(cfg, 20_000, process_index=p, process_count=2), 6)
+        for p in range(2)
+    ]
     for step, batch in enumerate(whole):
         for key in batch:
             np.testing.assert_array_equal(
-                np.concatenate([parts[0][step][key], parts[1][step][key]]), batch[key])
+                np.concatenate([parts[0][step][key], parts[1][step][key]]), batch[key]
+            )
 
 
 def test_mixture_validation_is_fixed(sources: dict[str, Path]) -> None:
-    cfg = _cfg(data__paths=f"{sources['a']}", train__eval_batches=3,
-               data__val_paths=f"1:{sources['a']},1:{sources['b']}")
+    cfg = _cfg(
+        data__paths=f"{sources['a']}",
+        train__eval_batches=3,
+        data__val_paths=f"1:{sources['a']},1:{sources['b']}",
+    )
     make = make_eval_batches(cfg, 20_000)
     first, second = list(make()), list(make())
     assert len(first) == 3
@@ -145,9 +166,13 @@ RESUMABLE = {
     "per_file": dict(data__windowing="per_file"),
     "mixture": dict(data__paths="0.6:{a},0.4:{b}"),
     "megatron_blend_split_documents": dict(
-        data__kind="megatron", data__paths="0.5 {m} 0.5 {m}", data__split="90,10,0",
-        data__reset_attention_mask=True, data__reset_position_ids=True,
-        data__eod_mask_loss=True),
+        data__kind="megatron",
+        data__paths="0.5 {m} 0.5 {m}",
+        data__split="90,10,0",
+        data__reset_attention_mask=True,
+        data__reset_position_ids=True,
+        data__eod_mask_loss=True,
+    ),
 }
 
 
@@ -173,8 +198,12 @@ def test_worker_processes_resume_a_megatron_mixture(sources: dict[str, Path]) ->
     paths = f"0.7 {sources['m']} 0.3 {sources['m']}"
     plain = _cfg(data__kind="megatron", data__paths=paths, data__reset_attention_mask=True)
     expected = _take(make_train_iterator(plain, 30_000), 8)
-    workers = _cfg(data__kind="megatron", data__paths=paths, data__reset_attention_mask=True,
-                   data__worker_count=2)
+    workers = _cfg(
+        data__kind="megatron",
+        data__paths=paths,
+        data__reset_attention_mask=True,
+        data__worker_count=2,
+    )
     it = make_train_iterator(workers, 30_000)
     try:
         got = _take(it, 3)
@@ -196,10 +225,18 @@ def test_worker_processes_resume_a_megatron_mixture(sources: dict[str, Path]) ->
 def test_split_counts_documents_across_a_folders_shards(tmp_path: Path) -> None:
     # Three shards of four 5-token documents: tokens 0..59 in order.
     for k in range(3):
-        write_raw_shard(tmp_path, f"{k:05d}_unshuffled.ds",
-                        [list(range(20 * k + 5 * i, 20 * k + 5 * i + 5)) for i in range(4)])
-    cfg = _cfg(data__paths=str(tmp_path), data__split="50,50,0", data__shuffle=False,
-               train__global_batch_size=2, train__eval_batches=10)
+        write_raw_shard(
+            tmp_path,
+            f"{k:05d}_unshuffled.ds",
+            [list(range(20 * k + 5 * i, 20 * k + 5 * i + 5)) for i in range(4)],
+        )
+    cfg = _cfg(
+        data__paths=str(tmp_path),
+        data__split="50,50,0",
+        data__shuffle=False,
+        train__global_batch_size=2,
+        train__eval_batches=10,
+    )
     train = np.concatenate([b["inputs"] for b in _take(make_train_iterator(cfg, 100), 3)])
     valid = np.concatenate([b["inputs"] for b in make_eval_batches(cfg, 100)()])
     # Documents 0..5 train (shard 0 and half of shard 1), documents 6..11 validate.

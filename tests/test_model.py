@@ -13,8 +13,16 @@ from jaxtrain.models.attention import attention_mask
 from jaxtrain.models.mlp import swiglu
 from jaxtrain.models.rope import inverse_frequencies, rope_angles, rope_angles_for_length
 
-TINY = ModelSpec(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                 head_dim=8, intermediate_size=64, max_seq_len=64)
+TINY = ModelSpec(
+    vocab_size=97,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    intermediate_size=64,
+    max_seq_len=64,
+)
 
 
 def tokens(batch=2, length=12, seed=0):
@@ -30,8 +38,10 @@ def test_logits_shape_and_param_count():
     assert params["layers"]["attn"]["q_proj"]["kernel"].shape == (2, 32, 4, 8)
 
 
-@pytest.mark.parametrize("variant", [dict(), dict(qk_norm=True, qkv_bias=True),
-                                     dict(sliding_window=4), dict(tie_embeddings=True)])
+@pytest.mark.parametrize(
+    "variant",
+    [dict(), dict(qk_norm=True, qkv_bias=True), dict(sliding_window=4), dict(tie_embeddings=True)],
+)
 def test_cached_decoding_matches_full_forward(variant):
     spec = dataclasses.replace(TINY, **variant)
     model = build_model(spec, seed=1)
@@ -42,7 +52,7 @@ def test_cached_decoding_matches_full_forward(variant):
     h, cache = model.hidden_states(toks[:, :4], cache=cache, cache_index=0)
     pieces = [model.logits(h)]
     for i in range(4, 10):
-        h, cache = model.hidden_states(toks[:, i:i + 1], cache=cache, cache_index=i)
+        h, cache = model.hidden_states(toks[:, i : i + 1], cache=cache, cache_index=i)
         pieces.append(model.logits(h))
     np.testing.assert_allclose(jnp.concatenate(pieces, axis=1), full, atol=2e-5)
 
@@ -106,31 +116,37 @@ def test_swiglu_gradient_matches_autodiff(dtype):
     def reference(g, u):
         return jax.nn.silu(g) * u
 
-    np.testing.assert_array_equal(np.asarray(swiglu(gate, up), np.float32),
-                                  np.asarray(reference(gate, up), np.float32))
+    np.testing.assert_array_equal(
+        np.asarray(swiglu(gate, up), np.float32), np.asarray(reference(gate, up), np.float32)
+    )
     ours = jax.vjp(swiglu, gate, up)[1](dh)
     theirs = jax.vjp(reference, gate, up)[1](dh)
     tolerance = 1e-5 if dtype == jnp.float32 else 3e-2
     for a, b in zip(ours, theirs):
         assert a.dtype == dtype
-        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
-                                   rtol=tolerance, atol=tolerance)
+        np.testing.assert_allclose(
+            np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=tolerance, atol=tolerance
+        )
 
 
 def test_llama3_rope_scaling_keeps_high_frequencies():
     base = dataclasses.replace(TINY, head_dim=64, rope_theta=500000.0)
-    scaled = dataclasses.replace(base, rope_scaling="llama3", rope_factor=8.0,
-                                 rope_original_max_len=8192)
+    scaled = dataclasses.replace(
+        base, rope_scaling="llama3", rope_factor=8.0, rope_original_max_len=8192
+    )
     f0, f1 = inverse_frequencies(base), inverse_frequencies(scaled)
     assert f1[0] == pytest.approx(f0[0])  # shortest wavelength untouched
     assert f1[-1] == pytest.approx(f0[-1] / 8.0)  # longest wavelength slowed by the factor
 
 
-@pytest.mark.parametrize("scaling", [
-    dict(),
-    dict(rope_scaling="llama3", rope_factor=8.0, rope_original_max_len=16),
-    dict(rope_scaling="yarn", rope_factor=4.0, rope_original_max_len=16),  # cos/sin scaled
-])
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        dict(),
+        dict(rope_scaling="llama3", rope_factor=8.0, rope_original_max_len=16),
+        dict(rope_scaling="yarn", rope_factor=4.0, rope_original_max_len=16),  # cos/sin scaled
+    ],
+)
 def test_host_rope_tables_match_the_traced_ones(scaling):
     spec = dataclasses.replace(TINY, rope_theta=10000.0, **scaling)
     length = 300
@@ -149,13 +165,16 @@ def test_default_positions_match_explicit_ones():
     np.testing.assert_allclose(model(toks), explicit, atol=2e-5)
 
 
-@pytest.mark.parametrize("change, key", [
-    (dict(num_kv_heads=3), "num_kv_heads"),
-    (dict(head_dim=7), "head_dim"),
-    (dict(dtype="float64"), "dtype"),
-    (dict(remat="sometimes"), "remat"),
-    (dict(hidden_size=0), "hidden_size"),
-])
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        (dict(num_kv_heads=3), "num_kv_heads"),
+        (dict(head_dim=7), "head_dim"),
+        (dict(dtype="float64"), "dtype"),
+        (dict(remat="sometimes"), "remat"),
+        (dict(hidden_size=0), "hidden_size"),
+    ],
+)
 def test_invalid_spec_names_the_key(change, key):
     with pytest.raises(ConfigError, match=f"model.{key}"):
         dataclasses.replace(TINY, **change).validate()

@@ -23,27 +23,41 @@ from jaxtrain.models import ModelSpec, build_model
 from jaxtrain.models.moe import MoE, load_balancing_loss, route, router_z_loss
 from jaxtrain.train import step
 
-SPEC = ModelSpec(vocab_size=128, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                 head_dim=8, intermediate_size=64, max_seq_len=64, num_experts=4,
-                 num_experts_per_tok=2, moe_intermediate_size=24, moe_aux_loss_coef=0.01,
-                 moe_z_loss_coef=0.001, init_std=0.2)
+SPEC = ModelSpec(
+    vocab_size=128,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    intermediate_size=64,
+    max_seq_len=64,
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=24,
+    moe_aux_loss_coef=0.01,
+    moe_z_loss_coef=0.001,
+    init_std=0.2,
+)
 
 
-def _naive_moe(moe: MoE, x_TD: np.ndarray, score: str, norm_topk: bool,
-               capacity: int | None = None) -> np.ndarray:
+def _naive_moe(
+    moe: MoE, x_TD: np.ndarray, score: str, norm_topk: bool, capacity: int | None = None
+) -> np.ndarray:
     """One token at a time: transformers' routing (softmax over all experts, top-k, then
     renormalised for Mixtral and for Qwen with norm_topk), each chosen expert run densely;
     with a `capacity`, an expert ignores tokens once it has taken that many."""
     taken = np.zeros(moe.gate_proj.shape[0], int)
     router_DE = np.asarray(moe.router.kernel[...], np.float64)
-    gate_EDF, up_EDF, down_EFD = (np.asarray(p[...], np.float64)
-                                  for p in (moe.gate_proj, moe.up_proj, moe.down_proj))
+    gate_EDF, up_EDF, down_EFD = (
+        np.asarray(p[...], np.float64) for p in (moe.gate_proj, moe.up_proj, moe.down_proj)
+    )
     out_TD = np.zeros_like(x_TD, np.float64)
     for t, x_D in enumerate(np.asarray(x_TD, np.float64)):
         logits_E = x_D @ router_DE
         probs_E = np.exp(logits_E - logits_E.max())
         probs_E /= probs_E.sum()
-        chosen_K = np.argsort(-probs_E)[:moe.k]
+        chosen_K = np.argsort(-probs_E)[: moe.k]
         weights_K = probs_E[chosen_K]
         if score == "topk_softmax" or norm_topk:
             weights_K = weights_K / weights_K.sum()
@@ -56,8 +70,9 @@ def _naive_moe(moe: MoE, x_TD: np.ndarray, score: str, norm_topk: bool,
     return out_TD
 
 
-@pytest.mark.parametrize("score, norm_topk", [("topk_softmax", True), ("softmax_topk", True),
-                                              ("softmax_topk", False)])
+@pytest.mark.parametrize(
+    "score, norm_topk", [("topk_softmax", True), ("softmax_topk", True), ("softmax_topk", False)]
+)
 def test_moe_layer_matches_a_per_token_loop(score, norm_topk):
     spec = dataclasses.replace(SPEC, moe_score=score, moe_norm_topk=norm_topk)
     moe = MoE(spec, rngs=nnx.Rngs(params=0))
@@ -89,7 +104,8 @@ def test_capacity_path_trains_and_reports_dropped_assignments():
     tokens = jax.random.randint(jax.random.key(2), (2, 16), 0, spec.vocab_size)
     batch = {"inputs": tokens, "targets": tokens, "loss_mask": jnp.ones((2, 16))}
     (loss, aux), grads = jax.value_and_grad(step.loss_sums, argnums=1, has_aux=True)(
-        graphdef, params, batch, 0.0)
+        graphdef, params, batch, 0.0
+    )
     assert np.isfinite(float(loss))
     assert 0.0 < float(aux["moe_dropped_sum"] / aux["tokens"]) < 1.0
     gate_grad = grads["layers"]["mlp"]["gate_proj"]
@@ -114,8 +130,9 @@ def test_router_losses_follow_their_formulas():
     even, _ = load_balancing_loss(jnp.full((4, 4), 0.25), jnp.array([[0, 1], [2, 3]] * 2))
     np.testing.assert_allclose(float(even), 1.0, rtol=1e-6)
     logits_TE = jnp.array([[0.0, 0.0], [np.log(3.0), 0.0]])
-    np.testing.assert_allclose(float(router_z_loss(logits_TE)),
-                               (np.log(2.0) ** 2 + np.log(4.0) ** 2) / 2, rtol=1e-6)
+    np.testing.assert_allclose(
+        float(router_z_loss(logits_TE)), (np.log(2.0) ** 2 + np.log(4.0) ** 2) / 2, rtol=1e-6
+    )
 
 
 def test_routing_modes_differ_only_where_they_should():
@@ -149,11 +166,23 @@ def test_active_params_and_flops_count_top_k_experts():
 
 def _train(mesh, steps=2, num_micro=1):
     """Losses, last metrics and expert weight sharding of a few steps on one fixed batch."""
-    optim = ConfigDict(dict(lr=1e-2, min_lr=1e-3, schedule="cosine", warmup_steps=1,
-                            decay_steps=0, weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8,
-                            clip_grad_norm=1.0))
-    losses, metrics, _, param_shardings, _ = training_helpers.train(SPEC, mesh, steps, optim,
-                                                                    num_micro)
+    optim = ConfigDict(
+        dict(
+            lr=1e-2,
+            min_lr=1e-3,
+            schedule="cosine",
+            warmup_steps=1,
+            decay_steps=0,
+            weight_decay=0.1,
+            b1=0.9,
+            b2=0.95,
+            eps=1e-8,
+            clip_grad_norm=1.0,
+        )
+    )
+    losses, metrics, _, param_shardings, _ = training_helpers.train(
+        SPEC, mesh, steps, optim, num_micro
+    )
     return losses, metrics, param_shardings["layers"]["mlp"]["gate_proj"].spec
 
 
@@ -181,18 +210,22 @@ def test_router_losses_are_added_to_the_training_loss():
     decoder = build_model(SPEC)
     graphdef, params = nnx.split(decoder, nnx.Param)
     toks = np.random.default_rng(0).integers(0, SPEC.vocab_size, (2, 9))
-    batch = {"inputs": jnp.asarray(toks[:, :-1], jnp.int32),
-             "targets": jnp.asarray(toks[:, 1:], jnp.int32),
-             "loss_mask": jnp.ones((2, 8), jnp.float32)}
+    batch = {
+        "inputs": jnp.asarray(toks[:, :-1], jnp.int32),
+        "targets": jnp.asarray(toks[:, 1:], jnp.int32),
+        "loss_mask": jnp.ones((2, 8), jnp.float32),
+    }
     loss, aux = step.loss_sums(graphdef, nnx.to_pure_dict(params), batch, 0.0)
     _, stats = decoder.forward_with_stats(batch["inputs"])
-    penalty = (SPEC.moe_aux_loss_coef * jnp.mean(stats["aux_loss"])
-               + SPEC.moe_z_loss_coef * jnp.mean(stats["z_loss"]))
+    penalty = SPEC.moe_aux_loss_coef * jnp.mean(
+        stats["aux_loss"]
+    ) + SPEC.moe_z_loss_coef * jnp.mean(stats["z_loss"])
     np.testing.assert_allclose(float(loss), float(aux["ce_sum"] + penalty * 16), rtol=1e-6)
     assert stats["load"].shape == (SPEC.num_layers, SPEC.num_experts)
 
 
 def test_expert_count_must_divide_over_the_expert_axis():
     with pytest.raises(sharding.MeshError, match="model.num_experts=4 .* 8 shards .*'expert'"):
-        mesh_check.check_fits_mesh(SPEC, _mesh(ici_expert=8), sharding.RULE_PRESETS["fsdp"],
-                                   seq_len=16, micro_batch=8)
+        mesh_check.check_fits_mesh(
+            SPEC, _mesh(ici_expert=8), sharding.RULE_PRESETS["fsdp"], seq_len=16, micro_batch=8
+        )

@@ -29,11 +29,19 @@ WORKER = str(Path(__file__).resolve().parent / "multiprocess_worker.py")
 
 def train_args(run_dir: Path, checkpoint_dir: Path) -> list[str]:
     """CLI arguments of a 4-step debug run on synthetic tokens, logging every step."""
-    return ["--config", str(REPO / "configs" / "llama_debug.py"),
-            f"--config.run.dir={run_dir}", f"--config.checkpoint.dir={checkpoint_dir}",
-            "--config.train.steps=4", "--config.train.log_every=1", "--config.train.seq_len=32",
-            "--config.train.progress=false", "--config.train.eval_batches=0",
-            "--config.optim.lr=1e-2", "--config.optim.warmup_steps=1"]
+    return [
+        "--config",
+        str(REPO / "configs" / "llama_debug.py"),
+        f"--config.run.dir={run_dir}",
+        f"--config.checkpoint.dir={checkpoint_dir}",
+        "--config.train.steps=4",
+        "--config.train.log_every=1",
+        "--config.train.seq_len=32",
+        "--config.train.progress=false",
+        "--config.train.eval_batches=0",
+        "--config.optim.lr=1e-2",
+        "--config.optim.warmup_steps=1",
+    ]
 
 
 @pytest.mark.slow  # about a minute on two cores: three jax processes compile at once
@@ -42,12 +50,24 @@ def test_two_processes_train_exactly_like_one(tmp_path):
     procs = []
     for pid in range(2):
         args = train_args(tmp_path / f"run{pid}", tmp_path / "ckpt")
-        args += ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                 "--process-id", str(pid)]
+        args += [
+            "--coordinator",
+            f"127.0.0.1:{port}",
+            "--num-processes",
+            "2",
+            "--process-id",
+            str(pid),
+        ]
         log = open(tmp_path / f"log{pid}", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, WORKER, "train", str(tmp_path / f"out{pid}.json"), "--", *args],
-            env=child_env(4), stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, WORKER, "train", str(tmp_path / f"out{pid}.json"), "--", *args],
+                env=child_env(4),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+        )
     try:
         # The reference (1 process x 8 devices) trains here while the pair runs.
         assert main(["train", *train_args(tmp_path / "ref", tmp_path / "ref_ckpt")]) == 0
@@ -84,17 +104,33 @@ def test_pipeline_stages_in_two_processes_train_like_one_process(tmp_path):
     """dcn_pipeline=2: each process holds one stage (half the blocks, 4 fsdp shards each) and
     the activations cross between processes; the losses are one process's without a pipeline."""
     port = free_port()
-    stages = ["--config.model.num_layers=4", "--config.mesh.dcn_pipeline=2",
-              "--config.mesh.dcn_data=1", "--config.mesh.ici_fsdp=4"]
+    stages = [
+        "--config.model.num_layers=4",
+        "--config.mesh.dcn_pipeline=2",
+        "--config.mesh.dcn_data=1",
+        "--config.mesh.ici_fsdp=4",
+    ]
     procs = []
     for pid in range(2):
         args = train_args(tmp_path / f"run{pid}", tmp_path / "ckpt") + stages
-        args += ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-                 "--process-id", str(pid)]
+        args += [
+            "--coordinator",
+            f"127.0.0.1:{port}",
+            "--num-processes",
+            "2",
+            "--process-id",
+            str(pid),
+        ]
         log = open(tmp_path / f"log{pid}", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, WORKER, "train", str(tmp_path / f"out{pid}.json"), "--", *args],
-            env=child_env(4), stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, WORKER, "train", str(tmp_path / f"out{pid}.json"), "--", *args],
+                env=child_env(4),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+        )
     try:
         reference_args = train_args(tmp_path / "ref", tmp_path / "ref_ckpt")
         assert main(["train", *reference_args, "--config.model.num_layers=4"]) == 0
@@ -118,21 +154,31 @@ def test_pipeline_stages_in_two_processes_train_like_one_process(tmp_path):
 
 def test_unreachable_coordinator_is_a_clear_error_within_the_timeout():
     start = time.monotonic()
-    with pytest.raises(distributed.DistributedError,
-                       match=r"process 1 of 2 could not reach the coordinator at "
-                             r"127\.0\.0\.1:\d+ within 2 s"):
-        distributed.initialize_from_env(2, coordinator=f"127.0.0.1:{free_port()}",
-                                        num_processes=2, process_id=1)
+    with pytest.raises(
+        distributed.DistributedError,
+        match=r"process 1 of 2 could not reach the coordinator at "
+        r"127\.0\.0\.1:\d+ within 2 s",
+    ):
+        distributed.initialize_from_env(
+            2, coordinator=f"127.0.0.1:{free_port()}", num_processes=2, process_id=1
+        )
     assert time.monotonic() - start < 10
 
 
 def long_run_args(root: Path) -> list[str]:
     """A debug run long enough to be killed in the middle, checkpointing every 20 steps."""
-    return ["--config", str(REPO / "configs" / "llama_debug.py"), f"--config.run.dir={root}",
-            "--config.train.steps=100000", "--config.train.log_every=1",
-            "--config.train.seq_len=32", "--config.train.global_batch_size=4",
-            "--config.train.progress=false", "--config.train.eval_batches=0",
-            "--config.checkpoint.every=20"]
+    return [
+        "--config",
+        str(REPO / "configs" / "llama_debug.py"),
+        f"--config.run.dir={root}",
+        "--config.train.steps=100000",
+        "--config.train.log_every=1",
+        "--config.train.seq_len=32",
+        "--config.train.global_batch_size=4",
+        "--config.train.progress=false",
+        "--config.train.eval_batches=0",
+        "--config.checkpoint.every=20",
+    ]
 
 
 def kill_and_time_the_survivor(tmp_path: Path, victim: int, **env: str) -> tuple[Job, float]:
@@ -142,8 +188,9 @@ def kill_and_time_the_survivor(tmp_path: Path, victim: int, **env: str) -> tuple
     job = Job(long_run_args(run_dir), tmp_path / "logs", env=env)
     deadline = time.monotonic() + 240
     while not (run_dir / "checkpoints" / "20").is_dir():
-        assert time.monotonic() < deadline and all(p.poll() is None for p in job.procs), \
-            job.log(0) + job.log(1)
+        assert time.monotonic() < deadline and all(p.poll() is None for p in job.procs), job.log(
+            0
+        ) + job.log(1)
         time.sleep(0.1)
     job.procs[victim].kill()
     killed = time.monotonic()
@@ -184,11 +231,22 @@ def test_an_error_in_one_process_stops_the_others_at_once(tmp_path):
     port = free_port()
     procs = []
     for pid in range(2):
-        env = child_env(2, JAXTRAIN_COORDINATOR=f"127.0.0.1:{port}", JAXTRAIN_NUM_PROCESSES="2",
-                        JAXTRAIN_PROCESS_ID=str(pid))
-        procs.append(subprocess.Popen([sys.executable, WORKER, "spin", "fail" if pid else ""],
-                                      env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, cwd=REPO))
+        env = child_env(
+            2,
+            JAXTRAIN_COORDINATOR=f"127.0.0.1:{port}",
+            JAXTRAIN_NUM_PROCESSES="2",
+            JAXTRAIN_PROCESS_ID=str(pid),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, WORKER, "spin", "fail" if pid else ""],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd=REPO,
+            )
+        )
     try:
         outputs = [p.communicate(timeout=60)[0] for p in procs]
     finally:

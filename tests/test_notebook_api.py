@@ -11,11 +11,14 @@ from jaxtrain.trainer import Trainer
 
 
 def test_load_config_from_a_preset_or_a_file_with_both_override_styles():
-    cfg = jt.load_config("qwen3-debug", {"train.steps": 7}, train__seq_len=64,
-                         optim__lr="1e-3")
+    cfg = jt.load_config("qwen3-debug", {"train.steps": 7}, train__seq_len=64, optim__lr="1e-3")
     assert cfg.model.preset == "qwen3-debug" and cfg.model.qk_norm
     assert (cfg.run.name, cfg.train.steps, cfg.train.seq_len, cfg.optim.lr) == (
-        "qwen3-debug", 7, 64, 1e-3)
+        "qwen3-debug",
+        7,
+        64,
+        1e-3,
+    )
     cfg = jt.load_config(REPO / "configs" / "demo.py", train__steps=5)
     assert cfg.run.name == "demo" and cfg.train.steps == 5
     with pytest.raises(ConfigError, match="train.stepz"):
@@ -26,11 +29,20 @@ def test_load_config_from_a_preset_or_a_file_with_both_override_styles():
 
 @pytest.fixture
 def trainer(tmp_path, datatrove_corpus):
-    cfg = jt.load_config("llama-debug", {
-        "run.dir": str(tmp_path / "run"), "data.kind": "datatrove",
-        "data.paths": str(datatrove_corpus.folder), "data.tokenizer":
-        str(datatrove_corpus.tokenizer), "train.seq_len": 32, "train.global_batch_size": 8,
-        "train.steps": 2, "train.progress": False, "checkpoint.every": 0})
+    cfg = jt.load_config(
+        "llama-debug",
+        {
+            "run.dir": str(tmp_path / "run"),
+            "data.kind": "datatrove",
+            "data.paths": str(datatrove_corpus.folder),
+            "data.tokenizer": str(datatrove_corpus.tokenizer),
+            "train.seq_len": 32,
+            "train.global_batch_size": 8,
+            "train.steps": 2,
+            "train.progress": False,
+            "checkpoint.every": 0,
+        },
+    )
     trainer = Trainer(cfg, console=False)
     yield trainer
     trainer.close()
@@ -41,8 +53,10 @@ def test_param_table_peek_and_sample(trainer):
     assert table.total == trainer.num_params
     embed = next(r for r in table.rows if r.path == "embed/embedding")
     assert embed.axes == ("vocab", "embed") and "fsdp" in embed.spec
-    assert embed.count == 512 * 64 and str(table).splitlines()[-1].split()[-1] == \
-        f"{trainer.num_params:,}"
+    assert (
+        embed.count == 512 * 64
+        and str(table).splitlines()[-1].split()[-1] == f"{trainer.num_params:,}"
+    )
     assert "<table>" in table._repr_html_()
     assert jt.param_table(trainer.model()).total == trainer.num_params
 

@@ -27,8 +27,13 @@ def base_cfg() -> ConfigDict:
 
 def _cfg(base: ConfigDict, **overrides: object) -> ConfigDict:
     cfg = ConfigDict(base.to_dict())
-    values = {"data.kind": "datatrove", "train.seq_len": SEQ, "train.global_batch_size": 4,
-              "data.prefetch": 2, **{k.replace("__", "."): v for k, v in overrides.items()}}
+    values = {
+        "data.kind": "datatrove",
+        "train.seq_len": SEQ,
+        "train.global_batch_size": 4,
+        "data.prefetch": 2,
+        **{k.replace("__", "."): v for k, v in overrides.items()},
+    }
     for key, value in values.items():
         section, leaf = key.split(".")
         cfg[section][leaf] = value
@@ -58,19 +63,26 @@ def _take(it, n: int) -> list[dict[str, np.ndarray]]:
 
 
 def test_batch_format(base_cfg: ConfigDict, datatrove_corpus: DatatroveCorpus) -> None:
-    cfg = _cfg(base_cfg, data__paths=str(datatrove_corpus.folder), train__seq_len=16,
-               data__tokenizer=str(datatrove_corpus.tokenizer))
+    cfg = _cfg(
+        base_cfg,
+        data__paths=str(datatrove_corpus.folder),
+        train__seq_len=16,
+        data__tokenizer=str(datatrove_corpus.tokenizer),
+    )
     batch = next(make_train_iterator(cfg, vocab_size=400))
     assert sorted(batch) == ["inputs", "loss_mask", "targets"]
     assert {k: (v.shape, v.dtype.name) for k, v in batch.items()} == {
-        "inputs": ((4, 16), "int32"), "targets": ((4, 16), "int32"),
-        "loss_mask": ((4, 16), "float32")}
+        "inputs": ((4, 16), "int32"),
+        "targets": ((4, 16), "int32"),
+        "loss_mask": ((4, 16), "float32"),
+    }
     np.testing.assert_array_equal(batch["inputs"][:, 1:], batch["targets"][:, :-1])
     assert "2 shards" in data_summary(cfg)
 
 
-def test_each_epoch_is_a_new_deterministic_permutation(base_cfg: ConfigDict,
-                                                       counting_shards: Path) -> None:
+def test_each_epoch_is_a_new_deterministic_permutation(
+    base_cfg: ConfigDict, counting_shards: Path
+) -> None:
     cfg = _cfg(base_cfg, data__paths=str(counting_shards))
     it = make_train_iterator(cfg, 161)
     stream = [w for b in _take(it, 30) for w in _windows(b)]
@@ -82,36 +94,40 @@ def test_each_epoch_is_a_new_deterministic_permutation(base_cfg: ConfigDict,
     again = [w for b in _take(make_train_iterator(cfg, 161), 30) for w in _windows(b)]
     assert again == stream
     other_seed = _cfg(base_cfg, data__paths=str(counting_shards), run__seed=7)
-    assert [w for b in _take(make_train_iterator(other_seed, 161), 10)
-            for w in _windows(b)] != epochs[0]
+    assert [
+        w for b in _take(make_train_iterator(other_seed, 161), 10) for w in _windows(b)
+    ] != epochs[0]
     unshuffled = _cfg(base_cfg, data__paths=str(counting_shards), data__shuffle=False)
-    assert [w for b in _take(make_train_iterator(unshuffled, 161), 12)
-            for w in _windows(b)] == list(range(40)) + list(range(8))
+    assert [
+        w for b in _take(make_train_iterator(unshuffled, 161), 12) for w in _windows(b)
+    ] == list(range(40)) + list(range(8))
 
 
-def test_order_is_grains_shuffle_repeat_cut_to_whole_batches(base_cfg: ConfigDict,
-                                                             counting_shards: Path) -> None:
+def test_order_is_grains_shuffle_repeat_cut_to_whole_batches(
+    base_cfg: ConfigDict, counting_shards: Path
+) -> None:
     """Epoch e is grain's index shuffle of all windows with seed run.seed + e (the order of
     `range(n).shuffle(seed).repeat()`), cut to whole global batches: the order checkpoints
     written by earlier versions point into."""
     import grain
 
     # 40 windows, batches of 12: 3 batches per epoch, 4 windows skipped in each epoch.
-    cfg = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=12,
-               run__seed=5)
+    cfg = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=12, run__seed=5)
     ours = [w for b in _take(make_train_iterator(cfg, 161), 9) for w in _windows(b)]
     reference = grain.MapDataset.range(40).shuffle(seed=5).repeat(None)
     assert ours == [reference[40 * e + i] for e in range(3) for i in range(36)]
 
 
 @pytest.mark.parametrize("process_count", [2, 4])
-def test_processes_read_disjoint_rows_of_the_same_batches(base_cfg: ConfigDict,
-                                                          counting_shards: Path,
-                                                          process_count: int) -> None:
+def test_processes_read_disjoint_rows_of_the_same_batches(
+    base_cfg: ConfigDict, counting_shards: Path, process_count: int
+) -> None:
     cfg = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=8)
     whole = _take(make_train_iterator(cfg, 161), 12)  # 5 batches per epoch: crosses two epochs
-    parts = [_take(make_train_iterator(cfg, 161, process_index=p, process_count=process_count), 12)
-             for p in range(process_count)]
+    parts = [
+        _take(make_train_iterator(cfg, 161, process_index=p, process_count=process_count), 12)
+        for p in range(process_count)
+    ]
     for step, batch in enumerate(whole):
         for key in batch:
             local = [part[step][key] for part in parts]
@@ -153,8 +169,9 @@ def test_exact_resume_from_state(base_cfg: ConfigDict, counting_shards: Path) ->
             np.testing.assert_array_equal(a[key], b[key])
 
 
-def test_a_state_resumes_on_another_process_count(base_cfg: ConfigDict,
-                                                  counting_shards: Path) -> None:
+def test_a_state_resumes_on_another_process_count(
+    base_cfg: ConfigDict, counting_shards: Path
+) -> None:
     """The state is a global batch number: a checkpoint written by two processes resumes on one
     (or four) with the same global batches, which is why it is saved once for all processes."""
     cfg = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=8)
@@ -173,24 +190,38 @@ def test_a_state_resumes_on_another_process_count(base_cfg: ConfigDict,
 
 def test_iterator_without_prefetch(base_cfg: ConfigDict, counting_shards: Path) -> None:
     threaded = _take(make_train_iterator(_cfg(base_cfg, data__paths=str(counting_shards)), 161), 5)
-    plain = _take(make_train_iterator(
-        _cfg(base_cfg, data__paths=str(counting_shards), data__prefetch=0), 161), 5)
+    plain = _take(
+        make_train_iterator(
+            _cfg(base_cfg, data__paths=str(counting_shards), data__prefetch=0), 161
+        ),
+        5,
+    )
     assert [_windows(b) for b in threaded] == [_windows(b) for b in plain]
 
 
-def test_eval_batches_are_fixed_and_in_file_order(base_cfg: ConfigDict,
-                                                  counting_shards: Path) -> None:
-    cfg = _cfg(base_cfg, data__paths=str(counting_shards), data__val_paths=str(counting_shards),
-               train__eval_batches=3)
+def test_eval_batches_are_fixed_and_in_file_order(
+    base_cfg: ConfigDict, counting_shards: Path
+) -> None:
+    cfg = _cfg(
+        base_cfg,
+        data__paths=str(counting_shards),
+        data__val_paths=str(counting_shards),
+        train__eval_batches=3,
+    )
     make = make_eval_batches(cfg, 161)
     first, second = list(make()), list(make())
     assert [_windows(b) for b in first] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
     assert [_windows(b) for b in second] == [_windows(b) for b in first]
-    halves = [list(make_eval_batches(cfg, 161, process_index=p, process_count=2)())
-              for p in range(2)]
+    halves = [
+        list(make_eval_batches(cfg, 161, process_index=p, process_count=2)()) for p in range(2)
+    ]
     assert [_windows(a) + _windows(b) for a, b in zip(*halves)] == [_windows(b) for b in first]
-    many = _cfg(base_cfg, data__paths=str(counting_shards), data__val_paths=str(counting_shards),
-                train__eval_batches=100)
+    many = _cfg(
+        base_cfg,
+        data__paths=str(counting_shards),
+        data__val_paths=str(counting_shards),
+        train__eval_batches=100,
+    )
     assert len(list(make_eval_batches(many, 161)())) == 10  # all the validation data holds
     assert make_eval_batches(_cfg(base_cfg, data__paths=str(counting_shards)), 161) is None
 
@@ -216,8 +247,9 @@ def test_synthetic_data_is_deterministic(base_cfg: ConfigDict) -> None:
     assert "synthetic" in data_summary(cfg)
 
 
-def test_config_and_data_errors(base_cfg: ConfigDict, counting_shards: Path,
-                                tmp_path: Path) -> None:
+def test_config_and_data_errors(
+    base_cfg: ConfigDict, counting_shards: Path, tmp_path: Path
+) -> None:
     cfg = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=6)
     with pytest.raises(ConfigError, match="global_batch_size=6 is not divisible by the 4"):
         make_train_iterator(cfg, 161, process_count=4)
@@ -232,8 +264,9 @@ def test_config_and_data_errors(base_cfg: ConfigDict, counting_shards: Path,
 
 
 @pytest.mark.slow  # worker processes start by importing jax: ~10 s on two cores
-def test_worker_processes_give_the_same_batches(base_cfg: ConfigDict,
-                                                counting_shards: Path) -> None:
+def test_worker_processes_give_the_same_batches(
+    base_cfg: ConfigDict, counting_shards: Path
+) -> None:
     cfg = _cfg(base_cfg, data__paths=str(counting_shards))
     expected = [_windows(b) for b in _take(make_train_iterator(cfg, 161), 8)]
     workers = _cfg(base_cfg, data__paths=str(counting_shards), data__worker_count=1)
@@ -253,9 +286,14 @@ def test_worker_processes_give_the_same_batches(base_cfg: ConfigDict,
         resumed.close()
 
 
-@pytest.mark.parametrize("options", [{}, {"data__reset_attention_mask": True},
-                                     {"data__reset_position_ids": True,
-                                      "data__eod_mask_loss": True}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"data__reset_attention_mask": True},
+        {"data__reset_position_ids": True, "data__eod_mask_loss": True},
+    ],
+)
 def test_batch_fields_declare_what_the_iterators_yield(base_cfg, counting_shards, options):
     """The train step is compiled for `batch_fields` before any batch is read."""
     from jaxtrain.data.pipeline import batch_fields

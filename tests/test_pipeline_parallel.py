@@ -20,11 +20,25 @@ from jaxtrain.models.pipeline import Schedule
 from jaxtrain.sharding import MeshError
 
 # Eight blocks: four stages of two. Grouped-query attention, dims <= 64.
-DENSE = ModelSpec(vocab_size=128, hidden_size=32, num_layers=8, num_heads=4, num_kv_heads=2,
-                  head_dim=8, intermediate_size=64, max_seq_len=64)
+DENSE = ModelSpec(
+    vocab_size=128,
+    hidden_size=32,
+    num_layers=8,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    intermediate_size=64,
+    max_seq_len=64,
+)
 # Every block with experts; both router losses on, so their gradients take part.
-MOE = dataclasses.replace(DENSE, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-                          moe_aux_loss_coef=0.01, moe_z_loss_coef=1e-3)
+MOE = dataclasses.replace(
+    DENSE,
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=16,
+    moe_aux_loss_coef=0.01,
+    moe_z_loss_coef=1e-3,
+)
 # DeepSeek's layout: two leading dense blocks (before the pipeline), then four expert blocks.
 DENSE_THEN_MOE = dataclasses.replace(MOE, num_layers=6, num_dense_layers=2)
 # Llama 4's layout: dense and expert blocks alternate; four groups of two.
@@ -32,11 +46,13 @@ INTERLEAVED = dataclasses.replace(MOE, moe_layer_step=2)
 STEPS = 2
 
 
-def losses(spec: ModelSpec, sizes: dict[str, int], schedule: Schedule = Schedule(),
-           num_micro: int = 1) -> list[float]:
+def losses(
+    spec: ModelSpec, sizes: dict[str, int], schedule: Schedule = Schedule(), num_micro: int = 1
+) -> list[float]:
     """Losses of STEPS steps on one fixed batch of 8 x 16 tokens on a mesh of `sizes`."""
-    mesh = sharding.make_mesh(mesh_config(**sizes), devices=jax.devices()[:int(np.prod(
-        list(sizes.values()) or [1]))])
+    mesh = sharding.make_mesh(
+        mesh_config(**sizes), devices=jax.devices()[: int(np.prod(list(sizes.values()) or [1]))]
+    )
     with pipeline.use(schedule):
         return training_helpers.train(spec, mesh, STEPS, num_micro=num_micro)[0]
 
@@ -57,27 +73,44 @@ def test_pipeline4_fsdp2_trains_like_one_device(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec, sizes, schedule, num_micro", [
-    (MOE, dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 1),
-    (DENSE, dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 2),
-    (MOE, dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 2),
-    (dataclasses.replace(DENSE, remat="full"), dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 1),
-    (dataclasses.replace(MOE, remat="dots"), dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 1),
-    (DENSE_THEN_MOE, dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 1),
-    (INTERLEAVED, dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 1),
-    (DENSE, dict(ici_pipeline=2, ici_fsdp=4), Schedule(microbatches=2, repeats=2), 1),
-    (DENSE, dict(ici_pipeline=2, ici_tensor=2, ici_context=2), Schedule(), 1),
-    (MOE, dict(ici_pipeline=2, ici_expert=2, ici_data=2), Schedule(), 1),
-], ids=["moe", "dense_accumulation", "moe_accumulation", "dense_remat", "moe_remat",
-        "dense_then_moe", "interleaved", "circular", "tensor_context", "expert_data"])
+@pytest.mark.parametrize(
+    "spec, sizes, schedule, num_micro",
+    [
+        (MOE, dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 1),
+        (DENSE, dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 2),
+        (MOE, dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 2),
+        (dataclasses.replace(DENSE, remat="full"), dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 1),
+        (dataclasses.replace(MOE, remat="dots"), dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 1),
+        (DENSE_THEN_MOE, dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 1),
+        (INTERLEAVED, dict(ici_pipeline=4, ici_fsdp=2), Schedule(), 1),
+        (DENSE, dict(ici_pipeline=2, ici_fsdp=4), Schedule(microbatches=2, repeats=2), 1),
+        (DENSE, dict(ici_pipeline=2, ici_tensor=2, ici_context=2), Schedule(), 1),
+        (MOE, dict(ici_pipeline=2, ici_expert=2, ici_data=2), Schedule(), 1),
+    ],
+    ids=[
+        "moe",
+        "dense_accumulation",
+        "moe_accumulation",
+        "dense_remat",
+        "moe_remat",
+        "dense_then_moe",
+        "interleaved",
+        "circular",
+        "tensor_context",
+        "expert_data",
+    ],
+)
 def test_pipeline_trains_like_one_device(spec, sizes, schedule, num_micro):
     got = losses(spec, sizes, schedule, num_micro)
     np.testing.assert_allclose(got, one_device(spec, num_micro), rtol=1e-4)
 
 
 def _amax_histories(params: dict) -> dict[str, np.ndarray]:
-    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf
-            in jax.tree_util.tree_flatten_with_path(params)[0] if "fp8_amax" in str(path)}
+    return {
+        jax.tree_util.keystr(path): np.asarray(leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+        if "fp8_amax" in str(path)
+    }
 
 
 def test_fp8_amax_histories_of_a_pipeline_are_one_devices():
@@ -89,7 +122,8 @@ def test_fp8_amax_histories_of_a_pipeline_are_one_devices():
     with pipeline.use(Schedule()):
         got_losses, _, got_state, _, _ = training_helpers.train(spec, mesh, 1)
     want_losses, _, want_state, _, _ = training_helpers.train(
-        spec, sharding.make_mesh(mesh_config(), devices=jax.devices()[:1]), 1)
+        spec, sharding.make_mesh(mesh_config(), devices=jax.devices()[:1]), 1
+    )
     np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
     got, want = _amax_histories(got_state), _amax_histories(want_state)
     assert want and got.keys() == want.keys()
@@ -106,8 +140,10 @@ def test_stages_hold_contiguous_runs_of_the_stack_and_the_prefix_whole():
     rules = sharding.RULE_PRESETS["fsdp_tensor"]
     tx = optimizer.make_optimizer(training_helpers.optim(), 1)
     layout = state.state_layout(DENSE_THEN_MOE, tx, mesh, rules)
-    specs = {jax.tree_util.keystr(p): s.spec for p, s in
-             jax.tree_util.tree_leaves_with_path(layout.shardings["params"])}
+    specs = {
+        jax.tree_util.keystr(p): s.spec
+        for p, s in jax.tree_util.tree_leaves_with_path(layout.shardings["params"])
+    }
     gate = next(v for k, v in specs.items() if "['layers']" in k and "gate_proj" in k)
     prefix = next(v for k, v in specs.items() if "['dense_layers']" in k and "gate" in k)
     assert gate[0] == "pipeline"
@@ -125,37 +161,61 @@ def test_bubble_fraction_and_default_micro_batches():
     assert pipeline.default_microbatches(4, rows=2, shards=2) == 1
 
 
-def _check(spec: ModelSpec, sizes: dict[str, int], micro_batch: int = 8,
-           schedule: Schedule = Schedule()) -> None:
-    mesh = sharding.make_mesh(mesh_config(**sizes), devices=jax.devices()[:int(np.prod(
-        list(sizes.values())))])
-    mesh_check.check_fits_mesh(spec, mesh, sharding.RULE_PRESETS["fsdp_tensor"], seq_len=16,
-                               micro_batch=micro_batch, mesh_cfg=mesh_config(**sizes),
-                               schedule=schedule)
+def _check(
+    spec: ModelSpec, sizes: dict[str, int], micro_batch: int = 8, schedule: Schedule = Schedule()
+) -> None:
+    mesh = sharding.make_mesh(
+        mesh_config(**sizes), devices=jax.devices()[: int(np.prod(list(sizes.values())))]
+    )
+    mesh_check.check_fits_mesh(
+        spec,
+        mesh,
+        sharding.RULE_PRESETS["fsdp_tensor"],
+        seq_len=16,
+        micro_batch=micro_batch,
+        mesh_cfg=mesh_config(**sizes),
+        schedule=schedule,
+    )
 
 
 def test_stacks_that_do_not_split_into_stages_are_refused_with_the_arithmetic():
-    with pytest.raises(MeshError, match=r"model.num_layers=6 blocks do not split into the 4 "
-                                        r"pipeline stages \(mesh.ici_pipeline=4\): 6 / 4 = 1.5"):
+    with pytest.raises(
+        MeshError,
+        match=r"model.num_layers=6 blocks do not split into the 4 "
+        r"pipeline stages \(mesh.ici_pipeline=4\): 6 / 4 = 1.5",
+    ):
         _check(dataclasses.replace(DENSE, num_layers=6), dict(ici_pipeline=4, ici_fsdp=2))
-    with pytest.raises(MeshError, match=r"4 expert blocks \(model.num_layers=6 less the 2 "
-                                        r"leading dense blocks.*3 pipeline stages"):
+    with pytest.raises(
+        MeshError,
+        match=r"4 expert blocks \(model.num_layers=6 less the 2 "
+        r"leading dense blocks.*3 pipeline stages",
+    ):
         _check(DENSE_THEN_MOE, dict(ici_pipeline=3))
     with pytest.raises(MeshError, match=r"x train.pipeline_repeats=2 = 8 parts: 4 / 8"):
         _check(INTERLEAVED, dict(ici_pipeline=4), schedule=Schedule(microbatches=4, repeats=2))
 
 
 def test_micro_batches_that_do_not_split_are_refused_with_the_arithmetic():
-    with pytest.raises(MeshError, match=r"train.pipeline_microbatches=3 does not divide the "
-                                        r"micro batch of 8 sequences"):
+    with pytest.raises(
+        MeshError,
+        match=r"train.pipeline_microbatches=3 does not divide the "
+        r"micro batch of 8 sequences",
+    ):
         _check(DENSE, dict(ici_pipeline=4, ici_fsdp=2), schedule=Schedule(microbatches=3))
-    with pytest.raises(MeshError, match=r"leaves 1 sequences per pipeline micro batch \(8 / 8\)"
-                                        r", not divisible by the 2 batch shards"):
+    with pytest.raises(
+        MeshError,
+        match=r"leaves 1 sequences per pipeline micro batch \(8 / 8\)"
+        r", not divisible by the 2 batch shards",
+    ):
         _check(DENSE, dict(ici_pipeline=4, ici_fsdp=2), schedule=Schedule(microbatches=8))
-    with pytest.raises(MeshError, match=r"needs at least as many pipeline micro batches as "
-                                        r"stages"):
-        _check(DENSE, dict(ici_pipeline=4, ici_fsdp=2),
-               schedule=Schedule(microbatches=2, repeats=2))
+    with pytest.raises(
+        MeshError,
+        match=r"needs at least as many pipeline micro batches as "
+        r"stages",
+    ):
+        _check(
+            DENSE, dict(ici_pipeline=4, ici_fsdp=2), schedule=Schedule(microbatches=2, repeats=2)
+        )
 
 
 def _host_params(trainer) -> list[np.ndarray]:
@@ -171,13 +231,16 @@ def test_checkpoints_restore_across_pipeline_sizes(tmp_path):
     from jaxtrain.trainer import Trainer
 
     run_dir = tmp_path / "run"
-    layouts = [({"mesh.ici_pipeline": 4, "mesh.ici_fsdp": 2}, {"pipeline": 4, "fsdp": 2}),
-               ({}, {"pipeline": 1, "fsdp": 8}),
-               ({"mesh.ici_pipeline": 2, "mesh.ici_fsdp": 4}, {"pipeline": 2, "fsdp": 4})]
+    layouts = [
+        ({"mesh.ici_pipeline": 4, "mesh.ici_fsdp": 2}, {"pipeline": 4, "fsdp": 2}),
+        ({}, {"pipeline": 1, "fsdp": 8}),
+        ({"mesh.ici_pipeline": 2, "mesh.ici_fsdp": 4}, {"pipeline": 2, "fsdp": 4}),
+    ]
     saved = None
     for step, (overrides, shape) in enumerate(layouts):
-        trainer = Trainer(small_config(run_dir, **{"model.num_layers": 8, **overrides}),
-                          console=False)
+        trainer = Trainer(
+            small_config(run_dir, **{"model.num_layers": 8, **overrides}), console=False
+        )
         try:
             assert trainer.step == 2 * step
             assert {k: sharding.mesh_shape(trainer.mesh)[k] for k in shape} == shape
@@ -197,17 +260,29 @@ def test_config_reports_stages_bubble_and_per_stage_memory():
     from jaxtrain.config import load_config
 
     def figures(**mesh):
-        cfg = load_config(str(REPO / "configs" / "llama_debug.py"), {
-            "model.num_layers": 8, "train.global_batch_size": 16,
-            **{f"mesh.{k}": v for k, v in mesh.items()}})
+        cfg = load_config(
+            str(REPO / "configs" / "llama_debug.py"),
+            {
+                "model.num_layers": 8,
+                "train.global_batch_size": 16,
+                **{f"mesh.{k}": v for k, v in mesh.items()},
+            },
+        )
         return config_report.derived(cfg, 8)
 
     staged, flat = figures(ici_pipeline=4, ici_fsdp=2), figures(ici_fsdp=2, ici_data=4)
     assert staged["pipeline"] == {
-        "stages": 4, "blocks_per_stage": "2 of the model.num_layers=8 blocks", "repeats": 1,
-        "micro_batches": 8, "sequences_per_micro_batch": 2, "bubble_fraction": 0.2727}
+        "stages": 4,
+        "blocks_per_stage": "2 of the model.num_layers=8 blocks",
+        "repeats": 1,
+        "micro_batches": 8,
+        "sequences_per_micro_batch": 2,
+        "bubble_fraction": 0.2727,
+    }
     assert "the same on every pipeline stage" in staged["memory_per_device"]
     # Each stage holds a quarter of the blocks; the embedding and output layer are whole.
-    blocks = flat["state_bytes_per_device"]["parameters"] - staged["state_bytes_per_device"][
-        "parameters"]
+    blocks = (
+        flat["state_bytes_per_device"]["parameters"]
+        - staged["state_bytes_per_device"]["parameters"]
+    )
     assert blocks > 0 and "pipeline" not in flat

@@ -13,16 +13,24 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def fake_run(folder: Path, name: str, steps: int, scale: float, resumed_at: int = 0) -> Path:
     """A run directory with config.json and metrics.jsonl as the trainer writes them."""
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"run": {"name": name},
-                                                    "train": {"steps": steps}}))
+    (folder / "config.json").write_text(
+        json.dumps({"run": {"name": name}, "train": {"steps": steps}})
+    )
     lines = []
     logged = list(range(1, steps + 1))
     if resumed_at:  # a restart repeats the steps after the checkpoint
         logged += list(range(resumed_at + 1, steps + 1))
     for t, step in enumerate(logged):
-        record = {"step": step, "time": 1000.0 + t, "loss": scale * 8 * math.exp(-step / 20),
-                  "lr": 1e-3 * min(1.0, step / 5), "grad_norm": 2.0 / step,
-                  "tokens_per_s": 5000.0 + step, "mfu": 0.3, "ppl": 10.0}
+        record = {
+            "step": step,
+            "time": 1000.0 + t,
+            "loss": scale * 8 * math.exp(-step / 20),
+            "lr": 1e-3 * min(1.0, step / 5),
+            "grad_norm": 2.0 / step,
+            "tokens_per_s": 5000.0 + step,
+            "mfu": 0.3,
+            "ppl": 10.0,
+        }
         if step % 10 == 0:
             record |= {"val_loss": scale * 7 * math.exp(-step / 20), "val_ppl": 9.0}
         lines.append(json.dumps(record))
@@ -51,7 +59,8 @@ def test_cli_plots_only_metrics_that_exist(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text(
-        "".join(json.dumps({"step": s, "time": s, "loss": 5.0 / s}) + "\n" for s in (1, 2, 3)))
+        "".join(json.dumps({"step": s, "time": s, "loss": 5.0 / s}) + "\n" for s in (1, 2, 3))
+    )
     assert cli.main(["plot", str(run)]) == 0
     assert [p.name for p in (run / "plots").iterdir()] == ["loss.png"]
     assert "loss.png" in capsys.readouterr().out

@@ -23,18 +23,29 @@ STEPS = 240  # long enough that the stop lands mid-run (JAX notices SIGTERM with
 
 def train_args(root: Path) -> list[str]:
     """A debug run on synthetic tokens logging every step, checkpointing only at the end."""
-    return ["--config", str(REPO / "configs" / "llama_debug.py"), f"--config.run.dir={root}",
-            f"--config.train.steps={STEPS}", "--config.train.log_every=1",
-            "--config.train.seq_len=32", "--config.train.global_batch_size=4",
-            "--config.train.progress=false", "--config.train.eval_batches=0",
-            "--config.checkpoint.every=0", "--config.optim.lr=1e-2",
-            "--config.optim.warmup_steps=1"]
+    return [
+        "--config",
+        str(REPO / "configs" / "llama_debug.py"),
+        f"--config.run.dir={root}",
+        f"--config.train.steps={STEPS}",
+        "--config.train.log_every=1",
+        "--config.train.seq_len=32",
+        "--config.train.global_batch_size=4",
+        "--config.train.progress=false",
+        "--config.train.eval_batches=0",
+        "--config.checkpoint.every=0",
+        "--config.optim.lr=1e-2",
+        "--config.optim.warmup_steps=1",
+    ]
 
 
 def losses(run_dir: Path) -> dict[int, float]:
     """{step: loss} from a run's metrics (a resumed run appends to the same file)."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-               if line.strip()]
+    records = [
+        json.loads(line)
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     by_step: dict[int, float] = {}
     for record in records:
         if "loss" in record:
@@ -53,8 +64,9 @@ def wait_for_step(run_dir: Path, step: int, job: Job, timeout: float = 240) -> N
     deadline = time.monotonic() + timeout
     metrics = run_dir / "metrics.jsonl"
     while time.monotonic() < deadline:
-        if metrics.exists() and any(f'"step": {step},' in line
-                                    for line in metrics.read_text().splitlines()):
+        if metrics.exists() and any(
+            f'"step": {step},' in line for line in metrics.read_text().splitlines()
+        ):
             return
         assert all(p.poll() is None for p in job.procs), job.log(0) + job.log(1)
         time.sleep(0.05)
@@ -82,7 +94,8 @@ SCHEDULES = {  # seconds after the trigger at which each process gets SIGTERM
 @pytest.mark.slow  # two two-process runs (compiles in three processes at once on two cores)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_sigterm_stops_every_process_at_one_step_and_the_rerun_matches(
-        tmp_path, reference, schedule):
+    tmp_path, reference, schedule
+):
     run_dir = tmp_path / "run"
     job = Job(train_args(run_dir), tmp_path / "logs")
     wait_for_step(run_dir, 3, job)
@@ -98,8 +111,10 @@ def test_sigterm_stops_every_process_at_one_step_and_the_rerun_matches(
     [stopped] = checkpoint_steps(run_dir)
     assert 3 < stopped < STEPS, logs
     assert f"every process stops after step {stopped}" in job.log(0, tail=None)
-    assert f"stopped by SIGTERM or a preemption notice on one of the processes at step " \
-           f"{stopped}" in job.log(0)
+    assert (
+        f"stopped by SIGTERM or a preemption notice on one of the processes at step "
+        f"{stopped}" in job.log(0)
+    )
     assert sorted(losses(run_dir)) == list(range(1, stopped + 1))
 
     # The same command again resumes there and finishes exactly like the uninterrupted run.

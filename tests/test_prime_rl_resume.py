@@ -30,10 +30,18 @@ from jaxtrain.metrics import read_jsonl
 
 STEPS, EVERY = 120, 20
 # prime-rl keys on the command line shrink the run; --config.* adds a log line per step.
-SHRINK = [f"max_steps={STEPS}", "data.seq_len=32", "val.data.seq_len=32", "data.batch_size=8",
-          "data.micro_batch_size=1", f"val.interval={EVERY}", "val.num_samples=16",
-          f"ckpt.interval={EVERY}", "--config.train.log_every=1",
-          "--config.train.progress=false"]
+SHRINK = [
+    f"max_steps={STEPS}",
+    "data.seq_len=32",
+    "val.data.seq_len=32",
+    "data.batch_size=8",
+    "data.micro_batch_size=1",
+    f"val.interval={EVERY}",
+    "val.num_samples=16",
+    f"ckpt.interval={EVERY}",
+    "--config.train.log_every=1",
+    "--config.train.progress=false",
+]
 COMMAND = [sys.executable, "-m", "jaxtrain", "--config", "pretrain.toml", *SHRINK]
 
 
@@ -46,11 +54,17 @@ def tokenize(texts: list[str], out: Path, tokenizer: Path) -> Path:
     source = out.with_name(out.name + "-jsonl")
     source.mkdir(parents=True)
     (source / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    LocalPipelineExecutor(pipeline=[
-        JsonlReader(str(source)),
-        DocumentTokenizer(str(out), tokenizer_name_or_path=str(tokenizer / "tokenizer.json"),
-                          eos_token=EOS)], tasks=1, workers=1,
-        logging_dir=str(out.with_name(out.name + "-logs"))).run()
+    LocalPipelineExecutor(
+        pipeline=[
+            JsonlReader(str(source)),
+            DocumentTokenizer(
+                str(out), tokenizer_name_or_path=str(tokenizer / "tokenizer.json"), eos_token=EOS
+            ),
+        ],
+        tasks=1,
+        workers=1,
+        logging_dir=str(out.with_name(out.name + "-logs")),
+    ).run()
     return out
 
 
@@ -58,9 +72,17 @@ def tiny_qwen3(folder: Path, tokenizer: Path) -> Path:
     """A two-layer Qwen3 `config.json` (written by transformers) beside the corpus' tokenizer."""
     from transformers import Qwen3Config
 
-    Qwen3Config(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                max_position_embeddings=64, tie_word_embeddings=True).save_pretrained(folder)
+    Qwen3Config(
+        vocab_size=400,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    ).save_pretrained(folder)
     for item in tokenizer.iterdir():
         shutil.copy(item, folder / item.name)
     return folder
@@ -72,16 +94,25 @@ def pretrain_toml(tmp_path: Path, tokenizer: Path) -> str:
     val = tokenize(corpus_texts(60, seed=2), tmp_path / "tinystories" / "val", tokenizer)
     model = tiny_qwen3(tmp_path / "qwen3-tiny", tokenizer)
     text = (COMPAT_SAMPLES / "prime-hosted" / "pretrain.toml").read_text()
-    for old, new in (("PrimeIntellect/Qwen3-0.6B-Reverse-Text-SFT", model),
-                     ("datasets/tinystories/train", train), ("datasets/tinystories/val", val)):
+    for old, new in (
+        ("PrimeIntellect/Qwen3-0.6B-Reverse-Text-SFT", model),
+        ("datasets/tinystories/train", train),
+        ("datasets/tinystories/val", val),
+    ):
         assert f'"{old}"' in text
         text = text.replace(f'"{old}"', f'"{new}"')
     return text
 
 
 def start(cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(COMMAND, cwd=cwd, env=child_env(1), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        COMMAND,
+        cwd=cwd,
+        env=child_env(1),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen) -> str:
@@ -93,8 +124,9 @@ def finish(proc: subprocess.Popen) -> str:
 def documented_flow() -> list[tuple[str, list[str]]]:
     """(command, output lines) of docs/migrating.md's prime-rl example, `...` lines left out."""
     doc = (REPO / "docs" / "migrating.md").read_text()
-    block = re.search(r"<!-- prime-rl-resume -->\n```\n(.*?)```\n<!-- /prime-rl-resume -->",
-                      doc, re.S)
+    block = re.search(
+        r"<!-- prime-rl-resume -->\n```\n(.*?)```\n<!-- /prime-rl-resume -->", doc, re.S
+    )
     assert block, "docs/migrating.md lost its prime-rl example"
     flow: list[tuple[str, list[str]]] = []
     for line in block.group(1).splitlines():
@@ -127,14 +159,17 @@ def checkpoints(run: Path) -> list[int]:
 
 
 def snapshot(run: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(run)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in run.rglob("*") if p.is_file() and p.name != ".jaxtrain.lock"}
+    return {
+        str(p.relative_to(run)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in run.rglob("*")
+        if p.is_file() and p.name != ".jaxtrain.lock"
+    }
 
 
 @pytest.mark.slow  # four training processes (tokenize, compile, train 120 tiny steps)
-def test_a_prime_rl_pretrain_toml_stops_resumes_and_finishes_like_one_run(tmp_path,
-                                                                          tiny_tokenizer,
-                                                                          capsys):
+def test_a_prime_rl_pretrain_toml_stops_resumes_and_finishes_like_one_run(
+    tmp_path, tiny_tokenizer, capsys
+):
     toml = pretrain_toml(tmp_path, tiny_tokenizer)
     reference, stopped = tmp_path / "reference", tmp_path / "stopped"
     for folder in (reference, stopped):
@@ -152,8 +187,9 @@ def test_a_prime_rl_pretrain_toml_stops_resumes_and_finishes_like_one_run(tmp_pa
 
     proc = start(stopped)  # stopped once it has saved a checkpoint at [ckpt] interval
     deadline = time.monotonic() + 120
-    while proc.poll() is None and (not (run / "metrics.jsonl").exists()
-                                   or max(records(run), default=0) <= EVERY):
+    while proc.poll() is None and (
+        not (run / "metrics.jsonl").exists() or max(records(run), default=0) <= EVERY
+    ):
         assert time.monotonic() < deadline, "no step logged"
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
@@ -177,9 +213,9 @@ def test_a_prime_rl_pretrain_toml_stops_resumes_and_finishes_like_one_run(tmp_pa
 
     # docs/migrating.md shows this flow: its commands, and lines these runs printed.
     flow = documented_flow()
-    assert [command for command, _ in flow] == [
-        "python -m jaxtrain config pretrain.toml"] + ["python -m jaxtrain --config "
-                                                      "pretrain.toml"] * 3
+    assert [command for command, _ in flow] == ["python -m jaxtrain config pretrain.toml"] + [
+        "python -m jaxtrain --config pretrain.toml"
+    ] * 3
     for (command, lines), out in zip(flow, outputs, strict=True):
         printed = {normalised(line) for line in out.splitlines()}
         for line in lines:

@@ -57,7 +57,6 @@ def _dot_operand_types(fn, *args) -> set[str]:
     return types
 
 
-
 def test_gradients_of_a_float32_projection_keep_the_float32_cotangent(monkeypatch):
     """The logits' gradient is float32. Where the products run on widened operands it enters
     the backward products unrounded, so each bfloat16 gradient is the exact product of the
@@ -69,8 +68,9 @@ def test_gradients_of_a_float32_projection_keep_the_float32_cotangent(monkeypatc
 
     def grads():
         jax.clear_caches()
-        fn = jax.jit(jax.grad(lambda a, b: jnp.sum(project(a, b, 1, jnp.float32) * g),
-                              argnums=(0, 1)))
+        fn = jax.jit(
+            jax.grad(lambda a, b: jnp.sum(project(a, b, 1, jnp.float32) * g), argnums=(0, 1))
+        )
         return [np.asarray(d, np.float32) for d in fn(x, w)]
 
     def rounded_once(exact):

@@ -33,11 +33,16 @@ def _kernel_env() -> dict[str, str]:
 
 @pytest.mark.slow
 def test_quickstart_notebook_executes(tmp_path):
-    nb = _with_parameters(nbformat.read(NOTEBOOK, as_version=4),
-                          RUN_DIR=str(tmp_path / "quickstart"))
+    nb = _with_parameters(
+        nbformat.read(NOTEBOOK, as_version=4), RUN_DIR=str(tmp_path / "quickstart")
+    )
     # kernel_name "python3" is ipykernel's own spec: the Python running this test.
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(REPO / "examples")}})
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(REPO / "examples")}},
+    )
     client.execute(env=_kernel_env())
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]

@@ -40,9 +40,13 @@ time.sleep(600)
 def holder(tmp_path):
     """Another process holding the lock of tmp_path/run until it is killed."""
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(run_dir)], cwd=REPO,
-                            stdout=subprocess.PIPE, text=True, env={**os.environ,
-                                                                   "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(run_dir)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.stdout.readline().strip() == "locked"
     yield proc, run_dir
     proc.kill()
@@ -50,9 +54,11 @@ def holder(tmp_path):
 
 
 def _busy_line(run_dir: Path, pid: int) -> str:
-    return (f"run directory {run_dir} is in use by another trainer (pid {pid} on host {HOST}; "
-            f"lock file {run_dir / LOCK_NAME}): wait for it to finish or stop it, or point "
-            "run.dir at another folder.")
+    return (
+        f"run directory {run_dir} is in use by another trainer (pid {pid} on host {HOST}; "
+        f"lock file {run_dir / LOCK_NAME}): wait for it to finish or stop it, or point "
+        "run.dir at another folder."
+    )
 
 
 def test_a_second_trainer_on_the_same_run_dir_is_refused_until_close(tmp_path):
@@ -60,8 +66,11 @@ def test_a_second_trainer_on_the_same_run_dir_is_refused_until_close(tmp_path):
     first = Trainer(small_config(run_dir), devices=DEVICES, console=False)
     with pytest.raises(RunLockError) as info:
         Trainer(small_config(run_dir), devices=DEVICES, console=False)
-    assert str(info.value) == _busy_line(run_dir, os.getpid()) + \
-        " The holder is this process (another Trainer): close() it first."
+    assert (
+        str(info.value)
+        == _busy_line(run_dir, os.getpid())
+        + " The holder is this process (another Trainer): close() it first."
+    )
     first.close()  # a notebook's trainer frees the folder on close()
     second = Trainer(small_config(run_dir), devices=DEVICES, console=False)
     second.close()
@@ -71,15 +80,17 @@ def test_a_second_trainer_on_the_same_run_dir_is_refused_until_close(tmp_path):
 def test_a_trainer_that_fails_to_start_releases_the_lock(tmp_path):
     run_dir = tmp_path / "run"
     with pytest.raises(Exception, match="model.num_heads"):
-        Trainer(small_config(run_dir, **{"model.num_heads": 3}), devices=DEVICES,
-                console=False)
+        Trainer(small_config(run_dir, **{"model.num_heads": 3}), devices=DEVICES, console=False)
     RunLock(run_dir).acquire()  # free
 
 
 def test_another_process_holding_the_run_dir_stops_the_cli_in_one_line(holder, capsys):
     proc, run_dir = holder
-    args = ["--config", str(REPO / "configs" / "llama_debug.py"),
-            *(f"--config.{k}={v}" for k, v in {**CLI_OVERRIDES, "run.dir": run_dir}.items())]
+    args = [
+        "--config",
+        str(REPO / "configs" / "llama_debug.py"),
+        *(f"--config.{k}={v}" for k, v in {**CLI_OVERRIDES, "run.dir": run_dir}.items()),
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err == f"jaxtrain train: error: {_busy_line(run_dir, proc.pid)}\n"
@@ -94,7 +105,8 @@ def test_the_lock_of_a_killed_trainer_is_taken_over(holder, capsys):
     lock.acquire()
     assert capsys.readouterr().out == (
         f"taking over the lock of run directory {run_dir} left by pid {proc.pid} on host "
-        f"{HOST}, which stopped without releasing it\n")
+        f"{HOST}, which stopped without releasing it\n"
+    )
     assert json.loads((run_dir / LOCK_NAME).read_text())["pid"] == os.getpid()
     lock.release()
 
@@ -127,18 +139,29 @@ def test_without_flock_the_recorded_pid_and_host_decide(tmp_path, monkeypatch, c
     lock.release()
 
     _write_record(run_dir, 12345, "elsewhere")
-    with pytest.raises(RunLockError, match="cannot be checked from here: if it has stopped, "
-                                           f"delete {run_dir / LOCK_NAME}"):
+    with pytest.raises(
+        RunLockError,
+        match=f"cannot be checked from here: if it has stopped, delete {run_dir / LOCK_NAME}",
+    ):
         RunLock(run_dir).acquire()
 
 
 def test_a_sigterm_stopped_run_frees_the_run_dir(tmp_path):
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "jaxtrain", "--config", "configs/llama_debug.py",
-               *(f"--config.{k}={v}" for k, v in {**CLI_OVERRIDES, "run.dir": run_dir,
-                                                   "train.steps": 1000}.items())]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    command = [
+        sys.executable,
+        "-m",
+        "jaxtrain",
+        "--config",
+        "configs/llama_debug.py",
+        *(
+            f"--config.{k}={v}"
+            for k, v in {**CLI_OVERRIDES, "run.dir": run_dir, "train.steps": 1000}.items()
+        ),
+    ]
+    proc = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         metrics = run_dir / "metrics.jsonl"
         deadline = time.monotonic() + 240

@@ -8,21 +8,42 @@ from jaxtrain.run_summary import build_report, duration, format_report, step_rat
 
 def write_run(folder, steps_logged, total=100, seconds_per_step=2.0, checkpoints=()):
     folder.mkdir(parents=True)
-    config = {"run": {"name": "demo"},
-              "model": {"preset": "llama-debug", "family": "llama", "vocab_size": 512,
-                        "hidden_size": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2,
-                        "head_dim": 16, "intermediate_size": 128, "max_seq_len": 256},
-              "train": {"steps": total, "seq_len": 128, "global_batch_size": 32,
-                        "micro_batch_size": 8},
-              "checkpoint": {"dir": ""},
-              "optim": {"lr": 3e-3, "schedule": "cosine", "warmup_steps": 20},
-              "mesh": {"ici_data": 1, "ici_fsdp": -1, "ici_tensor": 2, "dcn_data": -1,
-                       "dcn_fsdp": 1, "rules": "fsdp_tensor"}}
+    config = {
+        "run": {"name": "demo"},
+        "model": {
+            "preset": "llama-debug",
+            "family": "llama",
+            "vocab_size": 512,
+            "hidden_size": 64,
+            "num_layers": 2,
+            "num_heads": 4,
+            "num_kv_heads": 2,
+            "head_dim": 16,
+            "intermediate_size": 128,
+            "max_seq_len": 256,
+        },
+        "train": {"steps": total, "seq_len": 128, "global_batch_size": 32, "micro_batch_size": 8},
+        "checkpoint": {"dir": ""},
+        "optim": {"lr": 3e-3, "schedule": "cosine", "warmup_steps": 20},
+        "mesh": {
+            "ici_data": 1,
+            "ici_fsdp": -1,
+            "ici_tensor": 2,
+            "dcn_data": -1,
+            "dcn_fsdp": 1,
+            "rules": "fsdp_tensor",
+        },
+    }
     (folder / "config.json").write_text(json.dumps(config))
     with open(folder / "metrics.jsonl", "w") as f:
         for step in steps_logged:
-            record = {"step": step, "time": 1000.0 + seconds_per_step * step, "loss": 10.0 / step,
-                      "tokens_per_s": 2048.0, "mfu": 0.125}
+            record = {
+                "step": step,
+                "time": 1000.0 + seconds_per_step * step,
+                "loss": 10.0 / step,
+                "tokens_per_s": 2048.0,
+                "mfu": 0.125,
+            }
             if step % 20 == 0:
                 record["val_loss"] = 9.0 / step
             f.write(json.dumps(record) + "\n")
@@ -38,10 +59,21 @@ def test_report_of_a_running_job(tmp_path):
     assert abs(report.steps_per_s - 0.5) < 1e-9
     assert abs(report.eta_seconds() - 100.0) < 1e-6  # 50 steps left at 0.5 steps/s
     text = format_report(report, now=1000.0 + 2 * 50 + 30)
-    for expected in ("llama-debug (llama", "seq_len 128", "batch 32 (micro 8)", "lr 0.003",
-                     "ici fsdp=-1 tensor=2", "dcn data=-1", "step 50/100 (50%)",
-                     "loss 0.2000", "val_loss 0.2250 (step 40)", "tokens/s 2,048", "MFU 0.125",
-                     "updated      30s ago", "eta          1m40s"):
+    for expected in (
+        "llama-debug (llama",
+        "seq_len 128",
+        "batch 32 (micro 8)",
+        "lr 0.003",
+        "ici fsdp=-1 tensor=2",
+        "dcn data=-1",
+        "step 50/100 (50%)",
+        "loss 0.2000",
+        "val_loss 0.2250 (step 40)",
+        "tokens/s 2,048",
+        "MFU 0.125",
+        "updated      30s ago",
+        "eta          1m40s",
+    ):
         assert expected in text, (expected, text)
 
 

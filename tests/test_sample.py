@@ -11,8 +11,16 @@ from jaxtrain.models import ModelSpec, build_model
 from jaxtrain.sample import generate
 from jaxtrain.trainer import Trainer
 
-SPEC = ModelSpec(vocab_size=101, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                 head_dim=8, intermediate_size=64, max_seq_len=64)
+SPEC = ModelSpec(
+    vocab_size=101,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    intermediate_size=64,
+    max_seq_len=64,
+)
 
 
 def test_greedy_generation_equals_repeated_full_forward():
@@ -30,26 +38,44 @@ def test_top_k_sampling_stays_in_the_top_k():
     prompt = [1, 2, 3]
     logits = np.asarray(model(jnp.asarray([prompt]))[0, -1])
     top3 = set(np.argsort(logits)[-3:].tolist())
-    firsts = {generate(model, prompt, max_new_tokens=1, temperature=1.0, top_k=3, seed=s)[0]
-              for s in range(12)}
+    firsts = {
+        generate(model, prompt, max_new_tokens=1, temperature=1.0, top_k=3, seed=s)[0]
+        for s in range(12)
+    }
     assert firsts <= top3
     assert len(firsts) > 1  # it samples, not argmax
 
 
-def test_sample_command_continues_a_prompt_from_a_checkpoint(tmp_path, datatrove_corpus,
-                                                             capsys):
-    cfg = config_lib.load_config(str(REPO / "configs" / "llama_debug.py"), {
-        "run.dir": str(tmp_path / "run"), "data.kind": "datatrove",
-        "data.paths": str(datatrove_corpus.folder),
-        "data.tokenizer": str(datatrove_corpus.tokenizer),
-        "train.seq_len": 32, "train.global_batch_size": 4, "train.steps": 2,
-        "optim.warmup_steps": 1, "train.progress": False})
+def test_sample_command_continues_a_prompt_from_a_checkpoint(tmp_path, datatrove_corpus, capsys):
+    cfg = config_lib.load_config(
+        str(REPO / "configs" / "llama_debug.py"),
+        {
+            "run.dir": str(tmp_path / "run"),
+            "data.kind": "datatrove",
+            "data.paths": str(datatrove_corpus.folder),
+            "data.tokenizer": str(datatrove_corpus.tokenizer),
+            "train.seq_len": 32,
+            "train.global_batch_size": 4,
+            "train.steps": 2,
+            "optim.warmup_steps": 1,
+            "train.progress": False,
+        },
+    )
     trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
     trainer.run()
     trainer.close()
     capsys.readouterr()
-    code = main(["sample", "--run", str(tmp_path / "run"), "--prompt", "the quick brown",
-                 "--max-new-tokens", "5"])
+    code = main(
+        [
+            "sample",
+            "--run",
+            str(tmp_path / "run"),
+            "--prompt",
+            "the quick brown",
+            "--max-new-tokens",
+            "5",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert out.startswith("[step 2] the quick brown")

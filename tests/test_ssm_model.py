@@ -30,7 +30,8 @@ def _hf_count(**config) -> int:
         config.pop(key, None)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
-            transformers.AutoConfig.for_model(**config))
+            transformers.AutoConfig.for_model(**config)
+        )
     return sum(p.numel() for p in model.parameters())
 
 
@@ -42,9 +43,17 @@ def test_every_ssm_preset_counts_like_transformers(name):
 
 def test_published_ssm_counts_from_independent_configs():
     # state-spaces/mamba2-370m's config.json, and Primus' mamba_370M.yaml as Mamba2Config.
-    mamba2 = dict(model_type="mamba2", vocab_size=50288, hidden_size=1024,
-                  num_hidden_layers=48, state_size=128, n_groups=1, head_dim=64, num_heads=32,
-                  tie_word_embeddings=True)
+    mamba2 = dict(
+        model_type="mamba2",
+        vocab_size=50288,
+        hidden_size=1024,
+        num_hidden_layers=48,
+        state_size=128,
+        n_groups=1,
+        head_dim=64,
+        num_heads=32,
+        tie_word_embeddings=True,
+    )
     assert _hf_count(**mamba2) == PUBLISHED_PARAMS["mamba2-370m"]
     primus = dict(mamba2, vocab_size=50304, state_size=16, n_groups=8)
     assert _hf_count(**primus) == PUBLISHED_PARAMS["mamba-370m"]
@@ -55,14 +64,13 @@ def test_published_ssm_counts_from_independent_configs():
 def test_incremental_decoding_equals_the_full_forward(name):
     spec = model_spec(name, ssm_chunk_size=4, init_std=0.1)
     model = build_model(spec, seed=1)
-    toks = jnp.asarray(np.random.default_rng(0).integers(0, spec.vocab_size, (2, 11)),
-                       jnp.int32)
+    toks = jnp.asarray(np.random.default_rng(0).integers(0, spec.vocab_size, (2, 11)), jnp.int32)
     full = model(toks)
     cache = model.init_cache(2, 16)
     h, cache = model.hidden_states(toks[:, :6], cache=cache, cache_index=0)
     steps = [model.logits(h)]
     for i in range(6, 11):
-        h, cache = model.hidden_states(toks[:, i:i + 1], cache=cache, cache_index=i)
+        h, cache = model.hidden_states(toks[:, i : i + 1], cache=cache, cache_index=i)
         steps.append(model.logits(h))
     np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=1e-4, rtol=1e-4)
     assert float(jnp.abs(full).max()) > 0.1
@@ -84,16 +92,21 @@ def test_pattern_repeats_are_scanned_not_unrolled():
     stacks = model.blocks.positions()
     assert [s.kind for s in stacks] == ["mamba", "attention", "mamba", "mlp"]
     assert stacks[0].mixer.in_proj.kernel.shape[0] == 3  # three repeats, one scan step each
-    assert spec.num_params() == sum(
-        x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    assert spec.num_params() == sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
-@pytest.mark.parametrize("pattern, message", [
-    ("M*G-", "character 'G' is a gated delta net \\(GDN\\) mixer, which jaxtrain does not build"),
-    ("M*K-", "Kimi delta attention"),
-    ("M*x-", "character 'x' is not one of"),
-    ("M*M", "has 3 sublayers but model.num_layers=4"),
-])
+@pytest.mark.parametrize(
+    "pattern, message",
+    [
+        (
+            "M*G-",
+            "character 'G' is a gated delta net \\(GDN\\) mixer, which jaxtrain does not build",
+        ),
+        ("M*K-", "Kimi delta attention"),
+        ("M*x-", "character 'x' is not one of"),
+        ("M*M", "has 3 sublayers but model.num_layers=4"),
+    ],
+)
 def test_pattern_errors_name_the_character(pattern, message):
     with pytest.raises(ConfigError, match=message):
         model_spec("nemotron-h-debug", block_pattern=pattern)
@@ -110,8 +123,9 @@ def test_hybrid_pipeline_is_refused_by_name():
 
 
 @pytest.mark.parametrize("name", ["mamba2-debug", "nemotron-h-debug"])
-@pytest.mark.parametrize("sizes, rules", [(dict(ici_fsdp=8), "fsdp"),
-                                          (dict(ici_fsdp=4, ici_tensor=2), "fsdp_tensor")])
+@pytest.mark.parametrize(
+    "sizes, rules", [(dict(ici_fsdp=8), "fsdp"), (dict(ici_fsdp=4, ici_tensor=2), "fsdp_tensor")]
+)
 def test_sharded_training_matches_one_device(name, sizes, rules):
     spec = model_spec(name, ssm_chunk_size=8)
     one = training_helpers.train(spec, training_helpers.mesh(), 3, rules=rules)[0]
@@ -151,7 +165,16 @@ def test_megatron_gdn_hybrid_is_refused_naming_the_mixer(compat_samples):
 
     path = compat_samples / "Primus/examples/megatron/configs/MI300X/mamba_370M-pretrain.yaml"
     # Zebra-Llama's GDN variants: a hybrid with linear-attention head settings.
-    with pytest.raises(ConfigError, match="gated delta net \\(GDN\\) mixers, which jaxtrain "
-                                          "does not build yet"):
-        compat.load_foreign(path, env={}, allow_unsupported=True, native_overrides=[
-            "is_hybrid_model=true", "linear_num_key_heads=8", "linear_key_head_dim=64"])
+    with pytest.raises(
+        ConfigError, match="gated delta net \\(GDN\\) mixers, which jaxtrain does not build yet"
+    ):
+        compat.load_foreign(
+            path,
+            env={},
+            allow_unsupported=True,
+            native_overrides=[
+                "is_hybrid_model=true",
+                "linear_num_key_heads=8",
+                "linear_key_head_dim=64",
+            ],
+        )

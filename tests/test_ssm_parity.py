@@ -11,8 +11,11 @@ import dataclasses
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch (CPU) is the transformers reference; "
-                                            "install the `test` extra to run parity tests.")
+torch = pytest.importorskip(
+    "torch",
+    reason="torch (CPU) is the transformers reference; "
+    "install the `test` extra to run parity tests.",
+)
 transformers = pytest.importorskip("transformers")
 
 from parity_helpers import (  # noqa: E402
@@ -28,19 +31,54 @@ from jaxtrain.interop.hf_config import spec_from_hf_config  # noqa: E402
 from jaxtrain.models.presets import model_spec  # noqa: E402
 
 VOCAB, SEQ = 96, 11
-_MAMBA2 = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, state_size=8,
-               num_heads=8, head_dim=8, expand=2, n_groups=2, conv_kernel=4, chunk_size=4,
-               tie_word_embeddings=False)
-_MAMBA = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, state_size=8, expand=2,
-              conv_kernel=4, time_step_rank=4, tie_word_embeddings=True)
-_NEMOTRON = dict(vocab_size=VOCAB, hidden_size=32, hybrid_override_pattern="M*M-",
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                 intermediate_size=48, ssm_state_size=8, mamba_num_heads=4, mamba_head_dim=8,
-                 n_groups=2, conv_kernel=4, chunk_size=4, max_position_embeddings=64,
-                 tie_word_embeddings=False)
+_MAMBA2 = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    state_size=8,
+    num_heads=8,
+    head_dim=8,
+    expand=2,
+    n_groups=2,
+    conv_kernel=4,
+    chunk_size=4,
+    tie_word_embeddings=False,
+)
+_MAMBA = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    state_size=8,
+    expand=2,
+    conv_kernel=4,
+    time_step_rank=4,
+    tie_word_embeddings=True,
+)
+_NEMOTRON = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    hybrid_override_pattern="M*M-",
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    intermediate_size=48,
+    ssm_state_size=8,
+    mamba_num_heads=4,
+    mamba_head_dim=8,
+    n_groups=2,
+    conv_kernel=4,
+    chunk_size=4,
+    max_position_embeddings=64,
+    tie_word_embeddings=False,
+)
 # std per parameter: A_log and dt_bias keep decays and steps in a realistic range.
-_PARAM_STD = {"A_log": 0.5, "dt_bias": 0.5, "D": 0.5, "lm_head.weight": 0.6,
-              "embeddings.weight": 0.6}
+_PARAM_STD = {
+    "A_log": 0.5,
+    "dt_bias": 0.5,
+    "D": 0.5,
+    "lm_head.weight": 0.6,
+    "embeddings.weight": 0.6,
+}
 CASES = {
     "mamba2": (transformers.Mamba2Config, _MAMBA2, "Mamba2ForCausalLM"),
     "mamba": (transformers.MambaConfig, _MAMBA, "MambaForCausalLM"),
@@ -59,13 +97,19 @@ def test_hf_to_jaxtrain_logits(case, tmp_path):
     tokens_BL = tokens(VOCAB, SEQ)
     for chunk in (4, 3, 64):  # the chunk length changes the schedule, not the result
         chunked = dataclasses.replace(spec, ssm_chunk_size=chunk)
-        assert_logits_match(model_from_params(chunked, params)(tokens_BL), hf_model, tokens_BL,
-                            f"{case} chunk {chunk}")
+        assert_logits_match(
+            model_from_params(chunked, params)(tokens_BL),
+            hf_model,
+            tokens_BL,
+            f"{case} chunk {chunk}",
+        )
 
 
-PRESETS = {"mamba2": ("mamba2-debug", "Mamba2ForCausalLM"),
-           "mamba": ("mamba-debug", "MambaForCausalLM"),
-           "nemotron_h": ("nemotron-h-debug", "NemotronHForCausalLM")}
+PRESETS = {
+    "mamba2": ("mamba2-debug", "Mamba2ForCausalLM"),
+    "mamba": ("mamba-debug", "MambaForCausalLM"),
+    "nemotron_h": ("nemotron-h-debug", "NemotronHForCausalLM"),
+}
 
 
 @pytest.mark.parametrize("case", sorted(PRESETS))
@@ -79,5 +123,7 @@ def test_jaxtrain_to_hf_logits(case, tmp_path):
     assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL, case)
     read = spec_from_hf_config(tmp_path)
     # Mamba configs hold no context length; Mamba-1's hold no chunk length (a speed knob).
-    assert dataclasses.replace(read, max_seq_len=spec.max_seq_len,
-                               ssm_chunk_size=spec.ssm_chunk_size) == spec
+    assert (
+        dataclasses.replace(read, max_seq_len=spec.max_seq_len, ssm_chunk_size=spec.ssm_chunk_size)
+        == spec
+    )

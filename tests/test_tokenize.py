@@ -34,8 +34,9 @@ def _docs(ds: Path) -> list[tuple[int, ...]]:
     return [tuple(tokens[a:b]) for a, b in zip(np.r_[0, ends[:-1]], ends)]
 
 
-def test_shards_are_what_datatroves_own_pipeline_writes(tmp_path: Path,
-                                                         tiny_tokenizer: Path) -> None:
+def test_shards_are_what_datatroves_own_pipeline_writes(
+    tmp_path: Path, tiny_tokenizer: Path
+) -> None:
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.readers import JsonlReader
     from datatrove.pipeline.tokens import DocumentTokenizer
@@ -43,18 +44,33 @@ def test_shards_are_what_datatroves_own_pipeline_writes(tmp_path: Path,
     texts = corpus_texts(90, seed=4)
     inputs = _jsonl(tmp_path / "in", [texts[:60], texts[60:]])
     for shuffle in (False, True):
-        ours = tokenize_files(inputs, tiny_tokenizer, tmp_path / f"ours-{shuffle}", tasks=3,
-                              workers=1, shuffle_documents=shuffle, seed=5)
+        ours = tokenize_files(
+            inputs,
+            tiny_tokenizer,
+            tmp_path / f"ours-{shuffle}",
+            tasks=3,
+            workers=1,
+            shuffle_documents=shuffle,
+            seed=5,
+        )
         theirs = tmp_path / f"theirs-{shuffle}"
         for rank in range(2):  # one run per task: a fresh shuffle generator for each
             LocalPipelineExecutor(
-                pipeline=[JsonlReader(str(tmp_path / "in")),
-                          DocumentTokenizer(str(theirs),
-                                            tokenizer_name_or_path=str(tiny_tokenizer /
-                                                                       "tokenizer.json"),
-                                            eos_token=EOS, shuffle_documents=shuffle, seed=5)],
-                tasks=3, local_tasks=1, local_rank_offset=rank,
-                logging_dir=str(tmp_path / f"logs-{shuffle}-{rank}")).run()
+                pipeline=[
+                    JsonlReader(str(tmp_path / "in")),
+                    DocumentTokenizer(
+                        str(theirs),
+                        tokenizer_name_or_path=str(tiny_tokenizer / "tokenizer.json"),
+                        eos_token=EOS,
+                        shuffle_documents=shuffle,
+                        seed=5,
+                    ),
+                ],
+                tasks=3,
+                local_tasks=1,
+                local_rank_offset=rank,
+                logging_dir=str(tmp_path / f"logs-{shuffle}-{rank}"),
+            ).run()
         assert len(ours) == 2  # the third task had no file, and left none
         assert not list((tmp_path / f"ours-{shuffle}").glob("00002_*"))
         stem = "00000_doc_shuffled" if shuffle else "unshuffled"
@@ -68,8 +84,9 @@ def test_shards_are_what_datatroves_own_pipeline_writes(tmp_path: Path,
     assert len(docs) == 90 and all(d[-1] == eos and eos not in d[:-1] for d in docs)
 
 
-def test_reads_back_text_through_the_tokenizer(tmp_path: Path,
-                                               datatrove_corpus: DatatroveCorpus) -> None:
+def test_reads_back_text_through_the_tokenizer(
+    tmp_path: Path, datatrove_corpus: DatatroveCorpus
+) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(datatrove_corpus.tokenizer)
@@ -97,8 +114,13 @@ def test_input_kinds(tmp_path: Path, tiny_tokenizer: Path) -> None:
     (tmp_path / "in" / "notes.bin").write_bytes(b"\0")
     files = expand_inputs([str(tmp_path / "in")])
     assert [f.name for f in files] == ["a.txt", "empty.txt", "b.jsonl.gz"]
-    tokenize_files([str(tmp_path / "in")], tiny_tokenizer, tmp_path / "out", text_key="content",
-                   shuffle_documents=False)
+    tokenize_files(
+        [str(tmp_path / "in")],
+        tiny_tokenizer,
+        tmp_path / "out",
+        text_key="content",
+        shuffle_documents=False,
+    )
     (shard,) = find_shards([str(tmp_path / "out")])
     assert shard.num_docs == 2
 
@@ -143,9 +165,22 @@ def test_eos_id_from_tokenizer_files(tiny_tokenizer: Path, tmp_path: Path) -> No
 
 def test_command_line(tmp_path: Path, tiny_tokenizer: Path) -> None:
     inputs = _jsonl(tmp_path / "in", [corpus_texts(20), corpus_texts(5, seed=9)])
-    cmd = [sys.executable, str(REPO / "tools" / "tokenize_corpus.py"), "--input", *inputs,
-           "--tokenizer", str(tiny_tokenizer), "--output", str(tmp_path / "out"),
-           "--tasks", "2", "--backend", "builtin", "--eos-token", EOS]
+    cmd = [
+        sys.executable,
+        str(REPO / "tools" / "tokenize_corpus.py"),
+        "--input",
+        *inputs,
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--output",
+        str(tmp_path / "out"),
+        "--tasks",
+        "2",
+        "--backend",
+        "builtin",
+        "--eos-token",
+        EOS,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "wrote 2 shards, 25 documents" in done.stdout

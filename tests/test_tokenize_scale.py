@@ -29,15 +29,21 @@ def _jsonl(folder: Path, parts: int, per_part: int) -> list[str]:
     return [str(folder / "*.jsonl")]
 
 
-def test_worker_processes_write_what_one_process_writes(tmp_path: Path,
-                                                        tiny_tokenizer: Path) -> None:
+def test_worker_processes_write_what_one_process_writes(
+    tmp_path: Path, tiny_tokenizer: Path
+) -> None:
     inputs = _jsonl(tmp_path / "in", 3, 40)
     counts = {}
     for workers in (1, 2):
         seen = []
-        written = tokenize_files(inputs, tiny_tokenizer, tmp_path / f"w{workers}", tasks=3,
-                                 workers=workers,
-                                 progress=lambda d, t, seen=seen: seen.append((d, t)))
+        written = tokenize_files(
+            inputs,
+            tiny_tokenizer,
+            tmp_path / f"w{workers}",
+            tasks=3,
+            workers=workers,
+            progress=lambda d, t, seen=seen: seen.append((d, t)),
+        )
         counts[workers] = np.sum(seen, axis=0).tolist()
         assert len(written) == 3
     assert counts[1] == counts[2] and counts[1][0] == 120
@@ -60,8 +66,9 @@ def test_shuffled_writer_replays_in_groups(tmp_path: Path, monkeypatch) -> None:
     assert not (tmp_path / "spool").exists()
 
 
-def test_parquet_and_jsonl_stream_in_batches(tmp_path: Path, tiny_tokenizer: Path,
-                                             monkeypatch) -> None:
+def test_parquet_and_jsonl_stream_in_batches(
+    tmp_path: Path, tiny_tokenizer: Path, monkeypatch
+) -> None:
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
@@ -69,19 +76,39 @@ def test_parquet_and_jsonl_stream_in_batches(tmp_path: Path, tiny_tokenizer: Pat
     texts = corpus_texts(30, seed=3)
     pq.write_table(pa.table({"text": texts}), tmp_path / "a.parquet", row_group_size=7)
     batches = []
-    (ds,) = tokenize_files([str(tmp_path / "a.parquet")], tiny_tokenizer, tmp_path / "out",
-                           shuffle_documents=False,
-                           progress=lambda d, t: batches.append(d))
+    (ds,) = tokenize_files(
+        [str(tmp_path / "a.parquet")],
+        tiny_tokenizer,
+        tmp_path / "out",
+        shuffle_documents=False,
+        progress=lambda d, t: batches.append(d),
+    )
     assert batches == [4] * 7 + [2]
     assert find_shards([str(ds)])[0].num_docs == 30
 
 
 def test_command_line_megatron_workers_merge(tmp_path: Path, tiny_tokenizer: Path) -> None:
     inputs = _jsonl(tmp_path / "in", 2, 25)
-    cmd = [sys.executable, str(REPO / "tools" / "tokenize_corpus.py"), "--input", *inputs,
-           "--tokenizer", str(tiny_tokenizer), "--output", str(tmp_path / "out"),
-           "--tasks", "2", "--workers", "2", "--format", "megatron", "--merge",
-           "--eos-token", EOS, "--quiet"]
+    cmd = [
+        sys.executable,
+        str(REPO / "tools" / "tokenize_corpus.py"),
+        "--input",
+        *inputs,
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--output",
+        str(tmp_path / "out"),
+        "--tasks",
+        "2",
+        "--workers",
+        "2",
+        "--format",
+        "megatron",
+        "--merge",
+        "--eos-token",
+        EOS,
+        "--quiet",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr
     assert "wrote 1 shards, 50 documents" in done.stdout and "(uint16)" in done.stdout

@@ -14,13 +14,31 @@ from ml_collections import ConfigDict
 from jaxtrain.models import ModelSpec, build_model
 from jaxtrain.train import optimizer, step
 
-SPEC = ModelSpec(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                 head_dim=8, intermediate_size=64, max_seq_len=64)
+SPEC = ModelSpec(
+    vocab_size=64,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    intermediate_size=64,
+    max_seq_len=64,
+)
 
 
 def optim_cfg(**kw):
-    base = dict(lr=1e-3, min_lr=1e-4, schedule="cosine", warmup_steps=10, decay_steps=0,
-                weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8, clip_grad_norm=1.0)
+    base = dict(
+        lr=1e-3,
+        min_lr=1e-4,
+        schedule="cosine",
+        warmup_steps=10,
+        decay_steps=0,
+        weight_decay=0.1,
+        b1=0.9,
+        b2=0.95,
+        eps=1e-8,
+        clip_grad_norm=1.0,
+    )
     return ConfigDict({**base, **kw})
 
 
@@ -33,9 +51,11 @@ def test_schedule_matches_formula(kind):
             expected = lr * (s + 1) / warmup
         else:
             p = min((s - warmup) / (total - warmup), 1.0)
-            expected = {"cosine": min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * p)),
-                        "linear": min_lr + (lr - min_lr) * (1 - p),
-                        "constant": lr}[kind]
+            expected = {
+                "cosine": min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * p)),
+                "linear": min_lr + (lr - min_lr) * (1 - p),
+                "constant": lr,
+            }[kind]
         assert float(schedule(s)) == pytest.approx(expected, rel=1e-5), s
 
 
@@ -52,8 +72,11 @@ def _setup(batch=8, length=16, seed=0):
     rng = np.random.default_rng(seed)
     toks = rng.integers(0, SPEC.vocab_size, (batch, length + 1))
     mask = (rng.random((batch, length)) > 0.3).astype(np.float32)
-    data = {"inputs": jnp.asarray(toks[:, :-1], jnp.int32),
-            "targets": jnp.asarray(toks[:, 1:], jnp.int32), "loss_mask": jnp.asarray(mask)}
+    data = {
+        "inputs": jnp.asarray(toks[:, :-1], jnp.int32),
+        "targets": jnp.asarray(toks[:, 1:], jnp.int32),
+        "loss_mask": jnp.asarray(mask),
+    }
     return graphdef, params, data
 
 
@@ -61,9 +84,16 @@ def _run_step(graphdef, params, data, num_micro, z_loss=0.0):
     cfg = optim_cfg()
     tx = optimizer.make_optimizer(cfg, 100)
     state = {"step": jnp.int32(0), "params": params, "opt_state": tx.init(params)}
-    fn = jax.jit(functools.partial(step.train_step, graphdef=graphdef, tx=tx,
-                                   schedule=optimizer.learning_rate_schedule(cfg, 100),
-                                   num_micro=num_micro, z_loss=z_loss))
+    fn = jax.jit(
+        functools.partial(
+            step.train_step,
+            graphdef=graphdef,
+            tx=tx,
+            schedule=optimizer.learning_rate_schedule(cfg, 100),
+            num_micro=num_micro,
+            z_loss=z_loss,
+        )
+    )
     return fn(state, data)
 
 
@@ -75,8 +105,9 @@ def test_clipping_equals_optax_and_keeps_its_state(max_norm):
     want, reference_state = reference.update(grads, reference.init(grads))
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(g, w, rtol=1e-6)
-    assert float(optax.tree.norm(got)) == pytest.approx(min(max_norm, float(
-        optax.tree.norm(grads))), rel=1e-6)
+    assert float(optax.tree.norm(got)) == pytest.approx(
+        min(max_norm, float(optax.tree.norm(grads))), rel=1e-6
+    )
     # The same (empty) state, so checkpoints written with either restore with the other.
     assert jax.tree.structure(state) == jax.tree.structure(reference_state)
 
@@ -130,6 +161,7 @@ def test_cross_entropy_gradient_equals_autodiff_of_the_definition(dtype):
         def total(logits):
             ce, log_z = fn(logits, targets)
             return jnp.sum(ce * w_ce + w_z * log_z**2)
+
         return total
 
     for got, want in zip(cross_entropy_and_log_z(logits, targets), definition(logits, targets)):

@@ -71,20 +71,24 @@ def test_train_checkpoint_and_resume_match_an_uninterrupted_run(tmp_path, datatr
     finally:
         resumed.close()
     np.testing.assert_allclose(first + second, straight, rtol=1e-6)
-    steps_on_disk = sorted(int(p.name) for p in (tmp_path / "b/run/checkpoints").iterdir()
-                           if p.name.isdigit())
+    steps_on_disk = sorted(
+        int(p.name) for p in (tmp_path / "b/run/checkpoints").iterdir() if p.name.isdigit()
+    )
     assert steps_on_disk == [3, 6]
 
 
 def test_loss_chunks_from_the_config_train_and_validate_like_the_plain_path(
-        tmp_path, datatrove_corpus):
+    tmp_path, datatrove_corpus
+):
     """`train.loss_chunks` reaches both compiled functions: the same losses, the logits
     computed four chunks at a time."""
     figures, traced = {}, {}
     for chunks in (0, 4):
-        cfg = debug_config(tmp_path / str(chunks), datatrove_corpus,
-                           **{"train.loss_chunks": chunks, "train.steps": 3,
-                              "checkpoint.every": 0})
+        cfg = debug_config(
+            tmp_path / str(chunks),
+            datatrove_corpus,
+            **{"train.loss_chunks": chunks, "train.steps": 3, "checkpoint.every": 0},
+        )
         trainer = Trainer(cfg, console=False)
         try:
             trainer.run()
@@ -94,7 +98,9 @@ def test_loss_chunks_from_the_config_train_and_validate_like_the_plain_path(
                 traced[chunks] = [
                     trainer.lowered_step.as_text(debug_info=True),
                     trainer._eval_step.lower(trainer.state["params"], batch).as_text(
-                        debug_info=True)]
+                        debug_info=True
+                    ),
+                ]
             losses = [h["loss"] for h in trainer.history]
         finally:
             trainer.close()
@@ -109,19 +115,34 @@ def test_loss_chunks_from_the_config_train_and_validate_like_the_plain_path(
 
 def test_checkpoint_of_another_model_is_refused(tmp_path, datatrove_corpus):
     devices = jax.devices()[:1]
-    run(debug_config(tmp_path, datatrove_corpus, **{"train.steps": 1, "optim.warmup_steps": 0}),
-        devices=devices)
-    other = debug_config(tmp_path, datatrove_corpus, **{"train.steps": 2,
-                                                        "model.intermediate_size": 96})
-    with pytest.raises(CheckpointError, match=r"mlp.up_proj.kernel: checkpoint .*128.* vs "
-                                              r"model .*96"):
+    run(
+        debug_config(tmp_path, datatrove_corpus, **{"train.steps": 1, "optim.warmup_steps": 0}),
+        devices=devices,
+    )
+    other = debug_config(
+        tmp_path, datatrove_corpus, **{"train.steps": 2, "model.intermediate_size": 96}
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=r"mlp.up_proj.kernel: checkpoint .*128.* vs "
+        r"model .*96",
+    ):
         Trainer(other, devices=devices, console=False)
 
 
 def test_non_finite_loss_stops_with_a_clear_error(tmp_path, datatrove_corpus):
-    cfg = debug_config(tmp_path, datatrove_corpus, **{
-        "optim.lr": 1e30, "optim.min_lr": 0.0, "optim.clip_grad_norm": 0.0,
-        "train.steps": 6, "checkpoint.every": 0, "train.eval_every": 0})
+    cfg = debug_config(
+        tmp_path,
+        datatrove_corpus,
+        **{
+            "optim.lr": 1e30,
+            "optim.min_lr": 0.0,
+            "optim.clip_grad_norm": 0.0,
+            "train.steps": 6,
+            "checkpoint.every": 0,
+            "train.eval_every": 0,
+        },
+    )
     trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
     with pytest.raises(TrainingError, match="(loss|grad_norm) is (nan|inf)"):
         trainer.run()
@@ -135,8 +156,13 @@ def test_token_ids_beyond_the_vocabulary_are_refused(tmp_path, datatrove_corpus)
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "jaxtrain", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "jaxtrain", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_cli_reports_unknown_keys_in_one_line():

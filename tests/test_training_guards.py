@@ -18,22 +18,37 @@ from jaxtrain.trainer import Trainer, TrainingError
 
 
 def synthetic_config(tmp_path, **overrides):
-    values = {"run.dir": str(tmp_path / "run"), "train.seq_len": 32,
-              "train.global_batch_size": 8, "train.steps": 12, "train.log_every": 1,
-              "train.eval_batches": 0, "train.progress": False, "optim.warmup_steps": 1}
+    values = {
+        "run.dir": str(tmp_path / "run"),
+        "train.seq_len": 32,
+        "train.global_batch_size": 8,
+        "train.steps": 12,
+        "train.log_every": 1,
+        "train.eval_batches": 0,
+        "train.progress": False,
+        "optim.warmup_steps": 1,
+    }
     values.update(overrides)
     return config_lib.load_config(str(REPO / "configs" / "llama_debug.py"), values)
 
 
 def all_finite(tree) -> bool:
-    return all(bool(np.isfinite(np.asarray(leaf)).all())
-               for leaf in jax.tree_util.tree_leaves(tree))
+    return all(
+        bool(np.isfinite(np.asarray(leaf)).all()) for leaf in jax.tree_util.tree_leaves(tree)
+    )
 
 
 @pytest.mark.parametrize("every", [1, 4])
 def test_a_diverging_run_keeps_only_finite_checkpoints_and_names_the_last(tmp_path, every):
-    cfg = synthetic_config(tmp_path, **{"optim.lr": 1e3, "optim.clip_grad_norm": 0.0,
-                                        "checkpoint.every": every, "checkpoint.keep": 3})
+    cfg = synthetic_config(
+        tmp_path,
+        **{
+            "optim.lr": 1e3,
+            "optim.clip_grad_norm": 0.0,
+            "checkpoint.every": every,
+            "checkpoint.keep": 3,
+        },
+    )
     trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
     with pytest.raises(TrainingError, match=r"(loss|grad_norm) is (nan|inf)") as error:
         trainer.run()
@@ -46,16 +61,21 @@ def test_a_diverging_run_keeps_only_finite_checkpoints_and_names_the_last(tmp_pa
     for step in steps:  # every checkpoint left on disk holds finite values only
         state, _, _ = reader.restore(step, trainer.layout.abstract)
         assert all_finite(state), f"checkpoint {step} holds non-finite values"
-    assert f"The last checkpoint, step {max(steps)} in {reader.directory}, is finite" in \
-        str(error.value)
+    assert f"The last checkpoint, step {max(steps)} in {reader.directory}, is finite" in str(
+        error.value
+    )
 
 
 def test_a_non_finite_gradient_norm_stops_even_with_a_finite_loss(tmp_path):
-    trainer = Trainer(synthetic_config(tmp_path, **{"train.steps": 1}),
-                      devices=jax.devices()[:1], console=False)
+    trainer = Trainer(
+        synthetic_config(tmp_path, **{"train.steps": 1}), devices=jax.devices()[:1], console=False
+    )
     try:
-        with pytest.raises(TrainingError, match=r"grad_norm is inf at step 7; stopping "
-                                                r"without saving this state\. No checkpoint"):
+        with pytest.raises(
+            TrainingError,
+            match=r"grad_norm is inf at step 7; stopping "
+            r"without saving this state\. No checkpoint",
+        ):
             trainer._check_finite(7, {"loss": np.float32(2.5), "grad_norm": np.float32(np.inf)})
     finally:
         trainer.close()
@@ -78,12 +98,19 @@ def test_step_timer_restarts_after_host_work():
     assert timer.take() == (1, 1.5)
 
 
-def test_logged_throughput_is_plausible_around_evaluations_and_saves(tmp_path,
-                                                                     datatrove_corpus):
-    cfg = synthetic_config(tmp_path, **{
-        "data.kind": "datatrove", "data.paths": str(datatrove_corpus.folder),
-        "data.val_paths": str(datatrove_corpus.folder), "train.eval_every": 2,
-        "train.eval_batches": 2, "checkpoint.every": 3, "train.steps": 16})
+def test_logged_throughput_is_plausible_around_evaluations_and_saves(tmp_path, datatrove_corpus):
+    cfg = synthetic_config(
+        tmp_path,
+        **{
+            "data.kind": "datatrove",
+            "data.paths": str(datatrove_corpus.folder),
+            "data.val_paths": str(datatrove_corpus.folder),
+            "train.eval_every": 2,
+            "train.eval_batches": 2,
+            "checkpoint.every": 3,
+            "train.steps": 16,
+        },
+    )
     trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
     try:
         trainer.run()
@@ -99,4 +126,5 @@ def test_logged_throughput_is_plausible_around_evaluations_and_saves(tmp_path,
         # Host work (evaluation, checkpoint copies) once made steps after it look 50x faster.
         assert r["tokens_per_s"] < 4 * median, (r["step"], r["tokens_per_s"], median)
         assert 0 < r["mfu"] <= 1 and math.isclose(
-            r["tokens_per_s"] * r["step_time"], 8 * 32, rel_tol=1e-6)
+            r["tokens_per_s"] * r["step_time"], 8 * 32, rel_tol=1e-6
+        )

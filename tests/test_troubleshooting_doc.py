@@ -14,8 +14,11 @@ def _message_templates() -> str:
     for path in [*(REPO / "jaxtrain").rglob("*.py"), *(REPO / "tools").glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.JoinedStr):
-                texts.append("".join(v.value if isinstance(v, ast.Constant) else PLACEHOLDER
-                                     for v in node.values))
+                texts.append(
+                    "".join(
+                        v.value if isinstance(v, ast.Constant) else PLACEHOLDER for v in node.values
+                    )
+                )
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 texts.append(node.value)
     return "\n".join(texts)

@@ -25,21 +25,38 @@ def mesh_config(**sizes: int) -> ConfigDict:
 
 def mesh(**sizes: int) -> jax.sharding.Mesh:
     """A mesh of the given ici sizes (1 for every other axis) on the first devices."""
-    return sharding.make_mesh(mesh_config(**sizes), devices=jax.devices()[:int(np.prod(
-        list(sizes.values()) or [1]))])
+    return sharding.make_mesh(
+        mesh_config(**sizes), devices=jax.devices()[: int(np.prod(list(sizes.values()) or [1]))]
+    )
 
 
 def optim(lr: float = 1e-2) -> ConfigDict:
     """AdamW at a constant learning rate (0 freezes the parameters)."""
-    return ConfigDict(dict(lr=lr, min_lr=lr / 10, schedule="constant", warmup_steps=0,
-                           decay_steps=0, weight_decay=0.1, b1=0.9, b2=0.95, eps=1e-8,
-                           clip_grad_norm=1.0))
+    return ConfigDict(
+        dict(
+            lr=lr,
+            min_lr=lr / 10,
+            schedule="constant",
+            warmup_steps=0,
+            decay_steps=0,
+            weight_decay=0.1,
+            b1=0.9,
+            b2=0.95,
+            eps=1e-8,
+            clip_grad_norm=1.0,
+        )
+    )
 
 
-def train(spec: ModelSpec, on_mesh: jax.sharding.Mesh, steps: int = 2,
-          optim_cfg: ConfigDict | None = None, num_micro: int = 1,
-          rules: str = "fsdp_tensor", loss_chunks: int = 0
-          ) -> tuple[list[float], dict, Any, Any, dict]:
+def train(
+    spec: ModelSpec,
+    on_mesh: jax.sharding.Mesh,
+    steps: int = 2,
+    optim_cfg: ConfigDict | None = None,
+    num_micro: int = 1,
+    rules: str = "fsdp_tensor",
+    loss_chunks: int = 0,
+) -> tuple[list[float], dict, Any, Any, dict]:
     """(losses, metrics of the last step, final state, parameter shardings, the batch) of
     `steps` steps on one fixed batch of 8 x 16 tokens, under the rule table named `rules`."""
     optim_cfg = optim_cfg or optim()
@@ -48,18 +65,33 @@ def train(spec: ModelSpec, on_mesh: jax.sharding.Mesh, steps: int = 2,
     with sharding.use_mesh(on_mesh, rules):
         layout = state.state_layout(spec, tx, on_mesh, rules)
         train_state = state.init_state(spec, tx, layout, seed=0)
-        fn = jax.jit(functools.partial(
-            step.train_step, graphdef=layout.graphdef, tx=tx,
-            schedule=optimizer.learning_rate_schedule(optim_cfg, steps), num_micro=num_micro,
-            z_loss=0.0, loss_chunks=loss_chunks), in_shardings=(layout.shardings, None),
-            out_shardings=(layout.shardings, None))
+        fn = jax.jit(
+            functools.partial(
+                step.train_step,
+                graphdef=layout.graphdef,
+                tx=tx,
+                schedule=optimizer.learning_rate_schedule(optim_cfg, steps),
+                num_micro=num_micro,
+                z_loss=0.0,
+                loss_chunks=loss_chunks,
+            ),
+            in_shardings=(layout.shardings, None),
+            out_shardings=(layout.shardings, None),
+        )
         toks = np.random.default_rng(0).integers(0, spec.vocab_size, (8, 17))
-        batch = {"inputs": jnp.asarray(toks[:, :-1], jnp.int32),
-                 "targets": jnp.asarray(toks[:, 1:], jnp.int32),
-                 "loss_mask": jnp.ones((8, 16), jnp.float32)}
+        batch = {
+            "inputs": jnp.asarray(toks[:, :-1], jnp.int32),
+            "targets": jnp.asarray(toks[:, 1:], jnp.int32),
+            "loss_mask": jnp.ones((8, 16), jnp.float32),
+        }
         losses = []
         for _ in range(steps):
             train_state, metrics = fn(train_state, batch)
             losses.append(float(metrics["loss"]))
-    return (losses, jax.device_get(metrics), jax.device_get(train_state),
-            layout.shardings["params"], batch)
+    return (
+        losses,
+        jax.device_get(metrics),
+        jax.device_get(train_state),
+        layout.shardings["params"],
+        batch,
+    )

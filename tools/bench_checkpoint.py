@@ -66,40 +66,61 @@ from jaxtrain.train import state as state_lib  # noqa: E402
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options (model size, target folder, rounds, step)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dir", type=Path, default=Path("runs/bench_checkpoint"),
-                   help="folder on the disk to measure; the files go into a fresh subfolder, "
-                        "removed after")
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("runs/bench_checkpoint"),
+        help="folder on the disk to measure; the files go into a fresh subfolder, removed after",
+    )
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--intermediate", type=int, default=5632)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--rounds", type=int, default=3, help="rounds of save/restore and plain")
-    p.add_argument("--compression", choices=CHECKPOINT_COMPRESSIONS, default="none",
-                   help="checkpoint.compression of the Orbax side")
-    p.add_argument("--step-time", type=float, default=0.0,
-                   help="seconds of one train step to compare the blocked time with; 0 = "
-                        "measure a step of the benchmarked model")
-    p.add_argument("--batch", type=int, default=2,
-                   help="sequences of the measured step (rounded up to a multiple of the "
-                        "local devices)")
+    p.add_argument(
+        "--compression",
+        choices=CHECKPOINT_COMPRESSIONS,
+        default="none",
+        help="checkpoint.compression of the Orbax side",
+    )
+    p.add_argument(
+        "--step-time",
+        type=float,
+        default=0.0,
+        help="seconds of one train step to compare the blocked time with; 0 = "
+        "measure a step of the benchmarked model",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=2,
+        help="sequences of the measured step (rounded up to a multiple of the local devices)",
+    )
     p.add_argument("--seq", type=int, default=1024, help="tokens per sequence of that step")
-    p.add_argument("--keep-files", action="store_true",
-                   help="leave the files (in their subfolder of --dir)")
+    p.add_argument(
+        "--keep-files", action="store_true", help="leave the files (in their subfolder of --dir)"
+    )
     return p.parse_args(argv)
 
 
 def bench_config(args: argparse.Namespace) -> Any:
     """The run whose state is saved: the Llama shape of the options, FSDP over local devices."""
     overrides = {
-        "model.family": "llama", "model.vocab_size": args.vocab,
-        "model.hidden_size": args.hidden, "model.num_layers": args.layers,
-        "model.num_heads": args.heads, "model.num_kv_heads": args.heads,
+        "model.family": "llama",
+        "model.vocab_size": args.vocab,
+        "model.hidden_size": args.hidden,
+        "model.num_layers": args.layers,
+        "model.num_heads": args.heads,
+        "model.num_kv_heads": args.heads,
         "model.head_dim": args.hidden // args.heads,
         "model.intermediate_size": args.intermediate,
-        "model.max_seq_len": max(2048, args.seq), "train.seq_len": args.seq,
+        "model.max_seq_len": max(2048, args.seq),
+        "train.seq_len": args.seq,
         "train.global_batch_size": -(-args.batch // jax.local_device_count())
-        * jax.local_device_count(), "mesh.rules": "fsdp", "data.kind": "synthetic",
+        * jax.local_device_count(),
+        "mesh.rules": "fsdp",
+        "data.kind": "synthetic",
         "checkpoint.compression": args.compression,
     }
     return config_lib.load_config(str(_TOOLS.parent / "configs" / "base.py"), overrides)
@@ -118,9 +139,14 @@ def _random_state(layout: state_lib.StateLayout) -> dict[str, Any]:
 
     def fill(key: jax.Array) -> Any:
         keys = jax.random.split(key, len(leaves))
-        return treedef.unflatten([
-            jax.random.normal(k, a.shape, a.dtype) if jnp.issubdtype(a.dtype, jnp.floating)
-            else jnp.zeros(a.shape, a.dtype) for k, a in zip(keys, leaves, strict=True)])
+        return treedef.unflatten(
+            [
+                jax.random.normal(k, a.shape, a.dtype)
+                if jnp.issubdtype(a.dtype, jnp.floating)
+                else jnp.zeros(a.shape, a.dtype)
+                for k, a in zip(keys, leaves, strict=True)
+            ]
+        )
 
     return jax.jit(fill, out_shardings=layout.shardings)(jax.random.key(0))
 
@@ -178,12 +204,17 @@ def _plain(state: Any, folder: Path) -> dict[str, float]:
             np.fromfile(f, dtype=x.dtype, count=x.size)
     read, read_cpu = clock.read()
     shutil.rmtree(folder)
-    return {"plain_write": write, "plain_write_cpu": write_cpu, "plain_read": read,
-            "plain_read_cpu": read_cpu}
+    return {
+        "plain_write": write,
+        "plain_write_cpu": write_cpu,
+        "plain_read": read,
+        "plain_read_cpu": read_cpu,
+    }
 
 
-def _orbax(checkpointer: Checkpointer, step: int, state: Any,
-           abstract: Any) -> tuple[dict[str, float], Any]:
+def _orbax(
+    checkpointer: Checkpointer, step: int, state: Any, abstract: Any
+) -> tuple[dict[str, float], Any]:
     """Seconds blocked by a save, until it is durable, to restore it evicted and to checksum
     the restored state alone; and the restored state (the one passed in is deleted to make
     room for it)."""
@@ -202,15 +233,24 @@ def _orbax(checkpointer: Checkpointer, step: int, state: Any,
     clock = _Clock()
     checksums(restored)
     verify, _ = clock.read()
-    return {"blocked": blocked, "save": save, "save_cpu": save_cpu, "restore": restore,
-            "restore_cpu": restore_cpu, "verify": verify}, restored
+    return {
+        "blocked": blocked,
+        "save": save,
+        "save_cpu": save_cpu,
+        "restore": restore,
+        "restore_cpu": restore_cpu,
+        "verify": verify,
+    }, restored
 
 
 def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
     """'0.85 (0.80-0.91)': the median and range of a figure over the rounds."""
     median = fmt.format(statistics.median(values))
-    return median if len(values) < 2 else \
-        f"{median} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+    return (
+        median
+        if len(values) < 2
+        else f"{median} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,11 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench_checkpoint-", dir=args.dir))
     state = jax.block_until_ready(_random_state(layout))
     num_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
-    print(f"model: hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}: "
-          f"{setup.spec.num_params():,} params; train state (params + Adam mu, nu, float32) "
-          f"{num_bytes / 1e9:.2f} GB on {setup.mesh.devices.size} {jax.devices()[0].platform} "
-          f"device(s); files in {work.absolute()}; train step {step_s:.3f} s ({step_what})",
-          flush=True)
+    print(
+        f"model: hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}: "
+        f"{setup.spec.num_params():,} params; train state (params + Adam mu, nu, float32) "
+        f"{num_bytes / 1e9:.2f} GB on {setup.mesh.devices.size} {jax.devices()[0].platform} "
+        f"device(s); files in {work.absolute()}; train step {step_s:.3f} s ({step_what})",
+        flush=True,
+    )
 
     rounds: list[dict[str, float]] = []
     try:
@@ -244,20 +286,22 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             figures: dict[str, float] = {}
             # Alternate which goes first, so that a trend in the machine's load hits both.
-            for part in (("plain", "orbax") if r % 2 == 0 else ("orbax", "plain")):
+            for part in ("plain", "orbax") if r % 2 == 0 else ("orbax", "plain"):
                 if part == "plain":
                     figures.update(_plain(state, work / "plain"))
                 else:
                     orbax, state = _orbax(checkpointer, r + 1, state, layout.abstract)
                     figures.update(orbax)
             rounds.append(figures)
-            print(f"round {r + 1}: save {figures['save']:.2f} s vs plain write "
-                  f"{figures['plain_write']:.2f} s (ratio "
-                  f"{figures['plain_write'] / figures['save']:.2f}); restore "
-                  f"{figures['restore']:.2f} s vs plain read {figures['plain_read']:.2f} s "
-                  f"(ratio {figures['plain_read'] / figures['restore']:.2f}; checksum pass "
-                  f"alone {figures['verify']:.2f} s); blocked {figures['blocked']:.3f} s",
-                  flush=True)
+            print(
+                f"round {r + 1}: save {figures['save']:.2f} s vs plain write "
+                f"{figures['plain_write']:.2f} s (ratio "
+                f"{figures['plain_write'] / figures['save']:.2f}); restore "
+                f"{figures['restore']:.2f} s vs plain read {figures['plain_read']:.2f} s "
+                f"(ratio {figures['plain_read'] / figures['restore']:.2f}; checksum pass "
+                f"alone {figures['verify']:.2f} s); blocked {figures['blocked']:.3f} s",
+                flush=True,
+            )
         checkpointer.close()
         on_disk = sum(p.stat().st_size for p in _files(work / "orbax"))
     finally:
@@ -273,22 +317,35 @@ def main(argv: list[str] | None = None) -> int:
         return f"{median(key + '_cpu'):.2f} CPU s"
 
     evicted = hasattr(os, "posix_fadvise")
-    cache = ("page cache evicted first (posix_fadvise DONTNEED)" if evicted else
-             "page cache NOT evicted (no posix_fadvise here): reads may come from memory")
+    cache = (
+        "page cache evicted first (posix_fadvise DONTNEED)"
+        if evicted
+        else "page cache NOT evicted (no posix_fadvise here): reads may come from memory"
+    )
     print(f"\nmedians of {len(rounds)} round(s), compression {args.compression}:")
-    print(f"orbax save     {_rate(num_bytes, median('save'))}  ({cpu('save')}; training "
-          f"blocked {median('blocked'):.3f} s; the checksum pass, {median('verify'):.2f} s, read "
-          f"back on the writer thread; {on_disk / 1e9:.2f} GB on disk)")
-    print(f"orbax restore  {_rate(num_bytes, median('restore'))}  ({cpu('restore')}; {cache}; "
-          f"checksums verified, the pass alone {median('verify'):.2f} s)")
-    print(f"plain write    {_rate(num_bytes, median('plain_write'))}  ({cpu('plain_write')}; "
-          "numpy tofile, one file, fsync)")
-    print(f"plain read     {_rate(num_bytes, median('plain_read'))}  ({cpu('plain_read')}; numpy "
-          f"fromfile; {cache})")
-    print(f"ratios, median (range) of {len(rounds)} round(s): save / plain write "
-          f"{_spread([r['plain_write'] / r['save'] for r in rounds])}; restore / plain read "
-          f"{_spread([r['plain_read'] / r['restore'] for r in rounds])}; blocked / train step "
-          f"{_spread([r['blocked'] / step_s for r in rounds], '{:.2%}')} of {step_s:.3f} s")
+    print(
+        f"orbax save     {_rate(num_bytes, median('save'))}  ({cpu('save')}; training "
+        f"blocked {median('blocked'):.3f} s; the checksum pass, {median('verify'):.2f} s, read "
+        f"back on the writer thread; {on_disk / 1e9:.2f} GB on disk)"
+    )
+    print(
+        f"orbax restore  {_rate(num_bytes, median('restore'))}  ({cpu('restore')}; {cache}; "
+        f"checksums verified, the pass alone {median('verify'):.2f} s)"
+    )
+    print(
+        f"plain write    {_rate(num_bytes, median('plain_write'))}  ({cpu('plain_write')}; "
+        "numpy tofile, one file, fsync)"
+    )
+    print(
+        f"plain read     {_rate(num_bytes, median('plain_read'))}  ({cpu('plain_read')}; numpy "
+        f"fromfile; {cache})"
+    )
+    print(
+        f"ratios, median (range) of {len(rounds)} round(s): save / plain write "
+        f"{_spread([r['plain_write'] / r['save'] for r in rounds])}; restore / plain read "
+        f"{_spread([r['plain_read'] / r['restore'] for r in rounds])}; blocked / train step "
+        f"{_spread([r['blocked'] / step_s for r in rounds], '{:.2%}')} of {step_s:.3f} s"
+    )
     return 0
 
 

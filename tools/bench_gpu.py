@@ -41,36 +41,63 @@ from jaxtrain import config as config_lib  # noqa: E402
 # state, remat residuals and the float32 [tokens, 128256] logits fit one H200 (141 GB) or MI300X
 # (192 GB); on an 80 GB H100 the 8B shape may run out of memory, and the script goes on.
 CASES = [
-    ("llama3-8b, 8 of 32 layers", "configs/llama3_8b.py",
-     ["--config.model.num_layers=8", "--config.train.seq_len=8192",
-      "--config.train.global_batch_size=2", "--config.model.remat=minimal"]),
-    ("llama3.2-1b", "configs/llama3_2_1b.py",
-     ["--config.train.seq_len=8192", "--config.train.global_batch_size=4",
-      "--config.model.remat=minimal"]),
+    (
+        "llama3-8b, 8 of 32 layers",
+        "configs/llama3_8b.py",
+        [
+            "--config.model.num_layers=8",
+            "--config.train.seq_len=8192",
+            "--config.train.global_batch_size=2",
+            "--config.model.remat=minimal",
+        ],
+    ),
+    (
+        "llama3.2-1b",
+        "configs/llama3_2_1b.py",
+        [
+            "--config.train.seq_len=8192",
+            "--config.train.global_batch_size=4",
+            "--config.model.remat=minimal",
+        ],
+    ),
 ]
 # --smoke: the same code path on shapes any CPU runs in seconds.
-SMOKE = ["--config.model.num_layers=1", "--config.model.hidden_size=64",
-         "--config.model.num_heads=4", "--config.model.num_kv_heads=2",
-         "--config.model.head_dim=16", "--config.model.intermediate_size=128",
-         "--config.model.vocab_size=512", "--config.train.seq_len=64",
-         "--config.train.global_batch_size=2"]
+SMOKE = [
+    "--config.model.num_layers=1",
+    "--config.model.hidden_size=64",
+    "--config.model.num_heads=4",
+    "--config.model.num_kv_heads=2",
+    "--config.model.head_dim=16",
+    "--config.model.intermediate_size=128",
+    "--config.model.vocab_size=512",
+    "--config.train.seq_len=64",
+    "--config.train.global_batch_size=2",
+]
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench_gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--peak-tflops", type=float, default=0.0,
-                        help="per-device bf16 peak for MFU when the device is not in the table")
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=0.0,
+        help="per-device bf16 peak for MFU when the device is not in the table",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny shapes (any backend)")
-    parser.add_argument("--fp8", action="store_true",
-                        help="also time each shape with model.quantization=fp8")
+    parser.add_argument(
+        "--fp8", action="store_true", help="also time each shape with model.quantization=fp8"
+    )
     args = parser.parse_args(argv)
     precisions = ("bf16", "fp8") if args.fp8 else ("bf16",)
 
     device = jax.devices()[0]
-    print(f"device: {device.device_kind} ({device.platform}), {jax.device_count()} visible; "
-          f"jax {jax.__version__}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}", flush=True)
+    print(
+        f"device: {device.device_kind} ({device.platform}), {jax.device_count()} visible; "
+        f"jax {jax.__version__}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}",
+        flush=True,
+    )
     rows = []
     for name, path, overrides in CASES:
         for precision in precisions:
@@ -78,21 +105,29 @@ def main(argv: list[str]) -> int:
             if figures is not None:
                 rows.append((name, precision, figures))
 
-    print("\n| shape | matmuls | tokens/step | tokens/s | MFU | step ms | vs bf16 | compile s | "
-          "params |")
+    print(
+        "\n| shape | matmuls | tokens/step | tokens/s | MFU | step ms | vs bf16 | compile s | "
+        "params |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     bf16_step = {name: f["step_time_s"] for name, precision, f in rows if precision == "bf16"}
     for name, precision, f in rows:
-        speedup = (f"{bf16_step[name] / f['step_time_s']:.2f}x"
-                   if precision == "fp8" and name in bf16_step else "")
-        print(f"| {name} | {precision} | {f['tokens']:,} | {f['tokens_per_s']:,.0f} | "
-              f"{f['mfu']:.1%} | {f['step_time_s'] * 1e3:.0f} | {speedup} | "
-              f"{f['compile_s']:.0f} | {f['num_params'] / 1e9:.2f}B |")
+        speedup = (
+            f"{bf16_step[name] / f['step_time_s']:.2f}x"
+            if precision == "fp8" and name in bf16_step
+            else ""
+        )
+        print(
+            f"| {name} | {precision} | {f['tokens']:,} | {f['tokens_per_s']:,.0f} | "
+            f"{f['mfu']:.1%} | {f['step_time_s'] * 1e3:.0f} | {speedup} | "
+            f"{f['compile_s']:.0f} | {f['num_params'] / 1e9:.2f}B |"
+        )
     return 0 if len(rows) == len(CASES) * len(precisions) else 1
 
 
-def _run(name: str, path: str, overrides: list[str], precision: str,
-         args: argparse.Namespace) -> dict | None:
+def _run(
+    name: str, path: str, overrides: list[str], precision: str, args: argparse.Namespace
+) -> dict | None:
     """One shape's figures in one precision, or None (printed) when it fails."""
     overrides = overrides + (SMOKE if args.smoke else [])
     if precision == "fp8":
@@ -102,11 +137,15 @@ def _run(name: str, path: str, overrides: list[str], precision: str,
     cfg = config_lib.load_config(str(REPO / path), overrides)
     start = time.perf_counter()
     try:
-        figures = bench.benchmark(cfg, steps=args.steps, warmup=args.warmup,
-                                  devices=jax.devices()[:1])
+        figures = bench.benchmark(
+            cfg, steps=args.steps, warmup=args.warmup, devices=jax.devices()[:1]
+        )
     except Exception as error:  # one shape failing (memory) must not hide the others
-        print(f"{name} ({precision}): failed after {time.perf_counter() - start:.0f} s: "
-              f"{type(error).__name__}: {str(error).splitlines()[0][:300]}", flush=True)
+        print(
+            f"{name} ({precision}): failed after {time.perf_counter() - start:.0f} s: "
+            f"{type(error).__name__}: {str(error).splitlines()[0][:300]}",
+            flush=True,
+        )
         return None
     print(bench.format_report(f"{name} ({precision})", figures), flush=True)
     figures["tokens"] = cfg.train.global_batch_size * cfg.train.seq_len

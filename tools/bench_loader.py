@@ -92,16 +92,19 @@ def write_shards(folder: Path, gigabytes: float, token_bytes: int, seed: int = 0
     if record is not None and record["settings"] == settings and record.get("tokens"):
         return record["tokens"]
     if record is None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise FolderError(f"--dir {folder}: holds files this tool did not write (it has no "
-                          f"{RECORD} of tools/bench_loader.py); nothing was changed. Pass a new "
-                          "or empty folder.")
+        raise FolderError(
+            f"--dir {folder}: holds files this tool did not write (it has no "
+            f"{RECORD} of tools/bench_loader.py); nothing was changed. Pass a new "
+            "or empty folder."
+        )
     created = record["created"] if record is not None else not folder.exists()
     if record is not None:
         remove_shards(folder)  # an incomplete or other-sized set: only the tool's own files
     folder.mkdir(parents=True, exist_ok=True)
     done = folder / RECORD
-    done.write_text(json.dumps({"owner": OWNER, "created": created, "settings": settings,
-                                "tokens": None}))
+    done.write_text(
+        json.dumps({"owner": OWNER, "created": created, "settings": settings, "tokens": None})
+    )
     dtype = {2: np.dtype("<u2"), 4: np.dtype("<u4")}[token_bytes]
     total = int(gigabytes * 1e9) // token_bytes
     rng = np.random.default_rng(seed)
@@ -121,27 +124,33 @@ def write_shards(folder: Path, gigabytes: float, token_bytes: int, seed: int = 0
                 chunk[inside] = EOS
                 chunk.tofile(f)
         ends.tofile(ds.with_name(ds.name + ".index"))
-        ds.with_name(ds.name + ".metadata").write_text(f"bench-tokenizer|{token_bytes}\n{n}\n"
-                                                       f"{n / 1e6:.1f} MT")
+        ds.with_name(ds.name + ".metadata").write_text(
+            f"bench-tokenizer|{token_bytes}\n{n}\n{n / 1e6:.1f} MT"
+        )
         written, k = written + n, k + 1
-    done.write_text(json.dumps({"owner": OWNER, "created": created, "settings": settings,
-                                "tokens": written}))
+    done.write_text(
+        json.dumps({"owner": OWNER, "created": created, "settings": settings, "tokens": written})
+    )
     return written
 
 
 def raw_rates(folder: Path, seq_len: int = 2048, windows: int = 20_000) -> dict[str, float]:
     """Sequential memmap copy (GB/s, tokens/s) and numpy-only random window reads (tokens/s)."""
     files = sorted(folder.glob("*.ds"))
-    width = int((files[0].with_name(files[0].name + ".metadata")).read_text()
-                .split("\n")[0].rpartition("|")[2])
+    width = int(
+        (files[0].with_name(files[0].name + ".metadata"))
+        .read_text()
+        .split("\n")[0]
+        .rpartition("|")[2]
+    )
     dtype = {2: "<u2", 4: "<u4"}[width]
     maps = [np.memmap(f, dtype, "r") for f in files]
     out = np.empty(CHUNK_TOKENS // 4, np.int32)
     start, tokens = time.perf_counter(), 0
     for m in maps:
         for lo in range(0, m.size, out.size):
-            piece = m[lo:lo + out.size]
-            out[:piece.size] = piece
+            piece = m[lo : lo + out.size]
+            out[: piece.size] = piece
             tokens += piece.size
     seconds = time.perf_counter() - start
     rng = np.random.default_rng(1)
@@ -150,10 +159,13 @@ def raw_rates(folder: Path, seq_len: int = 2048, windows: int = 20_000) -> dict[
     for _ in range(windows):
         m = maps[int(rng.integers(len(maps)))]
         lo = int(rng.integers(0, m.size - seq_len - 1))
-        window[:] = m[lo:lo + seq_len + 1]
+        window[:] = m[lo : lo + seq_len + 1]
     random_seconds = time.perf_counter() - start
-    return {"gb_per_s": tokens * width / seconds / 1e9, "tokens_per_s": tokens / seconds,
-            "random_window_tokens_per_s": windows * seq_len / random_seconds}
+    return {
+        "gb_per_s": tokens * width / seconds / 1e9,
+        "tokens_per_s": tokens / seconds,
+        "random_window_tokens_per_s": windows * seq_len / random_seconds,
+    }
 
 
 def _rate(tokens_per_s: float) -> str:
@@ -166,15 +178,31 @@ def _config(overrides: dict):
     return load_config(os.path.join(os.path.dirname(_HERE), "configs", "base.py"), overrides)
 
 
-def loader_rate(folder: Path, batch: int, seq_len: int, workers: int, batches: int,
-                documents: bool = False, prefetch: int = 4) -> float:
+def loader_rate(
+    folder: Path,
+    batch: int,
+    seq_len: int,
+    workers: int,
+    batches: int,
+    documents: bool = False,
+    prefetch: int = 4,
+) -> float:
     """Tokens/s of the training iterator (shuffle on), after its first batch."""
     from jaxtrain.data.pipeline import make_train_iterator
 
-    cfg = _config({"data.kind": "datatrove", "data.paths": str(folder), "train.seq_len": seq_len,
-                   "train.global_batch_size": batch, "data.worker_count": workers,
-                   "data.reset_attention_mask": documents, "data.reset_position_ids": documents,
-                   "data.prefetch": prefetch, "model.max_seq_len": max(seq_len, 4096)})
+    cfg = _config(
+        {
+            "data.kind": "datatrove",
+            "data.paths": str(folder),
+            "train.seq_len": seq_len,
+            "train.global_batch_size": batch,
+            "data.worker_count": workers,
+            "data.reset_attention_mask": documents,
+            "data.reset_position_ids": documents,
+            "data.prefetch": prefetch,
+            "model.max_seq_len": max(seq_len, 4096),
+        }
+    )
     it = make_train_iterator(cfg, VOCAB)
     try:
         next(it)  # starts worker processes and threads
@@ -195,13 +223,27 @@ def training_rate(steps: int, batch: int, seq_len: int) -> tuple[float, int]:
     from jaxtrain.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as run_dir:
-        cfg = _config({
-            "run.dir": run_dir, "data.kind": "synthetic", "train.seq_len": seq_len,
-            "train.global_batch_size": batch, "train.steps": 1000, "train.eval_batches": 0,
-            "train.progress": False, "checkpoint.every": 0, "checkpoint.resume": False,
-            "model.vocab_size": 4096, "model.hidden_size": 256, "model.num_layers": 4,
-            "model.num_heads": 4, "model.num_kv_heads": 4, "model.head_dim": 64,
-            "model.intermediate_size": 768, "model.max_seq_len": max(seq_len, 1024)})
+        cfg = _config(
+            {
+                "run.dir": run_dir,
+                "data.kind": "synthetic",
+                "train.seq_len": seq_len,
+                "train.global_batch_size": batch,
+                "train.steps": 1000,
+                "train.eval_batches": 0,
+                "train.progress": False,
+                "checkpoint.every": 0,
+                "checkpoint.resume": False,
+                "model.vocab_size": 4096,
+                "model.hidden_size": 256,
+                "model.num_layers": 4,
+                "model.num_heads": 4,
+                "model.num_kv_heads": 4,
+                "model.head_dim": 64,
+                "model.intermediate_size": 768,
+                "model.max_seq_len": max(seq_len, 1024),
+            }
+        )
         trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
         try:
             trainer.run(2)  # compiles
@@ -213,17 +255,25 @@ def training_rate(steps: int, batch: int, seq_len: int) -> tuple[float, int]:
             trainer.close()
 
 
-def table(rates: list[tuple[str, str, float]], raw_tokens_per_s: float, step_tokens_per_s: float,
-          raw_gb_per_s: float) -> str:
+def table(
+    rates: list[tuple[str, str, float]],
+    raw_tokens_per_s: float,
+    step_tokens_per_s: float,
+    raw_gb_per_s: float,
+) -> str:
     """The markdown table: each (what, batch, tokens/s) with its ratios to the raw sequential
     copy and to the train step's need."""
-    lines = ["", "| what | batch | tokens/s | / raw memmap copy | / train step's need |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "",
+        "| what | batch | tokens/s | / raw memmap copy | / train step's need |",
+        "|---|---|---|---|---|",
+    ]
     for what, batch, rate in rates:
-        extra = f" ({raw_gb_per_s:.2f} GB/s)" if what.startswith("raw np.memmap sequential") \
-            else ""
-        lines.append(f"| {what} | {batch} | {_rate(rate)}{extra} | "
-                     f"{_ratio(rate / raw_tokens_per_s)} | {_ratio(rate / step_tokens_per_s)} |")
+        extra = f" ({raw_gb_per_s:.2f} GB/s)" if what.startswith("raw np.memmap sequential") else ""
+        lines.append(
+            f"| {what} | {batch} | {_rate(rate)}{extra} | "
+            f"{_ratio(rate / raw_tokens_per_s)} | {_ratio(rate / step_tokens_per_s)} |"
+        )
     return "\n".join(lines)
 
 
@@ -236,9 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and prints the table."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--gb", type=float, default=2.0, help="size of the shard set in GB")
-    p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "jaxtrain-bench"),
-                   help="where the shard set is written: a new or empty folder, or one this "
-                        "tool wrote (reused when complete)")
+    p.add_argument(
+        "--dir",
+        default=os.path.join(tempfile.gettempdir(), "jaxtrain-bench"),
+        help="where the shard set is written: a new or empty folder, or one this "
+        "tool wrote (reused when complete)",
+    )
     p.add_argument("--token-bytes", type=int, choices=(2, 4), default=2)
     p.add_argument("--workers", type=int, default=2, help="grain worker processes to compare")
     p.add_argument("--batches", type=int, default=40, help="batches timed per loader setting")
@@ -255,30 +308,48 @@ def main(argv: list[str] | None = None) -> int:
     except FolderError as e:
         print(f"bench_loader.py: error: {e}", file=sys.stderr)
         return 2
-    print(f"shard set: {folder}, {tokens / 1e6:.0f}M tokens, {tokens * args.token_bytes / 1e9:.2f}"
-          f" GB, ready in {time.perf_counter() - start:.1f}s", flush=True)
+    print(
+        f"shard set: {folder}, {tokens / 1e6:.0f}M tokens, {tokens * args.token_bytes / 1e9:.2f}"
+        f" GB, ready in {time.perf_counter() - start:.1f}s",
+        flush=True,
+    )
     raw = raw_rates(folder)
-    rates = [("raw np.memmap sequential copy", "-", raw["tokens_per_s"]),
-             ("raw np.memmap random 2049-token windows", "-", raw["random_window_tokens_per_s"])]
+    rates = [
+        ("raw np.memmap sequential copy", "-", raw["tokens_per_s"]),
+        ("raw np.memmap random 2049-token windows", "-", raw["random_window_tokens_per_s"]),
+    ]
     # (batch, seq_len, worker_count, document fields, data.prefetch); prefetch 4 is the default.
-    settings = [(16, 2048, 0, False, 4), (8, 4096, 0, False, 4), (16, 2048, 0, False, 1),
-                (8, 4096, 0, False, 1), (16, 2048, args.workers, False, 4),
-                (8, 4096, args.workers, False, 4), (16, 2048, 0, True, 4),
-                (16, 2048, 0, True, 1)]
+    settings = [
+        (16, 2048, 0, False, 4),
+        (8, 4096, 0, False, 4),
+        (16, 2048, 0, False, 1),
+        (8, 4096, 0, False, 1),
+        (16, 2048, args.workers, False, 4),
+        (8, 4096, args.workers, False, 4),
+        (16, 2048, 0, True, 4),
+        (16, 2048, 0, True, 1),
+    ]
     for batch, seq_len, workers, documents, prefetch in settings:
         rate = loader_rate(folder, batch, seq_len, workers, args.batches, documents, prefetch)
         what = "loader, shuffled" + (" + segment_ids/positions" if documents else "")
         rates.append((what, f"{batch} x {seq_len}, workers={workers}, prefetch={prefetch}", rate))
         print(f"  {what}, {rates[-1][1]}: {_rate(rate)} tokens/s", flush=True)
     step_rate, params = training_rate(args.train_steps, args.train_batch, args.train_seq)
-    rates.append((f"train step, {params / 1e6:.1f}M-param Llama (synthetic data)",
-                  f"{args.train_batch} x {args.train_seq}", step_rate))
+    rates.append(
+        (
+            f"train step, {params / 1e6:.1f}M-param Llama (synthetic data)",
+            f"{args.train_batch} x {args.train_seq}",
+            step_rate,
+        )
+    )
     print(table(rates, raw["tokens_per_s"], step_rate, raw["gb_per_s"]))
     default = rates[2][2]  # 16 x 2048, workers 0, prefetch 4: the default settings
-    print(f"\nloader at the default settings (16 x 2048, workers=0, prefetch=4): "
-          f"{_rate(default)} tokens/s = {default / raw['tokens_per_s']:.3f}x the raw memmap "
-          f"copy of the same bytes, {default / step_rate:,.0f}x the train step's need "
-          f"({_rate(step_rate)} tokens/s)")
+    print(
+        f"\nloader at the default settings (16 x 2048, workers=0, prefetch=4): "
+        f"{_rate(default)} tokens/s = {default / raw['tokens_per_s']:.3f}x the raw memmap "
+        f"copy of the same bytes, {default / step_rate:,.0f}x the train step's need "
+        f"({_rate(step_rate)} tokens/s)"
+    )
     if not args.keep:
         remove_shards(folder)
     return 0

@@ -35,15 +35,24 @@ LAYOUTS = (
     ({"ici_pipeline": 8}, 32, 1),
 )
 # A model big enough for compute to outweigh the loop's overhead, small enough for two cores.
-DEFAULTS = {"model.num_layers": 8, "model.hidden_size": 128, "model.num_heads": 8,
-            "model.num_kv_heads": 4, "model.head_dim": 16, "model.intermediate_size": 512,
-            "train.seq_len": 128, "train.global_batch_size": 64, "train.micro_batch_size": 0}
+DEFAULTS = {
+    "model.num_layers": 8,
+    "model.hidden_size": 128,
+    "model.num_heads": 8,
+    "model.num_kv_heads": 4,
+    "model.head_dim": 16,
+    "model.intermediate_size": 512,
+    "train.seq_len": 128,
+    "train.global_batch_size": 64,
+    "train.micro_batch_size": 0,
+}
 
 
 def _set_device_count(devices: int) -> None:
     """Asks XLA for `devices` CPU devices; must run before jax is imported."""
-    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "",
-                   os.environ.get("XLA_FLAGS", ""))
+    flags = re.sub(
+        r"--xla_force_host_platform_device_count=\S+", "", os.environ.get("XLA_FLAGS", "")
+    )
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -53,10 +62,13 @@ def main(argv: list[str]) -> int:
     from jaxtrain.cli import split_overrides
 
     rest, overrides, _ = split_overrides(argv)
-    parser = argparse.ArgumentParser(prog="bench_pipeline.py",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default="configs/llama_debug.py", metavar="FILE",
-                        help="the config (--config.a.b=VALUE overrides a key)")
+    parser = argparse.ArgumentParser(prog="bench_pipeline.py", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--config",
+        default="configs/llama_debug.py",
+        metavar="FILE",
+        help="the config (--config.a.b=VALUE overrides a key)",
+    )
     parser.add_argument("--devices", type=int, default=8, help="fake CPU devices (default 8)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per layout")
     args = parser.parse_args(rest)
@@ -69,22 +81,28 @@ def main(argv: list[str]) -> int:
     from jaxtrain.models.pipeline import bubble_fraction
 
     if jax.device_count() != args.devices:
-        print(f"bench_pipeline: asked for {args.devices} devices, jax has "
-              f"{jax.device_count()}", file=sys.stderr)
+        print(
+            f"bench_pipeline: asked for {args.devices} devices, jax has {jax.device_count()}",
+            file=sys.stderr,
+        )
         return 2
     rows, baseline = [], None
     for sizes, micro, repeats in LAYOUTS:
         if max(sizes.values()) > args.devices:
             continue
         values = dict(DEFAULTS)
-        values.update({f"mesh.{side}_{a}": 1 for a in ("data", "pipeline", "fsdp", "context",
-                                                       "expert", "tensor")
-                       for side in ("ici", "dcn")})
+        values.update(
+            {
+                f"mesh.{side}_{a}": 1
+                for a in ("data", "pipeline", "fsdp", "context", "expert", "tensor")
+                for side in ("ici", "dcn")
+            }
+        )
         values.update({f"mesh.{k}": v for k, v in sizes.items()})
-        values.update({"train.pipeline_microbatches": micro,
-                       "train.pipeline_repeats": repeats})
-        cfg = compat.load_config_file(args.config, [f"{k}={v}" for k, v in values.items()]
-                                      + overrides)
+        values.update({"train.pipeline_microbatches": micro, "train.pipeline_repeats": repeats})
+        cfg = compat.load_config_file(
+            args.config, [f"{k}={v}" for k, v in values.items()] + overrides
+        )
         figures = bench.benchmark(cfg, steps=args.steps)
         stages = sizes.get("ici_pipeline", 1)
         bubble = bubble_fraction(stages, micro, repeats) if stages > 1 else 0.0
@@ -93,14 +111,18 @@ def main(argv: list[str]) -> int:
         rows.append(
             f"| {mesh} | {micro or '-'} | {repeats} | {bubble:.1%} | "
             f"{figures['step_time_s']:.3f} s | {figures['step_time_s'] / baseline:.2f} | "
-            f"{1 / (1 - bubble):.2f} | {figures['compile_s']:.0f} s |")
+            f"{1 / (1 - bubble):.2f} | {figures['compile_s']:.0f} s |"
+        )
         print(rows[-1], file=sys.stderr, flush=True)
     micro = micro_batch_size(cfg)
-    print(f"{cfg.model.num_layers} blocks, hidden {cfg.model.hidden_size}, micro batch {micro} "
-          f"x {cfg.train.seq_len} tokens, {args.devices} fake CPU devices on "
-          f"{os.cpu_count()} cores, {args.steps} timed steps\n")
-    print("| mesh | micro batches | repeats | bubble | step time | vs first | (RM+S-1)/RM | "
-          "compile |")
+    print(
+        f"{cfg.model.num_layers} blocks, hidden {cfg.model.hidden_size}, micro batch {micro} "
+        f"x {cfg.train.seq_len} tokens, {args.devices} fake CPU devices on "
+        f"{os.cpu_count()} cores, {args.steps} timed steps\n"
+    )
+    print(
+        "| mesh | micro batches | repeats | bubble | step time | vs first | (RM+S-1)/RM | compile |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0

@@ -60,8 +60,9 @@ class JaxContender:
         cfg.checkpoint.resume = False
         self.trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
         with self.trainer._mesh_context():
-            self.batch = self.trainer._to_global(_synthetic_batch(cfg, self.trainer.spec
-                                                                  .vocab_size))
+            self.batch = self.trainer._to_global(
+                _synthetic_batch(cfg, self.trainer.spec.vocab_size)
+            )
             self.step_fn, self.compile_s = self.trainer.compiled_step, self.trainer.compile_s
         self.state = self.trainer.state
 
@@ -82,17 +83,30 @@ class TorchContender:
 
         m = cfg.model
         torch.manual_seed(0)
-        model = LlamaForCausalLM(LlamaConfig(
-            vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
-            num_attention_heads=m.num_heads, num_key_value_heads=m.num_kv_heads,
-            head_dim=m.head_dim, intermediate_size=m.intermediate_size,
-            max_position_embeddings=m.max_seq_len, rms_norm_eps=m.norm_eps,
-            tie_word_embeddings=False, attn_implementation="sdpa"))
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=m.vocab_size,
+                hidden_size=m.hidden_size,
+                num_hidden_layers=m.num_layers,
+                num_attention_heads=m.num_heads,
+                num_key_value_heads=m.num_kv_heads,
+                head_dim=m.head_dim,
+                intermediate_size=m.intermediate_size,
+                max_position_embeddings=m.max_seq_len,
+                rms_norm_eps=m.norm_eps,
+                tie_word_embeddings=False,
+                attn_implementation="sdpa",
+            )
+        )
         self.torch = torch
         self.model = model.train()
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr,
-                                           betas=(cfg.optim.b1, cfg.optim.b2), eps=cfg.optim.eps,
-                                           weight_decay=cfg.optim.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=cfg.optim.lr,
+            betas=(cfg.optim.b1, cfg.optim.b2),
+            eps=cfg.optim.eps,
+            weight_decay=cfg.optim.weight_decay,
+        )
         batch = _synthetic_batch(cfg, m.vocab_size)
         self.inputs = torch.from_numpy(batch["inputs"].astype(np.int64))
         self.targets = torch.from_numpy(batch["targets"].astype(np.int64))
@@ -105,8 +119,7 @@ class TorchContender:
 
     def _loss(self, inputs, targets):
         logits = self.model(input_ids=inputs).logits
-        return self.torch.nn.functional.cross_entropy(logits.view(-1, self.vocab),
-                                                      targets.view(-1))
+        return self.torch.nn.functional.cross_entropy(logits.view(-1, self.vocab), targets.view(-1))
 
     def _step(self):
         if self.autocast:  # bfloat16 compute, float32 weights and optimizer
@@ -141,8 +154,9 @@ def _contender_process(kind: str, overrides: list[str], connection) -> None:
         import torch
 
         torch.set_num_threads(max(1, torch.get_num_threads()))
-        contender = TorchContender(cfg, compiled=kind == "torch.compile",
-                                   autocast=kind == TORCH_BF16)
+        contender = TorchContender(
+            cfg, compiled=kind == "torch.compile", autocast=kind == TORCH_BF16
+        )
     connection.send(contender.compile_s)
     while (steps := connection.recv()) is not None:
         cpu_start = time.process_time()
@@ -165,11 +179,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3, help="steps per contender per round")
     parser.add_argument("--warmup", type=int, default=6, help="untimed steps per contender")
-    parser.add_argument("--settle", type=float, default=0.3,
-                        help="seconds of pause between two contenders' turns")
+    parser.add_argument(
+        "--settle", type=float, default=0.3, help="seconds of pause between two contenders' turns"
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    parser.add_argument("--bf16", action="store_true",
-                        help="also jaxtrain bfloat16 compute against torch.autocast bfloat16")
+    parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="also jaxtrain bfloat16 compute against torch.autocast bfloat16",
+    )
     args = parser.parse_args(rest)
     cfg = config_lib.load_config(str(REPO / "configs" / "bench_tiny_llama.py"), overrides)
     if importlib.util.find_spec("torch") is None:
@@ -183,8 +201,9 @@ def main(argv: list[str]) -> int:
     try:
         for kind in kinds:  # one at a time, so that no compile overlaps another
             ours, theirs = context.Pipe()
-            process = context.Process(target=_contender_process, daemon=True,
-                                      args=(kind, overrides, theirs))
+            process = context.Process(
+                target=_contender_process, daemon=True, args=(kind, overrides, theirs)
+            )
             process.start()
             processes.append(process)
             connections[kind] = ours
@@ -201,15 +220,17 @@ def main(argv: list[str]) -> int:
         for r in range(args.rounds):
             # Each round starts with the next contender, so that none always runs first after
             # the previous round or right after the same neighbour.
-            order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
+            order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]
             for kind in order:
                 time.sleep(args.settle)
                 connections[kind].send(args.steps)
                 wall, cpu = connections[kind].recv()
                 rates[kind].append(tokens / wall)
                 cpu_rates[kind].append(tokens / cpu)
-            print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()),
-                  flush=True)
+            print(
+                f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()),
+                flush=True,
+            )
     finally:
         for connection, process in zip(connections.values(), processes):
             if process.is_alive():  # a contender that died has already said why
@@ -220,12 +241,16 @@ def main(argv: list[str]) -> int:
     flops = spec.flops_per_token(cfg.train.seq_len)
     peak = perf.measured_matmul_flops()
     isa = ", ".join(sorted(backend.cpu_flags() & ISA)) or "no AVX2"
-    print(f"\nCPU: {backend.cpu_model()} ({isa}), {os.cpu_count()} cores; "
-          f"{backend.detect().describe()}")
-    print(f"shape: {cfg.model.num_layers} layers, d={cfg.model.hidden_size}, "
-          f"{cfg.model.num_heads}/{cfg.model.num_kv_heads} heads, vocab {cfg.model.vocab_size}, "
-          f"batch {cfg.train.global_batch_size} x {cfg.train.seq_len}; "
-          f"{flops / 1e6:.1f} MFLOP/token; measured float32 matmul peak {peak / 1e9:.1f} GFLOP/s")
+    print(
+        f"\nCPU: {backend.cpu_model()} ({isa}), {os.cpu_count()} cores; "
+        f"{backend.detect().describe()}"
+    )
+    print(
+        f"shape: {cfg.model.num_layers} layers, d={cfg.model.hidden_size}, "
+        f"{cfg.model.num_heads}/{cfg.model.num_kv_heads} heads, vocab {cfg.model.vocab_size}, "
+        f"batch {cfg.train.global_batch_size} x {cfg.train.seq_len}; "
+        f"{flops / 1e6:.1f} MFLOP/token; measured float32 matmul peak {peak / 1e9:.1f} GFLOP/s"
+    )
     for name, values in rates.items():
         # Each contender against jaxtrain at the same precision.
         ours = JAX_BF16 if name in (JAX_BF16, TORCH_BF16) else "jaxtrain"
@@ -235,16 +260,22 @@ def main(argv: list[str]) -> int:
         per_round = sorted(a / b for a, b in zip(rates[ours], values))
         # The spread says how far one run's figure can be trusted on a machine shared with
         # others: a target inside it is met by some runs and missed by others.
-        print(f"{name:>20}: {median:8,.0f} tokens/s  MFU {flops * median / peak:6.1%}  "
-              f"{ours}/{name} = {base / median:.2f}x (per round: median "
-              f"{statistics.median(per_round):.2f}x, {per_round[0]:.2f}-{per_round[-1]:.2f}x)")
+        print(
+            f"{name:>20}: {median:8,.0f} tokens/s  MFU {flops * median / peak:6.1%}  "
+            f"{ours}/{name} = {base / median:.2f}x (per round: median "
+            f"{statistics.median(per_round):.2f}x, {per_round[0]:.2f}-{per_round[-1]:.2f}x)"
+        )
     # Tokens per CPU-second of all a contender's threads: time the machine takes a core away
     # lengthens the wall clock but not this, so it shows how much of a run's spread was the
     # machine. Threads spin-waiting for work count too, so it is no substitute for tokens/s.
     base_cpu = statistics.median(cpu_rates["jaxtrain"])
-    print("per CPU-second: " + ", ".join(
-        f"{name} {statistics.median(values):,.0f} ({base_cpu / statistics.median(values):.2f}x)"
-        for name, values in cpu_rates.items()))
+    print(
+        "per CPU-second: "
+        + ", ".join(
+            f"{name} {statistics.median(values):,.0f} ({base_cpu / statistics.median(values):.2f}x)"
+            for name, values in cpu_rates.items()
+        )
+    )
     return 0
 
 

@@ -27,8 +27,9 @@ import re  # noqa: E402
 
 def _set_device_count(devices: int) -> None:
     """Asks XLA for `devices` CPU devices; must run before jax is imported."""
-    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "",
-                   os.environ.get("XLA_FLAGS", ""))
+    flags = re.sub(
+        r"--xla_force_host_platform_device_count=\S+", "", os.environ.get("XLA_FLAGS", "")
+    )
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -39,13 +40,22 @@ def main(argv: list[str]) -> int:
 
     rest, overrides, _ = split_overrides(argv)
     parser = argparse.ArgumentParser(prog="compile_plan.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True, metavar="FILE",
-                        help="the config (--config.a.b=VALUE overrides a key)")
+    parser.add_argument(
+        "--config",
+        required=True,
+        metavar="FILE",
+        help="the config (--config.a.b=VALUE overrides a key)",
+    )
     parser.add_argument("--devices", type=int, default=8, help="fake CPU devices (default 8)")
-    parser.add_argument("--hosts", type=int, default=1,
-                        help="hosts the devices stand for; dcn_* sizes span them (default 1)")
-    parser.add_argument("--layers", default="",
-                        help="two depths to compile and extrapolate from, e.g. 2,4")
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=1,
+        help="hosts the devices stand for; dcn_* sizes span them (default 1)",
+    )
+    parser.add_argument(
+        "--layers", default="", help="two depths to compile and extrapolate from, e.g. 2,4"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(rest)
     path = args.config
@@ -58,8 +68,11 @@ def main(argv: list[str]) -> int:
     from jaxtrain.sharding import MeshError
 
     if jax.device_count() != args.devices:
-        print(f"compile_plan: asked for {args.devices} devices, jax has {jax.device_count()} "
-              "(was jax imported before XLA_FLAGS was set?)", file=sys.stderr)
+        print(
+            f"compile_plan: asked for {args.devices} devices, jax has {jax.device_count()} "
+            "(was jax imported before XLA_FLAGS was set?)",
+            file=sys.stderr,
+        )
         return 2
     try:
         cfg = compat.load_config_file(path, overrides, allow_unsupported=True)
@@ -70,13 +83,23 @@ def main(argv: list[str]) -> int:
         return 2
     name = os.path.splitext(os.path.basename(path.partition(":")[0]))[0]
     if args.json:
-        print(json.dumps({"config": name, "plan": dataclasses.asdict(result),
-                          "peak_bytes": result.peak_bytes,
-                          "compiled": [dataclasses.asdict(p) for p in measured]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "config": name,
+                    "plan": dataclasses.asdict(result),
+                    "peak_bytes": result.peak_bytes,
+                    "compiled": [dataclasses.asdict(p) for p in measured],
+                },
+                indent=2,
+            )
+        )
     else:
         print(compile_plan.format_plan(name, result, measured))
-        print(f"\ncompile time {sum(p.compile_s for p in measured):.0f} s; "
-              "memory is per device, FLOPs per device per step.")
+        print(
+            f"\ncompile time {sum(p.compile_s for p in measured):.0f} s; "
+            "memory is per device, FLOPs per device per step."
+        )
     return 0
 
 

@@ -99,8 +99,7 @@ def _targets(node: ast.expr, loops: Loop) -> list[tuple[str, ...]]:
             return []
 
 
-def _assignments(body: list[ast.stmt], loops: Loop | None = None
-                 ) -> list[tuple[ast.Assign, Loop]]:
+def _assignments(body: list[ast.stmt], loops: Loop | None = None) -> list[tuple[ast.Assign, Loop]]:
     """Assignments in source order with the loops around them (the mesh axes are a loop)."""
     loops = loops or {}
     found: list[tuple[ast.Assign, Loop]] = []
@@ -110,8 +109,9 @@ def _assignments(body: list[ast.stmt], loops: Loop | None = None
         elif isinstance(node, ast.For):
             inner = dict(loops)
             if isinstance(node.target, ast.Name) and isinstance(node.iter, (ast.Tuple, ast.List)):
-                inner[node.target.id] = tuple(e.value for e in node.iter.elts
-                                              if isinstance(e, ast.Constant))
+                inner[node.target.id] = tuple(
+                    e.value for e in node.iter.elts if isinstance(e, ast.Constant)
+                )
             found.extend(_assignments(node.body, inner))
         elif isinstance(node, (ast.With, ast.If)):
             found.extend(_assignments(node.body, loops))
@@ -152,8 +152,7 @@ def parse_base(source: str) -> list[tuple[str, Any]]:
                     items.append(("note", text.strip()))
         previous_end = node.end_lineno
         trailing = comments.get(node.end_lineno, (0, ""))[1].strip()
-        text = " ".join(filter(None, [trailing, _continuation(comments, node.end_lineno,
-                                                               lines)]))
+        text = " ".join(filter(None, [trailing, _continuation(comments, node.end_lineno, lines)]))
         # A loop body is visited once but names one key per loop value (the mesh axes).
         for target in _targets(node.targets[0], loops):
             if len(target) == 1 and isinstance(node.value, ast.Call):  # c.run = ConfigDict()
@@ -168,8 +167,11 @@ def parse_spec_fields(source: str) -> dict[str, str]:
     tree = ast.parse(source)
     comments = _comments(source)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelSpec")
-    return {n.target.id: comments.get(n.lineno, (0, ""))[1].strip()
-            for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return {
+        n.target.id: comments.get(n.lineno, (0, ""))[1].strip()
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
 
 
 def _default(value: Any) -> str:
@@ -231,10 +233,12 @@ def render(base_source: str, spec_source: str, config: Any) -> str:
             page.text(f"## {section}")
             if section != "model":
                 continue
-            page.text((f"{intro[0].upper()}{intro[1:]}. " if intro else "")
-                      + "`base.py` uses the `llama-debug` preset, whose values are the defaults "
-                      "below; the descriptions are those of the `ModelSpec` fields in "
-                      "`jaxtrain/models/spec.py`.")
+            page.text(
+                (f"{intro[0].upper()}{intro[1:]}. " if intro else "")
+                + "`base.py` uses the `llama-debug` preset, whose values are the defaults "
+                "below; the descriptions are those of the `ModelSpec` fields in "
+                "`jaxtrain/models/spec.py`."
+            )
             for key in ["preset", *spec_docs]:
                 if key in config.model and f"model.{key}" not in documented:
                     page.row(f"model.{key}", config.model[key], spec_docs[key])
@@ -265,8 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     text = generate()
     if args.check:
         if not DOC.is_file() or DOC.read_text() != text:
-            print(f"{DOC.relative_to(REPO)} is out of date: run python tools/gen_config_docs.py",
-                  file=sys.stderr)
+            print(
+                f"{DOC.relative_to(REPO)} is out of date: run python tools/gen_config_docs.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     DOC.parent.mkdir(parents=True, exist_ok=True)

@@ -52,8 +52,9 @@ class Progress:
             return
         self.last = now
         rate = self.tokens / max(now - self.start, 1e-9)
-        self.stream.write(f"tokenized {self.docs:,} documents, {self.tokens:,} tokens "
-                          f"({rate:,.0f} tokens/s)\n")
+        self.stream.write(
+            f"tokenized {self.docs:,} documents, {self.tokens:,} tokens ({rate:,.0f} tokens/s)\n"
+        )
         self.stream.flush()
 
     def close(self) -> None:
@@ -65,30 +66,54 @@ class Progress:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line of the tokenizer tool."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--input", nargs="+", required=True,
-                   help="input files, folders or globs (.txt/.md, .jsonl/.json, .parquet; .gz ok)")
-    p.add_argument("--tokenizer", required=True,
-                   help="Hugging Face tokenizer folder (or its tokenizer.json)")
+    p.add_argument(
+        "--input",
+        nargs="+",
+        required=True,
+        help="input files, folders or globs (.txt/.md, .jsonl/.json, .parquet; .gz ok)",
+    )
+    p.add_argument(
+        "--tokenizer", required=True, help="Hugging Face tokenizer folder (or its tokenizer.json)"
+    )
     p.add_argument("--output", required=True, help="folder for the .ds shards")
     p.add_argument("--text-key", default="text", help="JSONL/Parquet field holding the text")
-    p.add_argument("--eos-token", default=None,
-                   help="EOS token text appended after each document (default: the tokenizer's)")
+    p.add_argument(
+        "--eos-token",
+        default=None,
+        help="EOS token text appended after each document (default: the tokenizer's)",
+    )
     p.add_argument("--tasks", type=int, default=1, help="parallel tasks; one shard per task")
-    p.add_argument("--workers", type=int, default=None,
-                   help="tasks run at once, each in its own process (default: tasks, up to the "
-                        "CPU count)")
-    p.add_argument("--format", choices=("datatrove", "megatron"), default="datatrove",
-                   help="datatrove .ds shards or Megatron prefix.bin/.idx datasets")
-    p.add_argument("--merge", action="store_true",
-                   help="megatron: merge the tasks' datasets into <output>/<text-key>_document")
-    p.add_argument("--no-shuffle", action="store_true",
-                   help="keep documents in input order inside each shard")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="tasks run at once, each in its own process (default: tasks, up to the CPU count)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("datatrove", "megatron"),
+        default="datatrove",
+        help="datatrove .ds shards or Megatron prefix.bin/.idx datasets",
+    )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="megatron: merge the tasks' datasets into <output>/<text-key>_document",
+    )
+    p.add_argument(
+        "--no-shuffle", action="store_true", help="keep documents in input order inside each shard"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the in-shard document shuffle")
-    p.add_argument("--backend", choices=("auto", "datatrove", "builtin"), default="auto",
-                   help="ignored, kept for older commands: datatrove writes .ds shards, the "
-                        "built-in writer Megatron datasets")
-    p.add_argument("--overwrite", action="store_true",
-                   help="delete shards already in the output folder first")
+    p.add_argument(
+        "--backend",
+        choices=("auto", "datatrove", "builtin"),
+        default="auto",
+        help="ignored, kept for older commands: datatrove writes .ds shards, the "
+        "built-in writer Megatron datasets",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="delete shards already in the output folder first"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p.parse_args(argv)
 
@@ -99,13 +124,25 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     progress = None if args.quiet else Progress()
     try:
-        tokenize_files(args.input, args.tokenizer, args.output, text_key=args.text_key,
-                       eos_token=args.eos_token, tasks=args.tasks,
-                       shuffle_documents=not args.no_shuffle, seed=args.seed,
-                       backend=args.backend, overwrite=args.overwrite, progress=progress,
-                       workers=args.workers, fmt=args.format, merge=args.merge)
-        shards = (megatron_files(args.output) if args.format == "megatron"
-                  else find_shards([args.output]))
+        tokenize_files(
+            args.input,
+            args.tokenizer,
+            args.output,
+            text_key=args.text_key,
+            eos_token=args.eos_token,
+            tasks=args.tasks,
+            shuffle_documents=not args.no_shuffle,
+            seed=args.seed,
+            backend=args.backend,
+            overwrite=args.overwrite,
+            progress=progress,
+            workers=args.workers,
+            fmt=args.format,
+            merge=args.merge,
+        )
+        shards = (
+            megatron_files(args.output) if args.format == "megatron" else find_shards([args.output])
+        )
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -114,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             progress.close()
     tokens = sum(s.num_tokens for s in shards)
     docs = sum(s.num_docs for s in shards)
-    print(f"wrote {len(shards)} shards, {docs} documents, {tokens} tokens "
-          f"({shards[0].dtype.name}) to {args.output} in {time.perf_counter() - start:.1f}s")
+    print(
+        f"wrote {len(shards)} shards, {docs} documents, {tokens} tokens "
+        f"({shards[0].dtype.name}) to {args.output} in {time.perf_counter() - start:.1f}s"
+    )
     return 0
 
 

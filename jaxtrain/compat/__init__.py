@@ -36,11 +36,28 @@ from jaxtrain.compat.yaml_tree import deep_merge, load_mapping, overrides_tree, 
 from jaxtrain.config import FOREIGN_SUFFIXES
 from jaxtrain.errors import ConfigError
 
-_MAXTEXT_HINTS = ("base_config", "model_name", "per_device_batch_size", "max_target_length",
-                  "base_emb_dim", "ici_fsdp_parallelism", "dcn_data_parallelism")
+_MAXTEXT_HINTS = (
+    "base_config",
+    "model_name",
+    "per_device_batch_size",
+    "max_target_length",
+    "base_emb_dim",
+    "ici_fsdp_parallelism",
+    "dcn_data_parallelism",
+)
 _TORCHTITAN_SECTIONS = ("job", "training", "lr_scheduler", "parallelism", "activation_checkpoint")
-_PRIME_RL_KEYS = ("max_steps", "deployment", "ckpt", "optim", "scheduler", "val", "eval",
-                  "inference", "orchestrator", "trainer")
+_PRIME_RL_KEYS = (
+    "max_steps",
+    "deployment",
+    "ckpt",
+    "optim",
+    "scheduler",
+    "val",
+    "eval",
+    "inference",
+    "orchestrator",
+    "trainer",
+)
 
 
 def is_foreign(path: str) -> bool:
@@ -64,43 +81,57 @@ def detect(path: Path) -> str:
         data = hf_json.read(path)
         if "architectures" in data or "model_type" in data:
             return "hf_json"
-        raise ConfigError(f"{path}: a JSON config must be a Hugging Face config.json (with "
-                          "`architectures` or `model_type`).")
+        raise ConfigError(
+            f"{path}: a JSON config must be a Hugging Face config.json (with "
+            "`architectures` or `model_type`)."
+        )
     if suffix == ".toml":
         doc = _read_toml(path)
         if prime_rl.is_pretrain(doc):
             return "prime_rl"
-        if "model" in doc and isinstance(doc["model"], dict) and (
-                "flavor" in doc["model"] or any(s in doc for s in _TORCHTITAN_SECTIONS)):
+        if (
+            "model" in doc
+            and isinstance(doc["model"], dict)
+            and ("flavor" in doc["model"] or any(s in doc for s in _TORCHTITAN_SECTIONS))
+        ):
             return "torchtitan"
         if any(k in doc for k in _PRIME_RL_KEYS) or "mode" in doc:
             found = [f"[{k}]" for k in ("eval", "inference", "data") if k in doc]
             raise ConfigError(
-                f"{path}: only prime-rl pretraining files are supported (mode = \"pretrain\", "
+                f'{path}: only prime-rl pretraining files are supported (mode = "pretrain", '
                 "or a [data] table with `paths` of datatrove shard folders); this looks like "
                 f"an SFT/RL config (mode={doc.get('mode')!r}, {', '.join(found) or 'no paths'})"
-                ", which is not a pretraining config.")
-        raise ConfigError(f"{path}: cannot tell whether this TOML is a TorchTitan job config "
-                          "([job]/[model]/[training]) or a prime-rl pretrain config (mode = "
-                          "\"pretrain\").")
+                ", which is not a pretraining config."
+            )
+        raise ConfigError(
+            f"{path}: cannot tell whether this TOML is a TorchTitan job config "
+            "([job]/[model]/[training]) or a prime-rl pretrain config (mode = "
+            '"pretrain").'
+        )
     if suffix in (".yaml", ".yml"):
         doc = read_yaml(path)
         if not isinstance(doc, dict):
-            raise ConfigError(f"{path} holds a {type(doc).__name__}, not a mapping of keys to "
-                              "values.")
+            raise ConfigError(
+                f"{path} holds a {type(doc).__name__}, not a mapping of keys to values."
+            )
         if "modules" in doc:
             return "primus"
         if any(k in doc for k in _MAXTEXT_HINTS) or any(
-                str(k).startswith(("ici_", "dcn_")) for k in doc):
+            str(k).startswith(("ici_", "dcn_")) for k in doc
+        ):
             return "maxtext"
-        raise ConfigError(f"{path}: neither a Primus experiment (no `modules:`) nor a MaxText "
-                          "config (no base_config/model_name/per_device_batch_size/ici_*).")
-    raise ConfigError(f"{path}: unknown config format {suffix!r}; expected .py, .yaml, .yml, "
-                      ".toml or .json.")
+        raise ConfigError(
+            f"{path}: neither a Primus experiment (no `modules:`) nor a MaxText "
+            "config (no base_config/model_name/per_device_batch_size/ici_*)."
+        )
+    raise ConfigError(
+        f"{path}: unknown config format {suffix!r}; expected .py, .yaml, .yml, .toml or .json."
+    )
 
 
-def _toml_report(path: Path, family: str, doc: dict[str, Any],
-                 native: Sequence[str]) -> tuple[KeyReport, dict[str, Any]]:
+def _toml_report(
+    path: Path, family: str, doc: dict[str, Any], native: Sequence[str]
+) -> tuple[KeyReport, dict[str, Any]]:
     cli = overrides_tree(native)
     doc = deep_merge(doc, cli)
     origins = deep_merge(tag(doc, str(path)), tag(cli, "command line"))
@@ -108,8 +139,9 @@ def _toml_report(path: Path, family: str, doc: dict[str, Any],
     return KeyReport(str(path), family, values, flatten(origins)), doc
 
 
-def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_root: Any,
-           maxtext_root: Any) -> tuple[dict[str, Any], KeyReport]:
+def _adapt(
+    path: Path, native: Sequence[str], env: Mapping[str, str], primus_root: Any, maxtext_root: Any
+) -> tuple[dict[str, Any], KeyReport]:
     """(settings, report) for a foreign file, whatever its family."""
     family = detect(path)
     if family == "primus":
@@ -117,10 +149,8 @@ def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_roo
         exp = primus_yaml.load_experiment(path, env, primus_root, with_cli)
         defaults = (str((exp.root / primus_yaml.PRESETS_DIR).resolve()),)
         if exp.framework == "maxtext":
-            configs = maxtext_files.configs_dir(path.resolve().parent, maxtext_root, exp.root,
-                                                env)
-            resolved = maxtext_files.resolve(exp.params, exp.origins, path, configs, native,
-                                             env)
+            configs = maxtext_files.configs_dir(path.resolve().parent, maxtext_root, exp.root, env)
+            resolved = maxtext_files.resolve(exp.params, exp.origins, path, configs, native, env)
             exp.params, exp.origins = resolved.values, resolved.origins
             defaults += resolved.defaults
         report = primus_yaml.experiment_report(exp, exp.framework, env)
@@ -134,8 +164,12 @@ def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_roo
             for note in resolved.notes:
                 report.note(note)
             own = maxtext.to_jaxtrain(report, resolved.from_table)
-            for key, target in (("exp_name", "run.name"), ("workspace", "run.dir"),
-                                ("work_group", "run.dir"), ("user_name", "run.dir")):
+            for key, target in (
+                ("exp_name", "run.name"),
+                ("workspace", "run.dir"),
+                ("work_group", "run.dir"),
+                ("user_name", "run.dir"),
+            ):
                 if target in own and report.has(key):
                     report.ignored(key, f"MaxText's run_name/base_output_directory set {target}")
             settings.update(own)
@@ -144,8 +178,9 @@ def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_roo
         values, origins = load_mapping(path, env)
         configs = maxtext_files.configs_dir(path.resolve().parent, maxtext_root, None, env)
         resolved = maxtext_files.resolve(values, origins, path, configs, native, env)
-        report = KeyReport(str(path), "maxtext", flatten(resolved.values),
-                           flatten(resolved.origins))
+        report = KeyReport(
+            str(path), "maxtext", flatten(resolved.values), flatten(resolved.origins)
+        )
         report.default_origins = resolved.defaults
         for note in resolved.notes:
             report.note(note)
@@ -160,14 +195,21 @@ def _adapt(path: Path, native: Sequence[str], env: Mapping[str, str], primus_roo
         _assume_devices(report, env, known)
         return torchtitan.to_jaxtrain(report), report
     deployment = doc.get("deployment") or {}
-    nodes = int(deployment.get("num_train_nodes", 1)) if deployment.get(
-        "type") == "multi_node" else 1
-    per_node = int(deployment.get("gpus_per_node", 8)) if nodes > 1 else int(
-        deployment.get("num_train_gpus", 1))
+    nodes = (
+        int(deployment.get("num_train_nodes", 1)) if deployment.get("type") == "multi_node" else 1
+    )
+    per_node = (
+        int(deployment.get("gpus_per_node", 8))
+        if nodes > 1
+        else int(deployment.get("num_train_gpus", 1))
+    )
     report.world_size, report.num_hosts = nodes * per_node, nodes
     report.world_source = "from [deployment]"
-    named = [f"{k} = {deployment[k]}" for k in ("num_train_gpus", "num_train_nodes",
-                                                 "gpus_per_node") if k in deployment]
+    named = [
+        f"{k} = {deployment[k]}"
+        for k in ("num_train_gpus", "num_train_nodes", "gpus_per_node")
+        if k in deployment
+    ]
     report.launch = f"[deployment] {', '.join(named)}" if named else ""
     report.note(f"{nodes * per_node} training GPU(s) from [deployment]")
     return prime_rl.to_jaxtrain(report, doc), report
@@ -183,14 +225,22 @@ def _assume_devices(report: KeyReport, env: Mapping[str, str], known: Any) -> No
     report.world_size, report.num_hosts, report.world_source = nodes * gpus, nodes, how
     named = known.named_in_env(env, "NNODES", "GPUS_PER_NODE")
     report.launch = f"{named} in the environment" if named else ""
-    report.note(f"assumed {nodes} node(s) x {gpus} devices = {nodes * gpus} ({how}) for "
-                "per-device batch sizes")
+    report.note(
+        f"assumed {nodes} node(s) x {gpus} devices = {nodes * gpus} ({how}) for "
+        "per-device batch sizes"
+    )
 
 
-def load_foreign(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] = (),
-                 allow_unsupported: bool = False, *, native_overrides: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None, primus_root: str | None = None,
-                 maxtext_root: str | None = None) -> tuple[ConfigDict, KeyReport]:
+def load_foreign(
+    path: str | Path,
+    overrides: Mapping[str, Any] | Iterable[str] = (),
+    allow_unsupported: bool = False,
+    *,
+    native_overrides: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    primus_root: str | None = None,
+    maxtext_root: str | None = None,
+) -> tuple[ConfigDict, KeyReport]:
     """A locked jaxtrain ConfigDict and the KeyReport for a foreign config file.
 
     Raises ConfigError for files that cannot be read as configs, and for unsupported keys
@@ -205,8 +255,11 @@ def load_foreign(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] 
         with cfg.model.unlocked():
             cfg.model.preset = hf_json.matching_preset(dict(cfg.model))
     config_lib.apply_overrides(cfg, overrides)
-    items = overrides.items() if isinstance(overrides, Mapping) else (
-        o.removeprefix("--config.").split("=", 1) for o in overrides)
+    items = (
+        overrides.items()
+        if isinstance(overrides, Mapping)
+        else (o.removeprefix("--config.").split("=", 1) for o in overrides)
+    )
     report.supersede(k for k, *_ in items)
     try:
         config_lib.validate(cfg)
@@ -217,18 +270,23 @@ def load_foreign(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] 
     return cfg, report
 
 
-def load_config_file(path: str | Path, overrides: Mapping[str, Any] | Iterable[str] = (), *,
-                     native_overrides: Sequence[str] = (),
-                     allow_unsupported: bool = False) -> ConfigDict:
+def load_config_file(
+    path: str | Path,
+    overrides: Mapping[str, Any] | Iterable[str] = (),
+    *,
+    native_overrides: Sequence[str] = (),
+    allow_unsupported: bool = False,
+) -> ConfigDict:
     """Any config file: a jaxtrain `.py` config (by path or shipped name) or one of another
     stack, mapped (unsupported keys refused unless `allow_unsupported`). `native_overrides`
     are `key=value` settings in a foreign file's own terms."""
     if is_foreign(str(path)):
-        cfg, _ = load_foreign(path, overrides, allow_unsupported,
-                              native_overrides=native_overrides)
+        cfg, _ = load_foreign(path, overrides, allow_unsupported, native_overrides=native_overrides)
         return cfg
     if list(native_overrides):
-        raise ConfigError(f"{path}: `key=value` overrides without --config. apply only to "
-                          "configs of other stacks (YAML/TOML/JSON); use "
-                          "--config.section.key=value.")
+        raise ConfigError(
+            f"{path}: `key=value` overrides without --config. apply only to "
+            "configs of other stacks (YAML/TOML/JSON); use "
+            "--config.section.key=value."
+        )
     return config_lib.load_config(str(path), overrides)

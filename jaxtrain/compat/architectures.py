@@ -14,8 +14,22 @@ from typing import Any
 from jaxtrain.errors import ConfigError
 
 # The zoo's families (ModelSpec.family), each with its Hugging Face architecture.
-ZOO_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "deepseek_v2",
-                "deepseek_v3", "gpt_oss", "llama4", "grok", "mamba", "mamba2", "nemotron_h")
+ZOO_FAMILIES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "mixtral",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_oss",
+    "llama4",
+    "grok",
+    "mamba",
+    "mamba2",
+    "nemotron_h",
+)
 
 
 def unbuildable(source: str, key: str, value: Any, what: str) -> ConfigError:
@@ -24,14 +38,18 @@ def unbuildable(source: str, key: str, value: Any, what: str) -> ConfigError:
     return ConfigError(
         f"{source}: {key}={value!r} is {what}, an architecture jaxtrain's model zoo cannot "
         "build; the file is refused rather than trained as another model. The zoo builds "
-        f"{', '.join(ZOO_FAMILIES)} (docs/migrating.md: what each stack's files map to).")
+        f"{', '.join(ZOO_FAMILIES)} (docs/migrating.md: what each stack's files map to)."
+    )
 
 
 def moe_family(model: dict[str, Any]) -> str:
     """The zoo family a mixture of experts without a named family is: DeepSeek's when its
     attention is latent (V3: sigmoid scores) or its routing is DeepSeek's (shared experts or
     sigmoid scores), Qwen3-MoE's with q/k norms, else Mixtral's."""
-    if model.get("kv_lora_rank") or model.get("moe_score") == "sigmoid" or model.get(
-            "moe_shared_experts"):
+    if (
+        model.get("kv_lora_rank")
+        or model.get("moe_score") == "sigmoid"
+        or model.get("moe_shared_experts")
+    ):
         return "deepseek_v3" if model.get("moe_score") == "sigmoid" else "deepseek_v2"
     return "qwen3_moe" if model.get("qk_norm") else "mixtral"

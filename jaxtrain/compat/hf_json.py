@@ -18,30 +18,56 @@ from jaxtrain.models.presets import PRESETS, model_config, preset_names
 
 # config.json fields that spec_from_hf_config reads (it rejects values it cannot express).
 ARCH_FIELDS = {
-    "architectures": "model.family", "model_type": "model.family",
-    "vocab_size": "model.vocab_size", "hidden_size": "model.hidden_size",
-    "intermediate_size": "model.intermediate_size", "num_hidden_layers": "model.num_layers",
-    "num_attention_heads": "model.num_heads", "num_key_value_heads": "model.num_kv_heads",
-    "head_dim": "model.head_dim", "hidden_act": "(SwiGLU)", "mlp_bias": "model.mlp_bias",
-    "attention_bias": "model.qkv_bias, model.o_bias", "max_position_embeddings": "model.max_seq_len",
-    "initializer_range": "model.init_std", "rms_norm_eps": "model.norm_eps",
-    "tie_word_embeddings": "model.tie_embeddings", "rope_theta": "model.rope_theta",
-    "rope_scaling": "model.rope_scaling", "rope_parameters": "model.rope_*",
-    "partial_rotary_factor": "(full rotary)", "sliding_window": "model.sliding_window",
+    "architectures": "model.family",
+    "model_type": "model.family",
+    "vocab_size": "model.vocab_size",
+    "hidden_size": "model.hidden_size",
+    "intermediate_size": "model.intermediate_size",
+    "num_hidden_layers": "model.num_layers",
+    "num_attention_heads": "model.num_heads",
+    "num_key_value_heads": "model.num_kv_heads",
+    "head_dim": "model.head_dim",
+    "hidden_act": "(SwiGLU)",
+    "mlp_bias": "model.mlp_bias",
+    "attention_bias": "model.qkv_bias, model.o_bias",
+    "max_position_embeddings": "model.max_seq_len",
+    "initializer_range": "model.init_std",
+    "rms_norm_eps": "model.norm_eps",
+    "tie_word_embeddings": "model.tie_embeddings",
+    "rope_theta": "model.rope_theta",
+    "rope_scaling": "model.rope_scaling",
+    "rope_parameters": "model.rope_*",
+    "partial_rotary_factor": "(full rotary)",
+    "sliding_window": "model.sliding_window",
     "use_sliding_window": "model.sliding_window",
     "max_window_layers": "model.leading_global_layers",
     "layer_types": "model.sliding_window, model.leading_global_layers",
     "decoder_sparse_step": "model.moe_layer_step",
     "mlp_only_layers": "model.num_dense_layers, model.moe_layer_step",
 }
-_RUNTIME = ("not an architecture field: token ids, dtypes, caching and metadata do not change "
-            "the model (spec_from_hf_config rejects fields that would)")
+_RUNTIME = (
+    "not an architecture field: token ids, dtypes, caching and metadata do not change "
+    "the model (spec_from_hf_config rejects fields that would)"
+)
 # ModelSpec fields that are run choices rather than architecture (training-loss weights
 # included): a preset matches whatever they are.
-_RUN_CHOICES = frozenset({"preset", "max_seq_len", "dtype", "param_dtype", "remat",
-                          "scan_layers", "attention_impl", "attention_block", "init_std",
-                          "moe_aux_loss_coef", "moe_z_loss_coef", "moe_bias_update_rate",
-                          "moe_capacity_factor"})
+_RUN_CHOICES = frozenset(
+    {
+        "preset",
+        "max_seq_len",
+        "dtype",
+        "param_dtype",
+        "remat",
+        "scan_layers",
+        "attention_impl",
+        "attention_block",
+        "init_std",
+        "moe_aux_loss_coef",
+        "moe_z_loss_coef",
+        "moe_bias_update_rate",
+        "moe_capacity_factor",
+    }
+)
 
 
 def matching_preset(fields: dict[str, Any]) -> str:
@@ -77,13 +103,20 @@ def model_settings(name: str, report: KeyReport, key: str) -> dict[str, Any]:
     preset = known.preset_for_hf_name(name)
     if preset is None:
         known_names = ", ".join(sorted(known.HF_PRESETS))
-        raise ConfigError(f"{report.source}: {key}={name!r} has no config.json in a local "
-                          "folder or the Hugging Face cache, and is not in jaxtrain's offline "
-                          f"table ({known_names}); give a local model folder.")
-    report.mapped(key, "model.*", f"jaxtrain preset {preset}: {name} is not available "
-                  "locally, its published architecture comes from jaxtrain's offline table")
-    report.note(f"{name}: architecture from jaxtrain's offline table (preset {preset}); no "
-                "network was used")
+        raise ConfigError(
+            f"{report.source}: {key}={name!r} has no config.json in a local "
+            "folder or the Hugging Face cache, and is not in jaxtrain's offline "
+            f"table ({known_names}); give a local model folder."
+        )
+    report.mapped(
+        key,
+        "model.*",
+        f"jaxtrain preset {preset}: {name} is not available "
+        "locally, its published architecture comes from jaxtrain's offline table",
+    )
+    report.note(
+        f"{name}: architecture from jaxtrain's offline table (preset {preset}); no network was used"
+    )
     settings = {f"model.{k}": v for k, v in model_config(preset).items()}
     settings["model.preset"] = preset
     return settings
@@ -110,8 +143,9 @@ def read(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: JSON syntax error at line {e.lineno}, column {e.colno}: "
-                          f"{e.msg}.") from None
+        raise ConfigError(
+            f"{path}: JSON syntax error at line {e.lineno}, column {e.colno}: {e.msg}."
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} holds a {type(data).__name__}, not a JSON object.")
     return data

@@ -18,25 +18,46 @@ from typing import Any
 # matches when it starts with the key followed by nothing or a separator, so fine-tunes of a
 # base model ("Qwen3-0.6B-Reverse-Text-SFT") resolve to its architecture.
 HF_PRESETS: dict[str, str] = {
-    "llama-2-7b": "llama2-7b", "llama-2-13b": "llama2-13b", "llama-2-70b": "llama2-70b",
-    "meta-llama-3-8b": "llama3-8b", "meta-llama-3-70b": "llama3-70b",
-    "llama-3-8b": "llama3-8b", "llama-3-70b": "llama3-70b",
-    "llama-3.1-8b": "llama3.1-8b", "llama-3.1-70b": "llama3.1-70b",
-    "llama-3.1-405b": "llama3.1-405b", "meta-llama-3.1-8b": "llama3.1-8b",
-    "meta-llama-3.1-70b": "llama3.1-70b", "meta-llama-3.1-405b": "llama3.1-405b",
-    "llama-3.2-1b": "llama3.2-1b", "llama-3.2-3b": "llama3.2-3b",
+    "llama-2-7b": "llama2-7b",
+    "llama-2-13b": "llama2-13b",
+    "llama-2-70b": "llama2-70b",
+    "meta-llama-3-8b": "llama3-8b",
+    "meta-llama-3-70b": "llama3-70b",
+    "llama-3-8b": "llama3-8b",
+    "llama-3-70b": "llama3-70b",
+    "llama-3.1-8b": "llama3.1-8b",
+    "llama-3.1-70b": "llama3.1-70b",
+    "llama-3.1-405b": "llama3.1-405b",
+    "meta-llama-3.1-8b": "llama3.1-8b",
+    "meta-llama-3.1-70b": "llama3.1-70b",
+    "meta-llama-3.1-405b": "llama3.1-405b",
+    "llama-3.2-1b": "llama3.2-1b",
+    "llama-3.2-3b": "llama3.2-3b",
     "llama-3.3-70b": "llama3.3-70b",
-    "qwen2.5-3b": "qwen2.5-3b", "qwen2.5-7b": "qwen2.5-7b", "qwen2.5-14b": "qwen2.5-14b",
-    "qwen2.5-32b": "qwen2.5-32b", "qwen2.5-72b": "qwen2.5-72b",
-    "qwen3-0.6b": "qwen3-0.6b", "qwen3-1.7b": "qwen3-1.7b", "qwen3-4b": "qwen3-4b",
-    "qwen3-8b": "qwen3-8b", "qwen3-14b": "qwen3-14b", "qwen3-32b": "qwen3-32b",
+    "qwen2.5-3b": "qwen2.5-3b",
+    "qwen2.5-7b": "qwen2.5-7b",
+    "qwen2.5-14b": "qwen2.5-14b",
+    "qwen2.5-32b": "qwen2.5-32b",
+    "qwen2.5-72b": "qwen2.5-72b",
+    "qwen3-0.6b": "qwen3-0.6b",
+    "qwen3-1.7b": "qwen3-1.7b",
+    "qwen3-4b": "qwen3-4b",
+    "qwen3-8b": "qwen3-8b",
+    "qwen3-14b": "qwen3-14b",
+    "qwen3-32b": "qwen3-32b",
     "mistral-7b": "mistral-7b",
-    "meta-llama-3.2-1b": "llama3.2-1b", "meta-llama-3.2-3b": "llama3.2-3b",
+    "meta-llama-3.2-1b": "llama3.2-1b",
+    "meta-llama-3.2-3b": "llama3.2-3b",
     "meta-llama-3.3-70b": "llama3.3-70b",
-    "mixtral-8x7b": "mixtral-8x7b", "mixtral-8x22b": "mixtral-8x22b",
-    "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
-    "deepseek-v2-lite": "deepseek-v2-lite", "deepseek-v2": "deepseek-v2",
-    "deepseek-v3": "deepseek-v3", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
+    "mixtral-8x7b": "mixtral-8x7b",
+    "mixtral-8x22b": "mixtral-8x22b",
+    "qwen3-30b-a3b": "qwen3-30b-a3b",
+    "qwen3-235b-a22b": "qwen3-235b-a22b",
+    "deepseek-v2-lite": "deepseek-v2-lite",
+    "deepseek-v2": "deepseek-v2",
+    "deepseek-v3": "deepseek-v3",
+    "gpt-oss-20b": "gpt-oss-20b",
+    "gpt-oss-120b": "gpt-oss-120b",
     "llama-4-scout-17b-16e": "llama4-scout-17b-16e",
     "llama-4-maverick-17b-128e": "llama4-maverick-17b-128e",
 }
@@ -47,14 +68,20 @@ HF_PRESETS: dict[str, str] = {
 # of tests/fixtures/compat/SOURCES.md) for an architecture the zoo builds.
 TOKENIZER_SIZES: dict[str, int] = {
     "llama-2-": 32000,
-    "meta-llama-3-": 128256, "llama-3-": 128256, "llama-3.1-": 128256,
-    "meta-llama-3.1-": 128256, "llama-3.2-": 128256, "llama-3.3-": 128256,
-    "meta-llama-3.2-": 128256, "meta-llama-3.3-": 128256,
+    "meta-llama-3-": 128256,
+    "llama-3-": 128256,
+    "llama-3.1-": 128256,
+    "meta-llama-3.1-": 128256,
+    "llama-3.2-": 128256,
+    "llama-3.3-": 128256,
+    "meta-llama-3.2-": 128256,
+    "meta-llama-3.3-": 128256,
     "llama-4-": 202048,  # 200000 + 2048 special tokens, as Llama 3's 128000 + 256
     "qwen3-": 151669,  # 151643 + 26 special tokens
     "qwen2.5-": 151665,  # 151643 + 22 special tokens
     "deepseek-r1-distill-qwen-": 151665,  # Qwen 2.5's tokenizer
-    "mistral-7b": 32000, "mixtral-8x7b": 32000,
+    "mistral-7b": 32000,
+    "mixtral-8x7b": 32000,
     "mixtral-8x22b": 32768,  # Mistral's v3 tokenizer
     "deepseek-v2": 100015,  # DeepSeek LLM's: 100000 + 15 special tokens (V2-Lite too)
     "deepseek-v3": 128815,  # 128000 + 815 special tokens (ids up to 128814)
@@ -72,8 +99,9 @@ def _prefix_match(name: str, table: Mapping[str, Any]) -> str | None:
     short = _short(name)
     best = None
     for key in table:
-        if short == key or (short.startswith(key) and (key.endswith("-")
-                                                       or short[len(key)] in "-_.")):
+        if short == key or (
+            short.startswith(key) and (key.endswith("-") or short[len(key)] in "-_.")
+        ):
             best = key if best is None or len(key) > len(best) else best
     return best
 
@@ -125,7 +153,8 @@ def tokenizer_size(name: str) -> tuple[int | None, str]:
 
             folder = Path(name)
             tok = AutoTokenizer.from_pretrained(
-                str(folder) if folder.is_dir() else name, local_files_only=True)
+                str(folder) if folder.is_dir() else name, local_files_only=True
+            )
             return len(tok), f"counted from the tokenizer files of {name}"
         except Exception as e:  # a broken cache entry falls back to the table
             reason = f"tokenizer files of {name} could not be loaded ({type(e).__name__})"
@@ -133,8 +162,9 @@ def tokenizer_size(name: str) -> tuple[int | None, str]:
         reason = f"{name} is neither a local folder nor in the Hugging Face cache"
     key = _prefix_match(name, TOKENIZER_SIZES)
     if key:
-        return TOKENIZER_SIZES[key], (f"{reason}; used the published size from jaxtrain's "
-                                      "offline table")
+        return TOKENIZER_SIZES[key], (
+            f"{reason}; used the published size from jaxtrain's offline table"
+        )
     return None, reason
 
 
@@ -144,19 +174,27 @@ def local_tokenizer_folder(name: str | None) -> str:
         return ""
     folder = Path(str(name)).expanduser()
     has_files = (folder / "tokenizer.json").is_file() or (
-        folder / "tokenizer_config.json").is_file()
+        folder / "tokenizer_config.json"
+    ).is_file()
     return str(folder) if folder.is_dir() and has_files else ""
 
 
 def named_in_env(env: Mapping[str, str], *keys: str) -> str:
     """`KEY=value, ...` for those of `keys` (and WORLD_SIZE) the environment sets to a count."""
-    return ", ".join(f"{k}={env[k]}" for k in (*keys, "WORLD_SIZE")
-                     if k and str(env.get(k, "")).strip().isdigit())
+    return ", ".join(
+        f"{k}={env[k]}"
+        for k in (*keys, "WORLD_SIZE")
+        if k and str(env.get(k, "")).strip().isdigit()
+    )
 
 
-def world_size(env: Mapping[str, str] | None = None, nodes_key: str = "NNODES",
-               gpus_key: str = "GPUS_PER_NODE", nodes_default: int = 1,
-               gpus_default: int = 8) -> tuple[int, int, str]:
+def world_size(
+    env: Mapping[str, str] | None = None,
+    nodes_key: str = "NNODES",
+    gpus_key: str = "GPUS_PER_NODE",
+    nodes_default: int = 1,
+    gpus_default: int = 8,
+) -> tuple[int, int, str]:
     """(nodes, devices per node, how they were found) of the launch a config was written for.
 
     WORLD_SIZE, when set, wins (with one node unless the node count is set too).
@@ -173,6 +211,10 @@ def world_size(env: Mapping[str, str] | None = None, nodes_key: str = "NNODES",
     if total_set and total > 0:
         nodes = nodes if nodes_set and total % nodes == 0 else 1
         return nodes, total // nodes, f"WORLD_SIZE={total}"
-    how = ", ".join([f"{nodes_key}={nodes}" + ("" if nodes_set else " (default)"),
-                     f"{gpus_key}={gpus}" + ("" if gpus_set else " (default)")])
+    how = ", ".join(
+        [
+            f"{nodes_key}={nodes}" + ("" if nodes_set else " (default)"),
+            f"{gpus_key}={gpus}" + ("" if gpus_set else " (default)"),
+        ]
+    )
     return nodes, gpus, how

@@ -54,8 +54,12 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("end_weight_decay", None, "weight-decay schedules are not implemented"),
     ("exit_interval", None, "runs stop at train.steps only"),
     ("exit_duration_in_mins", None, "runs stop at train.steps only"),
-    ("attn_logit_softcapping", None, "Primus' Megatron patches do not apply it (its grok2.yaml "
-                                     "leaves it off: 'Not working yet')"),
+    (
+        "attn_logit_softcapping",
+        None,
+        "Primus' Megatron patches do not apply it (its grok2.yaml "
+        "leaves it off: 'Not working yet')",
+    ),
     ("main_grads_dtype", "fp32", "gradients are accumulated in float32"),
     ("main_params_dtype", "fp32", "master parameters are float32"),
     ("exp_avg_dtype", "fp32", "Adam moments are float32"),
@@ -65,11 +69,13 @@ NEUTRAL: tuple[tuple[str, Any, str], ...] = (
     ("no_save_optim", None, "checkpoints always hold the optimizer state"),
     ("train_samples", None, "sample-based run lengths are not implemented; set train_iters"),
     ("lr_warmup_samples", 0, "sample-based schedules are not implemented; use lr_warmup_iters"),
-    ("lr_decay_samples", None, "sample-based schedules are not implemented; use "
-                               "lr_decay_iters"),
+    ("lr_decay_samples", None, "sample-based schedules are not implemented; use lr_decay_iters"),
     ("lr_wsd_decay_samples", None, "sample-based schedules are not implemented"),
-    ("rope_type", (None, "rope"), "only plain rotary embeddings (and llama3 scaling; YaRN "
-                                  "with multi-latent attention) exist"),
+    (
+        "rope_type",
+        (None, "rope"),
+        "only plain rotary embeddings (and llama3 scaling; YaRN with multi-latent attention) exist",
+    ),
 )
 
 
@@ -88,9 +94,12 @@ def _neutral(report: KeyReport, mla: bool) -> None:
             continue
         value = report.get(key)
         accepted = neutral if isinstance(neutral, tuple) else (neutral,)
-        same = any(value == a or (a is None and is_off(value)) or (
-            isinstance(a, float) and isinstance(value, (int, float)) and float(value) == a)
-            for a in accepted)
+        same = any(
+            value == a
+            or (a is None and is_off(value))
+            or (isinstance(a, float) and isinstance(value, (int, float)) and float(value) == a)
+            for a in accepted
+        )
         if same:
             report.ignored(key, "matches jaxtrain's fixed behaviour")
         else:
@@ -107,8 +116,11 @@ def _neutral(report: KeyReport, mla: bool) -> None:
                 report.unsupported(key, "an expert setting jaxtrain has no counterpart for")
     for key in MLA_KEYS:
         if report.has(key) and not report.handled(key):
-            report.ignored(key, "used only with multi-latent attention (its YaRN rotary "
-                                "embeddings included), off here")
+            report.ignored(
+                key,
+                "used only with multi-latent attention (its YaRN rotary "
+                "embeddings included), off here",
+            )
 
 
 def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
@@ -123,42 +135,73 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     head_dim = int(r.get("kv_channels") or hidden // heads)
     qk_norm, qkv_bias = bool(r.get("qk_layernorm")), bool(r.get("add_qkv_bias"))
     linear_bias = _linear_bias(r)
-    model = {"num_layers": layers, "hidden_size": hidden, "num_heads": heads,
-             "num_kv_heads": kv, "head_dim": head_dim, "intermediate_size": int(ffn),
-             "qk_norm": qk_norm, "qkv_bias": qkv_bias or linear_bias, "o_bias": linear_bias,
-             "mlp_bias": linear_bias,
-             # Llama's attention_bias / mlp_bias hold every linear bias; Qwen2 the q/k/v ones.
-             "family": ("qwen3" if qk_norm else "llama" if linear_bias
-                        else "qwen2" if qkv_bias else "llama"),
-             "norm_eps": float(r.get("norm_epsilon", 1e-5)),
-             "rope_theta": float(r.get("rotary_base", 10000)),
-             "tie_embeddings": not r.get("untie_embeddings_and_output_weights", True),
-             "init_std": float(r.get("init_method_std", 0.02)),
-             "max_seq_len": int(r.get("max_position_embeddings") or r.get("seq_length")),
-             "sliding_window": 0, "rope_scaling": "none", "rope_factor": 1.0}
-    for key, target in (("num_layers", "num_layers"), ("hidden_size", "hidden_size"),
-                        ("num_attention_heads", "num_heads"), ("ffn_hidden_size",
-                                                               "intermediate_size"),
-                        ("kv_channels", "head_dim"), ("qk_layernorm", "qk_norm"),
-                        ("add_qkv_bias", "qkv_bias"), ("norm_epsilon", "norm_eps"),
-                        ("rotary_base", "rope_theta"), ("max_position_embeddings",
-                                                        "max_seq_len"),
-                        ("untie_embeddings_and_output_weights", "tie_embeddings")):
+    model = {
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": kv,
+        "head_dim": head_dim,
+        "intermediate_size": int(ffn),
+        "qk_norm": qk_norm,
+        "qkv_bias": qkv_bias or linear_bias,
+        "o_bias": linear_bias,
+        "mlp_bias": linear_bias,
+        # Llama's attention_bias / mlp_bias hold every linear bias; Qwen2 the q/k/v ones.
+        "family": (
+            "qwen3" if qk_norm else "llama" if linear_bias else "qwen2" if qkv_bias else "llama"
+        ),
+        "norm_eps": float(r.get("norm_epsilon", 1e-5)),
+        "rope_theta": float(r.get("rotary_base", 10000)),
+        "tie_embeddings": not r.get("untie_embeddings_and_output_weights", True),
+        "init_std": float(r.get("init_method_std", 0.02)),
+        "max_seq_len": int(r.get("max_position_embeddings") or r.get("seq_length")),
+        "sliding_window": 0,
+        "rope_scaling": "none",
+        "rope_factor": 1.0,
+    }
+    for key, target in (
+        ("num_layers", "num_layers"),
+        ("hidden_size", "hidden_size"),
+        ("num_attention_heads", "num_heads"),
+        ("ffn_hidden_size", "intermediate_size"),
+        ("kv_channels", "head_dim"),
+        ("qk_layernorm", "qk_norm"),
+        ("add_qkv_bias", "qkv_bias"),
+        ("norm_epsilon", "norm_eps"),
+        ("rotary_base", "rope_theta"),
+        ("max_position_embeddings", "max_seq_len"),
+        ("untie_embeddings_and_output_weights", "tie_embeddings"),
+    ):
         if r.has(key):
             r.mapped(key, f"model.{target}")
     for key in ("group_query_attention", "num_query_groups"):
         if r.has(key):
-            r.mapped(key, "model.num_kv_heads", "" if r.get("group_query_attention")
-                     else "no GQA: one kv head per query head")
+            r.mapped(
+                key,
+                "model.num_kv_heads",
+                "" if r.get("group_query_attention") else "no GQA: one kv head per query head",
+            )
     if r.has("init_method_std"):
-        r.mapped("init_method_std", "model.init_std", "Megatron also scales the output "
-                 "projections' std by 1/sqrt(2 x num_layers); jaxtrain does not")
+        r.mapped(
+            "init_method_std",
+            "model.init_std",
+            "Megatron also scales the output "
+            "projections' std by 1/sqrt(2 x num_layers); jaxtrain does not",
+        )
     if r.get("use_rope_scaling"):
-        model.update(rope_scaling="llama3", rope_factor=float(r.get("rope_scaling_factor", 8.0)),
-                     rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
-                     rope_original_max_len=8192)
-        r.mapped("use_rope_scaling", "model.rope_scaling", "llama3 scaling, Megatron's fixed "
-                 "low/high frequency factors 1/4 and original length 8192")
+        model.update(
+            rope_scaling="llama3",
+            rope_factor=float(r.get("rope_scaling_factor", 8.0)),
+            rope_low_freq_factor=1.0,
+            rope_high_freq_factor=4.0,
+            rope_original_max_len=8192,
+        )
+        r.mapped(
+            "use_rope_scaling",
+            "model.rope_scaling",
+            "llama3 scaling, Megatron's fixed "
+            "low/high frequency factors 1/4 and original length 8192",
+        )
         r.mapped("rope_scaling_factor", "model.rope_factor")
     else:
         for key in ("use_rope_scaling", "rope_scaling_factor"):
@@ -167,18 +210,25 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     interp = r.get("rotary_seq_len_interpolation_factor")
     if interp not in (None, 1, 1.0):
         model.update(rope_scaling="linear", rope_factor=float(interp))
-        r.mapped("rotary_seq_len_interpolation_factor", "model.rope_scaling",
-                 "linear position interpolation")
+        r.mapped(
+            "rotary_seq_len_interpolation_factor",
+            "model.rope_scaling",
+            "linear position interpolation",
+        )
     elif r.has("rotary_seq_len_interpolation_factor"):
         r.ignored("rotary_seq_len_interpolation_factor", "1/unset: no position interpolation")
     if r.has("use_rotary_position_embeddings"):
-        r.ignored("use_rotary_position_embeddings", "legacy switch; position_embedding_type "
-                  "decides")
+        r.ignored(
+            "use_rotary_position_embeddings", "legacy switch; position_embedding_type decides"
+        )
     # Mixed precision: float32 master weights, bf16 compute (Megatron's bf16 path).
     if r.get("bf16"):
         model["dtype"], model["param_dtype"] = "bfloat16", "float32"
-        r.mapped("bf16", "model.dtype", "bf16 compute, float32 parameters as Megatron's "
-                 "optimizer keeps them")
+        r.mapped(
+            "bf16",
+            "model.dtype",
+            "bf16 compute, float32 parameters as Megatron's optimizer keeps them",
+        )
     elif r.has("bf16"):
         model["dtype"] = "float32"
         r.mapped("bf16", "model.dtype")
@@ -186,12 +236,20 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     if granularity:
         model["remat"] = "full" if granularity == "full" else "dots"
         r.mapped("recompute_granularity", "model.remat", "memory/speed only")
-    for key in ("recompute_granularity", "recompute_method", "recompute_num_layers",
-                "recompute_activations", "distribute_saved_activations",
-                "checkpoint_activations"):
+    for key in (
+        "recompute_granularity",
+        "recompute_method",
+        "recompute_num_layers",
+        "recompute_activations",
+        "distribute_saved_activations",
+        "checkpoint_activations",
+    ):
         if r.has(key) and not r.handled(key):
-            r.ignored(key, "activation recomputation detail (memory only); jaxtrain remats "
-                           "every layer alike (model.remat)")
+            r.ignored(
+                key,
+                "activation recomputation detail (memory only); jaxtrain remats "
+                "every layer alike (model.remat)",
+            )
     if r.get("multi_latent_attention"):
         map_mla(r, model)
     if r.get("num_experts"):
@@ -201,13 +259,17 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     if r.get("model_type") == "mamba":  # Mamba-2 / hybrid stacks: compat/megatron_mamba.py
         map_mamba(r, model)
     if model["family"] == "grok":
-        r.note("family grok: Primus' grok preset (or its soft-capped logits); Megatron builds "
-               "its GPT layers, so the model keeps their SwiGLU experts, pre-norm-only blocks, "
-               "plain embeddings and uncapped attention scores, not xAI's GELU experts, output "
-               "norms, multipliers and capped attention (presets grok-1 / grok-2 have those)")
+        r.note(
+            "family grok: Primus' grok preset (or its soft-capped logits); Megatron builds "
+            "its GPT layers, so the model keeps their SwiGLU experts, pre-norm-only blocks, "
+            "plain embeddings and uncapped attention scores, not xAI's GELU experts, output "
+            "norms, multipliers and capped attention (presets grok-1 / grok-2 have those)"
+        )
     else:
-        r.note(f"family {model['family']}: Megatron names no architecture, so the zoo family "
-               "is the one these settings define (whatever the preset or tokenizer is called)")
+        r.note(
+            f"family {model['family']}: Megatron names no architecture, so the zoo family "
+            "is the one these settings define (whatever the preset or tokenizer is called)"
+        )
     model["vocab_size"] = _vocab(r, s, tp)
     s.update({f"model.{k}": v for k, v in model.items()})
     s["model.preset"] = ""
@@ -216,8 +278,10 @@ def _model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
 def _softcaps(r: KeyReport, model: dict[str, Any]) -> None:
     """Primus' logit soft-caps (its Megatron patches: cap x tanh(x / cap) on the output logits
     before the loss, and on the router logits before routing)."""
-    for key, target in (("final_logit_softcapping", "final_logit_softcap"),
-                        ("router_logit_softcapping", "router_logit_softcap")):
+    for key, target in (
+        ("final_logit_softcapping", "final_logit_softcap"),
+        ("router_logit_softcapping", "router_logit_softcap"),
+    ):
         if not r.has(key):
             continue
         value = r.get(key)
@@ -240,8 +304,9 @@ def _grok_preset(r: KeyReport) -> bool:
 def _family(model: dict[str, Any], grok: bool = False) -> str:
     """The zoo family the mapped settings are: Megatron names none, so its traits decide
     (Grok's soft-capped logits, or Primus' grok presets, make a mixture of experts Grok)."""
-    if model.get("num_experts") and (grok or model.get("final_logit_softcap")
-                                     or model.get("router_logit_softcap")):
+    if model.get("num_experts") and (
+        grok or model.get("final_logit_softcap") or model.get("router_logit_softcap")
+    ):
         return "grok"
     if model.get("num_experts") or model.get("kv_lora_rank"):
         return moe_family(model)
@@ -257,8 +322,11 @@ def _linear_bias(r: KeyReport) -> bool:
         r.ignored("add_bias_linear", "matches jaxtrain's fixed behaviour")
         return False
     if r.get("num_experts") or r.get("multi_latent_attention"):
-        r.unsupported("add_bias_linear", "linear biases are built for dense grouped-query "
-                      "models only, not with experts or multi-latent attention")
+        r.unsupported(
+            "add_bias_linear",
+            "linear biases are built for dense grouped-query "
+            "models only, not with experts or multi-latent attention",
+        )
         return False
     r.mapped("add_bias_linear", "model.qkv_bias, model.o_bias, model.mlp_bias")
     return True
@@ -274,20 +342,28 @@ def _vocab(r: KeyReport, s: dict[str, Any], tp: int) -> int:
     if r.has("vocab_size") and kind != "NullTokenizer":
         r.ignored("vocab_size", "used only with NullTokenizer; the tokenizer decides")
     if size is None:
-        r.unsupported("tokenizer_model", f"vocabulary size unknown: {how}; give a local "
-                      "tokenizer folder or --config.model.vocab_size", target="model.vocab_size")
+        r.unsupported(
+            "tokenizer_model",
+            f"vocabulary size unknown: {how}; give a local "
+            "tokenizer folder or --config.model.vocab_size",
+            target="model.vocab_size",
+        )
         r.ignored("tokenizer_type", "see tokenizer_model")
         return 32000
     multiple = divisible * tp
     padded = math.ceil(size / multiple) * multiple
-    reason = (f"{size} tokens ({how}) padded to a multiple of {divisible} x tensor parallel "
-              f"{tp} = {padded}")
+    reason = (
+        f"{size} tokens ({how}) padded to a multiple of {divisible} x tensor parallel "
+        f"{tp} = {padded}"
+    )
     for key in ("tokenizer_type", "tokenizer_model", "make_vocab_size_divisible_by"):
         if r.has(key):
             r.mapped(key, "model.vocab_size", reason)
     if "offline table" in how:
-        r.note(f"vocabulary of {name} from jaxtrain's offline table of published tokenizer "
-               f"sizes ({size}); the tokenizer itself is not available locally")
+        r.note(
+            f"vocabulary of {name} from jaxtrain's offline table of published tokenizer "
+            f"sizes ({size}); the tokenizer itself is not available locally"
+        )
     folder = known.local_tokenizer_folder(name)
     if folder:
         s["data.tokenizer"] = folder
@@ -302,11 +378,15 @@ _OTHER_MODEL_TYPES = {
     "deepseek_v4": "DeepSeek-V4 (compressed attention, hyper-connections)",
     "kimi_k3": "Kimi K3's text backbone (Kimi-Linear: linear attention blocks)",
 }
-_OTHER_LAYERS = (("lfm_layer_types", "LFM2's short-convolution blocks"),
-                 ("experimental_attention_variant", "an experimental attention (e.g. gated "
-                                                    "DeltaNet linear attention)"),
-                 ("hybrid_override_pattern", "a Mamba-attention hybrid layer pattern"),
-                 ("is_hybrid_model", "a Mamba-attention hybrid model"))
+_OTHER_LAYERS = (
+    ("lfm_layer_types", "LFM2's short-convolution blocks"),
+    (
+        "experimental_attention_variant",
+        "an experimental attention (e.g. gated DeltaNet linear attention)",
+    ),
+    ("hybrid_override_pattern", "a Mamba-attention hybrid layer pattern"),
+    ("is_hybrid_model", "a Mamba-attention hybrid model"),
+)
 
 
 def refuse_unbuildable(r: KeyReport) -> None:
@@ -314,12 +394,14 @@ def refuse_unbuildable(r: KeyReport) -> None:
     other than gpt, or GPT layers the zoo lacks."""
     kind = r.get("model_type", "gpt")
     if kind == "mamba":
-        r.mapped("model_type", "model.block_pattern", "Megatron's MambaModel: Mamba-2 and "
-                 "hybrid stacks")
+        r.mapped(
+            "model_type", "model.block_pattern", "Megatron's MambaModel: Mamba-2 and hybrid stacks"
+        )
         return
     if kind not in (None, "gpt"):
-        what = _OTHER_MODEL_TYPES.get(str(kind), "a Megatron model type with no jaxtrain "
-                                                 "family (jaxtrain's are GPT decoders)")
+        what = _OTHER_MODEL_TYPES.get(
+            str(kind), "a Megatron model type with no jaxtrain family (jaxtrain's are GPT decoders)"
+        )
         raise unbuildable(r.source, "model_type", kind, what)
     if r.has("model_type"):
         r.ignored("model_type", "gpt: a decoder-only transformer")
@@ -339,4 +421,3 @@ def to_jaxtrain(r: KeyReport, default_origins: tuple[str, ...] = ()) -> dict[str
     _neutral(r, bool(r.get("multi_latent_attention")))
     r.finish(IGNORE_RULES, default_origins)
     return s
-

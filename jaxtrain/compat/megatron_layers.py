@@ -33,8 +33,9 @@ def moe_layers(freq: Any, num_layers: int) -> list[int]:
     try:
         parsed = value(ast.parse(str(freq).strip(), mode="eval").body)
     except (SyntaxError, ValueError, TypeError) as e:
-        raise ConfigError(f"moe_layer_freq={freq!r} is neither an int nor a list pattern "
-                          f"({e}).") from None
+        raise ConfigError(
+            f"moe_layer_freq={freq!r} is neither an int nor a list pattern ({e})."
+        ) from None
     if isinstance(parsed, int):
         return moe_layers(parsed, num_layers)
     return [int(bool(x)) for x in parsed]
@@ -59,8 +60,9 @@ def expert_layout(freq: Any, num_layers: int) -> tuple[int, int, str]:
     the expert blocks."""
     pattern = moe_layers(freq, num_layers)
     if len(pattern) != num_layers:
-        raise ConfigError(f"moe_layer_freq={freq!r} gives {len(pattern)} layers but num_layers="
-                          f"{num_layers}.")
+        raise ConfigError(
+            f"moe_layer_freq={freq!r} gives {len(pattern)} layers but num_layers={num_layers}."
+        )
     experts = [i for i, x in enumerate(pattern) if x]
     if not experts:
         return 0, 1, "no block holds experts; drop num_experts for a dense model"
@@ -68,15 +70,25 @@ def expert_layout(freq: Any, num_layers: int) -> tuple[int, int, str]:
     if all(pattern[dense:]):
         return dense, 1, ""
     for step in range(2, num_layers + 1):
-        if num_layers % step == 0 and pattern == [int((i + 1) % step == 0)
-                                                  for i in range(num_layers)]:
+        if num_layers % step == 0 and pattern == [
+            int((i + 1) % step == 0) for i in range(num_layers)
+        ]:
             return 0, step, ""
     count = len(experts)
     step = num_layers // count if num_layers % count == 0 else 1
     dense = 0 if step > 1 else num_layers - count
-    where = (f"blocks {step - 1}, {2 * step - 1}, ..." if step > 1 else
-             f"blocks {dense}-{num_layers - 1}")
-    return dense, step, (f"experts in blocks {_spans(experts)} of 0-{num_layers - 1}: jaxtrain "
-                         "puts them after leading dense blocks or in the last block of every "
-                         "group of model.moe_layer_step; with --allow-unsupported the same "
-                         f"{count} expert blocks sit in {where}")
+    where = (
+        f"blocks {step - 1}, {2 * step - 1}, ..."
+        if step > 1
+        else f"blocks {dense}-{num_layers - 1}"
+    )
+    return (
+        dense,
+        step,
+        (
+            f"experts in blocks {_spans(experts)} of 0-{num_layers - 1}: jaxtrain "
+            "puts them after leading dense blocks or in the last block of every "
+            "group of model.moe_layer_step; with --allow-unsupported the same "
+            f"{count} expert blocks sit in {where}"
+        ),
+    )

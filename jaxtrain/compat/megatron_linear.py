@@ -26,11 +26,13 @@ from typing import Any
 from jaxtrain.compat.report import KeyReport, is_off
 from jaxtrain.errors import ConfigError
 
-SIZE_KEYS = {"linear_num_key_heads": "linear_num_key_heads",
-             "linear_num_value_heads": "linear_num_value_heads",
-             "linear_key_head_dim": "linear_key_head_dim",
-             "linear_value_head_dim": "linear_value_head_dim",
-             "linear_conv_kernel_dim": "linear_conv_kernel"}
+SIZE_KEYS = {
+    "linear_num_key_heads": "linear_num_key_heads",
+    "linear_num_value_heads": "linear_num_value_heads",
+    "linear_key_head_dim": "linear_key_head_dim",
+    "linear_value_head_dim": "linear_value_head_dim",
+    "linear_conv_kernel_dim": "linear_conv_kernel",
+}
 LINEAR_KEYS = (*SIZE_KEYS, "use_short_conv")
 
 
@@ -57,13 +59,15 @@ def mixer_settings(r: KeyReport) -> dict[str, Any]:
             f"{r.source}: spec {r.get('spec')!r} builds {kind.upper()} blocks but "
             f"{', '.join(missing)} are not set; Primus then sizes them inside its layer spec, "
             "which jaxtrain does not read. Set the linear_* sizes in the model YAML (as "
-            "zebra_llama_1B_kda_pure.yaml does).")
+            "zebra_llama_1B_kda_pure.yaml does)."
+        )
     model = {target: int(r.get(key)) for key, target in SIZE_KEYS.items()}
     if model["linear_num_value_heads"] % model["linear_num_key_heads"]:
         raise ConfigError(
             f"{r.source}: linear_num_value_heads={model['linear_num_value_heads']} is not a "
             f"multiple of linear_num_key_heads={model['linear_num_key_heads']}; each query/key "
-            "head must serve a whole number of value heads.")
+            "head must serve a whole number of value heads."
+        )
     for key, target in SIZE_KEYS.items():
         r.mapped(key, f"model.{target}", f"{kind.upper()} blocks")
     short_conv = r.get("use_short_conv")

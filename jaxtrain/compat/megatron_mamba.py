@@ -17,8 +17,13 @@ from jaxtrain.compat.report import KeyReport, is_off
 from jaxtrain.errors import ConfigError
 
 # Keys of the linear-attention mixers Zebra-Llama's GDN / KDA variants add.
-_LINEAR_KEYS = ("linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
-                "linear_num_value_heads", "linear_conv_kernel_dim")
+_LINEAR_KEYS = (
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_conv_kernel_dim",
+)
 
 
 def allocate_layers(total: int, attention_ratio: float, mlp_ratio: float) -> str:
@@ -53,16 +58,21 @@ def linear_mixer(r: KeyReport) -> str | None:
     if not any(r.has(key) for key in _LINEAR_KEYS):
         return None
     spec = str(r.get("spec") or "").lower()
-    return ("Kimi delta attention (KDA)" if "kda" in spec or "kimi" in spec
-            else "gated delta net (GDN)")
+    return (
+        "Kimi delta attention (KDA)" if "kda" in spec or "kimi" in spec else "gated delta net (GDN)"
+    )
 
 
 def map_mamba(r: KeyReport, model: dict[str, Any]) -> None:
     """Turns the transformer settings `_model` mapped into a Mamba / hybrid model."""
     mixer = linear_mixer(r)
     if mixer:
-        raise unbuildable(r.source, "linear_num_key_heads", r.get("linear_num_key_heads"),
-                          f"a hybrid with {mixer} mixers, which jaxtrain does not build yet")
+        raise unbuildable(
+            r.source,
+            "linear_num_key_heads",
+            r.get("linear_num_key_heads"),
+            f"a hybrid with {mixer} mixers, which jaxtrain does not build yet",
+        )
     layers = model["num_layers"]
     hybrid = not is_off(r.get("is_hybrid_model"))
     override = r.get("hybrid_override_pattern")
@@ -71,9 +81,11 @@ def map_mamba(r: KeyReport, model: dict[str, Any]) -> None:
     if override:
         pattern = str(override)
         if len(pattern) != layers:
-            raise ConfigError(f"{r.source}: hybrid_override_pattern={pattern!r} has "
-                              f"{len(pattern)} sublayers but num_layers={layers}; Megatron "
-                              "needs them equal.")
+            raise ConfigError(
+                f"{r.source}: hybrid_override_pattern={pattern!r} has "
+                f"{len(pattern)} sublayers but num_layers={layers}; Megatron "
+                "needs them equal."
+            )
         r.mapped("hybrid_override_pattern", "model.block_pattern")
     elif hybrid:
         pattern = allocate_layers(layers, attn_ratio, mlp_ratio)
@@ -84,17 +96,23 @@ def map_mamba(r: KeyReport, model: dict[str, Any]) -> None:
             r.mapped(key, "model.block_pattern", f"Megatron's allocation: {pattern}")
     heads = r.get("mamba_num_heads")
     model.update(
-        block_pattern=pattern, mamba_version=2,
+        block_pattern=pattern,
+        mamba_version=2,
         ssm_state_size=int(r.get("mamba_state_dim") or 128),
         ssm_head_dim=int(r.get("mamba_head_dim") or 64),
         ssm_n_groups=int(r.get("mamba_num_groups") or 8),
-        ssm_num_heads=int(heads) if heads else 0, ssm_expand=2, ssm_conv_kernel=4,
-        ssm_chunk_size=128, use_rope=r.get("position_embedding_type", "none") == "rope"
-        and "*" in pattern)
-    for key, target in (("mamba_state_dim", "ssm_state_size"), ("mamba_head_dim",
-                                                                 "ssm_head_dim"),
-                        ("mamba_num_groups", "ssm_n_groups"),
-                        ("mamba_num_heads", "ssm_num_heads")):
+        ssm_num_heads=int(heads) if heads else 0,
+        ssm_expand=2,
+        ssm_conv_kernel=4,
+        ssm_chunk_size=128,
+        use_rope=r.get("position_embedding_type", "none") == "rope" and "*" in pattern,
+    )
+    for key, target in (
+        ("mamba_state_dim", "ssm_state_size"),
+        ("mamba_head_dim", "ssm_head_dim"),
+        ("mamba_num_groups", "ssm_n_groups"),
+        ("mamba_num_heads", "ssm_num_heads"),
+    ):
         if r.has(key):
             r.mapped(key, f"model.{target}")
     if "-" in pattern:
@@ -103,8 +121,12 @@ def map_mamba(r: KeyReport, model: dict[str, Any]) -> None:
         elif r.get("squared_relu"):
             model["mlp_activation"] = "relu2"
         else:
-            raise unbuildable(r.source, "swiglu", r.get("swiglu"), "a hybrid whose MLP "
-                              "sublayers use GELU (set swiglu or squared_relu)")
+            raise unbuildable(
+                r.source,
+                "swiglu",
+                r.get("swiglu"),
+                "a hybrid whose MLP sublayers use GELU (set swiglu or squared_relu)",
+            )
     if r.has("position_embedding_type"):
         r.mapped("position_embedding_type", "model.use_rope")
     if "*" not in pattern:

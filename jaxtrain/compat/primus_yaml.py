@@ -50,45 +50,60 @@ def find_primus_root(start: Path) -> Path | None:
 
 def _preset(root: Path, kind: str, framework: str, name: Any, where: str) -> Path:
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where}: `{kind[:-1] if kind == 'modules' else 'model'}` must name "
-                          f"a preset file, got {name!r}.")
+        raise ConfigError(
+            f"{where}: `{kind[:-1] if kind == 'modules' else 'model'}` must name "
+            f"a preset file, got {name!r}."
+        )
     filename = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
     base = (root / PRESETS_DIR / kind / framework).resolve()
     path = (base / filename).resolve()
     if base not in path.parents:
         raise ConfigError(f"{where}: preset {name!r} points outside {base}.")
     if not path.is_file():
-        raise ConfigError(f"{where}: {kind[:-1]} preset {name!r} not found for framework "
-                          f"{framework!r}; expected {path}.")
+        raise ConfigError(
+            f"{where}: {kind[:-1]} preset {name!r} not found for framework "
+            f"{framework!r}; expected {path}."
+        )
     return path
 
 
-def load_experiment(path: str | Path, env: Mapping[str, str] | None = None,
-                    primus_root: str | Path | None = None,
-                    overrides: Sequence[str] = ()) -> Experiment:
+def load_experiment(
+    path: str | Path,
+    env: Mapping[str, str] | None = None,
+    primus_root: str | Path | None = None,
+    overrides: Sequence[str] = (),
+) -> Experiment:
     """Resolves a Primus experiment file to its pre_trainer module's merged parameters."""
     env = os.environ if env is None else env
     path = Path(path)
     exp, _ = load_mapping(path, env)
     modules = exp.get("modules")
     if not isinstance(modules, dict) or not modules:
-        raise ConfigError(f"{path}: key 'modules' must map module names (pre_trainer) to "
-                          "their framework, config, model and overrides.")
+        raise ConfigError(
+            f"{path}: key 'modules' must map module names (pre_trainer) to "
+            "their framework, config, model and overrides."
+        )
     if "pre_trainer" not in modules:
-        raise ConfigError(f"{path}: only a `modules.pre_trainer` module is a pretraining "
-                          f"config; found modules {sorted(modules)}.")
+        raise ConfigError(
+            f"{path}: only a `modules.pre_trainer` module is a pretraining "
+            f"config; found modules {sorted(modules)}."
+        )
     module = modules["pre_trainer"]
     where = f"{path}: modules.pre_trainer"
     if not isinstance(module, dict):
         raise ConfigError(f"{where} must be a mapping, got {module!r}.")
     framework = module.get("framework")
     if framework not in FRAMEWORKS:
-        raise ConfigError(f"{where}.framework={framework!r} is not supported; supported "
-                          f"frameworks: {', '.join(FRAMEWORKS)}.")
+        raise ConfigError(
+            f"{where}.framework={framework!r} is not supported; supported "
+            f"frameworks: {', '.join(FRAMEWORKS)}."
+        )
     root = Path(primus_root) if primus_root else find_primus_root(path.resolve().parent)
     if root is None or not (root / PRESETS_DIR).is_dir():
-        raise ConfigError(f"{path}: cannot find the Primus presets (a folder holding "
-                          "primus/configs above the experiment); pass --primus-root.")
+        raise ConfigError(
+            f"{path}: cannot find the Primus presets (a folder holding "
+            "primus/configs above the experiment); pass --primus-root."
+        )
     module_file = _preset(root, "modules", framework, module.get("config"), f"{where}.config")
     model_file = _preset(root, "models", framework, module.get("model"), f"{where}.model")
     params, origins = load_mapping(module_file, env)
@@ -109,12 +124,14 @@ def load_experiment(path: str | Path, env: Mapping[str, str] | None = None,
     origins = deep_merge(origins, tag(cli, "command line"))
     meta = {k: exp.get(k) for k in META_KEYS if k in exp}
     meta.update({f"modules.pre_trainer.{k}": module[k] for k in ("framework", "config", "model")})
-    return Experiment(path, root, "pre_trainer", framework, params, origins, meta,
-                      _platform(exp, root, path, env))
+    return Experiment(
+        path, root, "pre_trainer", framework, params, origins, meta, _platform(exp, root, path, env)
+    )
 
 
-def _platform(exp: Mapping[str, Any], root: Path, path: Path,
-              env: Mapping[str, str]) -> dict[str, Any]:
+def _platform(
+    exp: Mapping[str, Any], root: Path, path: Path, env: Mapping[str, str]
+) -> dict[str, Any]:
     """The platform preset (platform_azure.yaml unless the experiment names one)."""
     spec = exp.get("platform") or {"config": "platform_azure.yaml"}
     file = root / PRESETS_DIR / "platforms" / str(spec.get("config", "platform_azure.yaml"))
@@ -129,8 +146,9 @@ def _platform(exp: Mapping[str, Any], root: Path, path: Path,
     return platform
 
 
-def experiment_report(exp: Experiment, family: str,
-                      env: Mapping[str, str] | None = None) -> KeyReport:
+def experiment_report(
+    exp: Experiment, family: str, env: Mapping[str, str] | None = None
+) -> KeyReport:
     """A KeyReport over the module's flattened parameters plus the experiment's own keys."""
     values = flatten(exp.params)
     origins = {k: v for k, v in flatten(exp.origins).items() if k in values}
@@ -140,13 +158,16 @@ def experiment_report(exp: Experiment, family: str,
     p = exp.platform
     report.nodes_key = p.get("num_nodes_env_key") or "NNODES"
     keys = (report.nodes_key, p.get("gpus_per_node_env_key") or "GPUS_PER_NODE")
-    nodes, gpus, how = known.world_size(env, *keys, p["_launcher_nnodes"],
-                                        p["_launcher_gpus_per_node"])
+    nodes, gpus, how = known.world_size(
+        env, *keys, p["_launcher_nnodes"], p["_launcher_gpus_per_node"]
+    )
     report.world_size, report.num_hosts, report.world_source = nodes * gpus, nodes, how
     named = known.named_in_env(os.environ if env is None else env, *keys)
     report.launch = f"{named} in the environment" if named else ""
-    report.note(f"assumed {nodes} node(s) x {gpus} GPUs = {nodes * gpus} devices ({how}; "
-                "Primus launcher defaults otherwise) for per-device batch sizes")
+    report.note(
+        f"assumed {nodes} node(s) x {gpus} GPUs = {nodes * gpus} devices ({how}; "
+        "Primus launcher defaults otherwise) for per-device batch sizes"
+    )
     return report
 
 
@@ -167,6 +188,7 @@ def map_meta(report: KeyReport) -> dict[str, Any]:
                 report.mapped(key, "run.dir", "run dir = workspace/work_group/user_name/exp_name")
     for key in ("modules.pre_trainer.framework", "modules.pre_trainer.config"):
         report.mapped(key, "(adapter)", "selects the adapter and the module preset")
-    report.mapped("modules.pre_trainer.model", "model.*", "the model preset read for the "
-                  "architecture")
+    report.mapped(
+        "modules.pre_trainer.model", "model.*", "the model preset read for the architecture"
+    )
     return settings

@@ -32,10 +32,19 @@ class KeyEntry:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of the entry."""
-        value = self.value if isinstance(self.value, (str, int, float, bool, type(None), list,
-                                                      dict)) else repr(self.value)
-        return {"key": self.key, "value": value, "status": self.status, "target": self.target,
-                "reason": self.reason, "origin": self.origin}
+        value = (
+            self.value
+            if isinstance(self.value, (str, int, float, bool, type(None), list, dict))
+            else repr(self.value)
+        )
+        return {
+            "key": self.key,
+            "value": value,
+            "status": self.status,
+            "target": self.target,
+            "reason": self.reason,
+            "origin": self.origin,
+        }
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -54,15 +63,25 @@ def is_off(value: Any) -> bool:
     """Values that switch a feature off or leave it unset: None, False, 0, "", [] and {}."""
     if isinstance(value, str):
         return value.strip().lower() in ("", "none", "null", "false")
-    return value is None or value is False or (
-        isinstance(value, (int, float)) and value == 0) or value == [] or value == {}
+    return (
+        value is None
+        or value is False
+        or (isinstance(value, (int, float)) and value == 0)
+        or value == []
+        or value == {}
+    )
 
 
 class KeyReport:
     """The per-key account of one foreign config file, built by its adapter."""
 
-    def __init__(self, source: str, family: str, values: Mapping[str, Any],
-                 origins: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        source: str,
+        family: str,
+        values: Mapping[str, Any],
+        origins: Mapping[str, str] | None = None,
+    ):
         self.source = source
         self.family = family
         self.values = dict(values)
@@ -95,8 +114,7 @@ class KeyReport:
     def _put(self, key: str, status: str, target: str, reason: str, value: Any) -> None:
         if value is _MISSING:
             value = self.values.get(key)
-        self.entries[key] = KeyEntry(key, value, status, target, reason,
-                                     self.origins.get(key, ""))
+        self.entries[key] = KeyEntry(key, value, status, target, reason, self.origins.get(key, ""))
 
     def mapped(self, key: str, target: str, reason: str = "", value: Any = _MISSING) -> None:
         """`key` set jaxtrain's `target` (comma-separated when several); reason notes caveats."""
@@ -106,8 +124,7 @@ class KeyReport:
         """`key` has no meaning for jaxtrain; reason says why it does not change training."""
         self._put(key, IGNORED, "", reason, value)
 
-    def unsupported(self, key: str, reason: str, target: str = "",
-                    value: Any = _MISSING) -> None:
+    def unsupported(self, key: str, reason: str, target: str = "", value: Any = _MISSING) -> None:
         """`key` asks for something jaxtrain cannot do; `target` names what would replace it."""
         self._put(key, UNSUPPORTED, target, reason, value)
 
@@ -135,15 +152,20 @@ class KeyReport:
             f"(elsewhere set {key} to it, or WORLD_SIZE to the device count), and the run needs "
             f"hosts x devices per host to be a multiple of {need}: e.g. {key}={hosts} with "
             f"{per_host} devices per host. Set {key} as the launch will, or lower the parallel "
-            "sizes.")
+            "sizes."
+        )
 
     def handled(self, key: str) -> bool:
         """Whether the key already has an entry."""
         return key in self.entries
 
     # ----------------------------------------------------------------------------- finishing
-    def finish(self, rules: Sequence[tuple[str, str]], default_origin: Iterable[str] = (),
-               unknown: str = "") -> None:
+    def finish(
+        self,
+        rules: Sequence[tuple[str, str]],
+        default_origin: Iterable[str] = (),
+        unknown: str = "",
+    ) -> None:
         """Classifies every key without an entry.
 
         `rules` are (fnmatch pattern, reason) pairs for keys with no meaning here; then values
@@ -156,19 +178,27 @@ class KeyReport:
             if key in self.entries:
                 continue
             leaf = key.rsplit(".", 1)[-1]
-            reason = next((r for pattern, r in rules
-                           if fnmatch.fnmatchcase(key, pattern)
-                           or fnmatch.fnmatchcase(leaf, pattern)), "")
+            reason = next(
+                (
+                    r
+                    for pattern, r in rules
+                    if fnmatch.fnmatchcase(key, pattern) or fnmatch.fnmatchcase(leaf, pattern)
+                ),
+                "",
+            )
             if reason:
                 self.ignored(key, reason)
             elif is_off(self.values[key]):
                 self.ignored(key, "unset/off: asks for nothing")
             elif defaults and self.origins.get(key, "").startswith(defaults):
-                self.ignored(key, f"{self.family} default with no jaxtrain counterpart; "
-                                  "not read")
+                self.ignored(key, f"{self.family} default with no jaxtrain counterpart; not read")
             else:
-                self.unsupported(key, unknown or f"not recognised by jaxtrain's {self.family} "
-                                                  "adapter, so its effect cannot be reproduced")
+                self.unsupported(
+                    key,
+                    unknown
+                    or f"not recognised by jaxtrain's {self.family} "
+                    "adapter, so its effect cannot be reproduced",
+                )
 
     def supersede(self, overridden: Iterable[str]) -> None:
         """Unsupported keys whose replacement the user set directly become ignored."""
@@ -193,13 +223,16 @@ class KeyReport:
             raise ConfigError(
                 f"{self.source}: {len(bad)} unsupported key(s): {lines}{more}. Run "
                 "`python -m jaxtrain config FILE` for the full report, or pass "
-                "--allow-unsupported to train without them.")
+                "--allow-unsupported to train without them."
+            )
 
     def summary(self) -> str:
         """One line: counts per status."""
         counts = {s: len(self.by_status(s)) for s in (MAPPED, IGNORED, UNSUPPORTED)}
-        return (f"{self.source} ({self.family}): {counts[MAPPED]} mapped, {counts[IGNORED]} "
-                f"ignored, {counts[UNSUPPORTED]} unsupported")
+        return (
+            f"{self.source} ({self.family}): {counts[MAPPED]} mapped, {counts[IGNORED]} "
+            f"ignored, {counts[UNSUPPORTED]} unsupported"
+        )
 
     def table(self) -> str:
         """Every key with its status and target or reason, one per line."""
@@ -218,7 +251,11 @@ class KeyReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as one JSON-ready dict."""
-        return {"source": self.source, "family": self.family, "notes": list(self.notes),
-                "world_size": self.world_size,
-                "summary": {s: len(self.by_status(s)) for s in (MAPPED, IGNORED, UNSUPPORTED)},
-                "keys": [e.to_json() for _, e in sorted(self.entries.items())]}
+        return {
+            "source": self.source,
+            "family": self.family,
+            "notes": list(self.notes),
+            "world_size": self.world_size,
+            "summary": {s: len(self.by_status(s)) for s in (MAPPED, IGNORED, UNSUPPORTED)},
+            "keys": [e.to_json() for _, e in sorted(self.entries.items())],
+        }

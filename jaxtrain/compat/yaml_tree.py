@@ -44,8 +44,10 @@ def substitute_env(tree: Any, env: Mapping[str, str], where: str, key: str = "")
     naming the file, the key and the variable.
     """
     if isinstance(tree, dict):
-        return {k: substitute_env(v, env, where, f"{key}.{k}" if key else str(k))
-                for k, v in tree.items()}
+        return {
+            k: substitute_env(v, env, where, f"{key}.{k}" if key else str(k))
+            for k, v in tree.items()
+        }
     if isinstance(tree, list):
         return [substitute_env(v, env, where, f"{key}[{i}]") for i, v in enumerate(tree)]
     if not isinstance(tree, str):
@@ -56,9 +58,11 @@ def substitute_env(tree: Any, env: Mapping[str, str], where: str, key: str = "")
         if var in env:
             return env[var]
         if default is None:
-            raise ConfigError(f"{where}: key {key!r} needs environment variable {var!r} "
-                              f"(written ${{{var}}} without a default) and it is not set; "
-                              f"export {var}=... or write ${{{var}:default}}.")
+            raise ConfigError(
+                f"{where}: key {key!r} needs environment variable {var!r} "
+                f"(written ${{{var}}} without a default) and it is not set; "
+                f"export {var}=... or write ${{{var}:default}}."
+            )
         return default
 
     replaced = _ENV.sub(replace, tree)
@@ -111,8 +115,9 @@ def read_yaml(path: Path, context: str = "") -> Any:
         raise ConfigError(f"{path}: YAML syntax error{line}: {problem}.") from None
 
 
-def load_mapping(path: Path, env: Mapping[str, str], _chain: tuple[Path, ...] = (),
-                 context: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+def load_mapping(
+    path: Path, env: Mapping[str, str], _chain: tuple[Path, ...] = (), context: str = ""
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(values, origins) of a YAML file with its `extends` chain resolved, env substituted.
 
     Presets listed in `extends` (a string or a list, relative to the including file) merge in
@@ -128,20 +133,21 @@ def load_mapping(path: Path, env: Mapping[str, str], _chain: tuple[Path, ...] = 
     if raw is None:
         raise ConfigError(f"{path} is empty; expected a mapping of keys to values.")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path} holds a {type(raw).__name__}, not a mapping of keys to "
-                          "values.")
+        raise ConfigError(f"{path} holds a {type(raw).__name__}, not a mapping of keys to values.")
     raw = substitute_env(raw, env, str(path))
     extends = raw.pop("extends", None) or []
     if isinstance(extends, str):
         extends = [extends]
     if not isinstance(extends, list) or not all(isinstance(e, str) for e in extends):
-        raise ConfigError(f"{path}: `extends` must be a file name or a list of file names, got "
-                          f"{extends!r}.")
+        raise ConfigError(
+            f"{path}: `extends` must be a file name or a list of file names, got {extends!r}."
+        )
     values: dict[str, Any] = {}
     origins: dict[str, Any] = {}
     for name in extends:
-        sub_values, sub_origins = load_mapping(path.parent / name, env, (*_chain, resolved),
-                                               f" (listed in `extends` of {path})")
+        sub_values, sub_origins = load_mapping(
+            path.parent / name, env, (*_chain, resolved), f" (listed in `extends` of {path})"
+        )
         values, origins = deep_merge(values, sub_values), deep_merge(origins, sub_origins)
     return deep_merge(values, raw), deep_merge(origins, tag(raw, str(path)))
 

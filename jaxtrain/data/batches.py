@@ -89,16 +89,19 @@ def windows(source: RowSource | Any, *, shuffle: bool, seed: int) -> grain.MapDa
     return ds.shuffle(seed=int(seed) % SEED_RANGE) if shuffle else ds
 
 
-def epoch_stream(source: RowSource | Any, plan: BatchPlan, *, shuffle: bool,
-                 seed: int) -> grain.MapDataset:
+def epoch_stream(
+    source: RowSource | Any, plan: BatchPlan, *, shuffle: bool, seed: int
+) -> grain.MapDataset:
     """The endless stream of windows: epoch after epoch, each cut to whole global batches."""
-    return windows(source, shuffle=shuffle, seed=seed)[:plan.steps_per_epoch *
-                                                        plan.global_batch].repeat()
+    return windows(source, shuffle=shuffle, seed=seed)[
+        : plan.steps_per_epoch * plan.global_batch
+    ].repeat()
 
 
-def process_batches(stream: grain.MapDataset, plan: BatchPlan,
-                    length: int | None = None) -> grain.MapDataset:
+def process_batches(
+    stream: grain.MapDataset, plan: BatchPlan, length: int | None = None
+) -> grain.MapDataset:
     """Element s is this process's rows of global batch s of `stream`, stacked into a dict of
     [local_batch, seq_len] arrays; only those rows are read. `length` keeps the first batches."""
-    batches = stream.batch(plan.local_batch)[plan.process_index::plan.process_count]
+    batches = stream.batch(plan.local_batch)[plan.process_index :: plan.process_count]
     return batches if length is None else batches[:length]

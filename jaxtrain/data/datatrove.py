@@ -24,8 +24,10 @@ EOS_SAMPLE_TOKENS = 65536
 # Document ends checked per numpy call when a shard is opened (32 MB of index at a time).
 INDEX_CHUNK = 1 << 22
 
-_RETOKENIZE = ("re-run the tokenizer (tools/tokenize_corpus.py or datatrove's DocumentTokenizer) "
-               "into an empty folder")
+_RETOKENIZE = (
+    "re-run the tokenizer (tools/tokenize_corpus.py or datatrove's DocumentTokenizer) "
+    "into an empty folder"
+)
 
 
 class Shard:
@@ -35,8 +37,9 @@ class Shard:
     re-open them), so a Shard is cheap to create, copy and send.
     """
 
-    def __init__(self, path: Path, dtype: np.dtype, tokenizer_name: str, num_tokens: int,
-                 has_loss: bool) -> None:
+    def __init__(
+        self, path: Path, dtype: np.dtype, tokenizer_name: str, num_tokens: int, has_loss: bool
+    ) -> None:
         self.path = Path(path)
         self.dtype = np.dtype(dtype)
         self.tokenizer_name = tokenizer_name
@@ -45,8 +48,10 @@ class Shard:
         self._cache: dict[str, np.ndarray] = {}
 
     def __repr__(self) -> str:
-        return (f"Shard({str(self.path)!r}, dtype={self.dtype.name}, "
-                f"num_tokens={self.num_tokens}, tokenizer={self.tokenizer_name!r})")
+        return (
+            f"Shard({str(self.path)!r}, dtype={self.dtype.name}, "
+            f"num_tokens={self.num_tokens}, tokenizer={self.tokenizer_name!r})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         # A pickled np.memmap carries its whole content; re-map in the receiving process instead.
@@ -103,13 +108,17 @@ def _parse_metadata(file: Path) -> tuple[str, int, int]:
         width_bytes, num_tokens = int(width), int(lines[1])
     except ValueError:  # UnicodeDecodeError is one
         shown = [line[:80] for line in lines[:2]]  # a binary file would flood the message
-        raise DataError(f"{file}: malformed datatrove metadata {shown!r}; expected a first "
-                        "line '<tokenizer>|<bytes per token>' and the token count on the second "
-                        f"(UTF-8 text); {_RETOKENIZE}.") from None
+        raise DataError(
+            f"{file}: malformed datatrove metadata {shown!r}; expected a first "
+            "line '<tokenizer>|<bytes per token>' and the token count on the second "
+            f"(UTF-8 text); {_RETOKENIZE}."
+        ) from None
     if width_bytes not in TOKEN_DTYPES:
-        raise DataError(f"{file}: unknown token width {width_bytes} bytes; datatrove writes 2 "
-                        f"(uint16) or 4 (uint32). The file is damaged or not datatrove output; "
-                        f"{_RETOKENIZE}.")
+        raise DataError(
+            f"{file}: unknown token width {width_bytes} bytes; datatrove writes 2 "
+            f"(uint16) or 4 (uint32). The file is damaged or not datatrove output; "
+            f"{_RETOKENIZE}."
+        )
     return name, width_bytes, num_tokens
 
 
@@ -119,19 +128,23 @@ def _check_index(index: Path, ds: Path, num_tokens: int) -> None:
     ends = np.memmap(index, "<u8", "r")
     previous = 0
     for lo in range(0, ends.size, INDEX_CHUNK):
-        chunk = np.asarray(ends[lo:lo + INDEX_CHUNK])
+        chunk = np.asarray(ends[lo : lo + INDEX_CHUNK])
         before = np.concatenate([np.asarray([previous], np.uint64), chunk[:-1]])
         bad = np.flatnonzero((chunk > num_tokens) | (chunk < before))
         if bad.size:
             i = int(bad[0])
             doc, end = lo + i, int(chunk[i])
             if end > num_tokens:
-                raise DataError(f"{index}: document {doc} ends at token {end}, past the "
-                                f"{num_tokens} tokens of {ds.name}; the index is damaged or "
-                                f"belongs to another shard: copy both again or {_RETOKENIZE}.")
-            raise DataError(f"{index}: document {doc} ends at token {end}, before the document "
-                            f"ahead of it (at {int(before[i])}); document ends never decrease. "
-                            f"The index is damaged: copy it again or {_RETOKENIZE}.")
+                raise DataError(
+                    f"{index}: document {doc} ends at token {end}, past the "
+                    f"{num_tokens} tokens of {ds.name}; the index is damaged or "
+                    f"belongs to another shard: copy both again or {_RETOKENIZE}."
+                )
+            raise DataError(
+                f"{index}: document {doc} ends at token {end}, before the document "
+                f"ahead of it (at {int(before[i])}); document ends never decrease. "
+                f"The index is damaged: copy it again or {_RETOKENIZE}."
+            )
         previous = int(chunk[-1])
 
 
@@ -146,35 +159,45 @@ def open_shard(path: str | os.PathLike) -> Shard:
     index, metadata, loss = (ds.with_name(ds.name + s) for s in (".index", ".metadata", ".loss"))
     for companion in (index, metadata):
         if not companion.is_file():
-            raise DataError(f"{ds}: its companion file {companion.name} is missing (datatrove "
-                            "writes X.ds, X.ds.index and X.ds.metadata together); copy it with "
-                            f"the shard or {_RETOKENIZE}.")
+            raise DataError(
+                f"{ds}: its companion file {companion.name} is missing (datatrove "
+                "writes X.ds, X.ds.index and X.ds.metadata together); copy it with "
+                f"the shard or {_RETOKENIZE}."
+            )
     name, width, num_tokens = _parse_metadata(metadata)
     size = ds.stat().st_size
     if size != num_tokens * width:
-        raise DataError(f"{ds}: {size} bytes, but {metadata.name} says {num_tokens} tokens of "
-                        f"{width} bytes = {num_tokens * width} bytes; the file is truncated or "
-                        f"belongs to another run. Copy it again or {_RETOKENIZE}.")
+        raise DataError(
+            f"{ds}: {size} bytes, but {metadata.name} says {num_tokens} tokens of "
+            f"{width} bytes = {num_tokens * width} bytes; the file is truncated or "
+            f"belongs to another run. Copy it again or {_RETOKENIZE}."
+        )
     index_size = index.stat().st_size
     if index_size % 8:
-        raise DataError(f"{index}: {index_size} bytes is not a whole number of uint64 document "
-                        f"ends; the index is truncated. Copy it again or {_RETOKENIZE}.")
+        raise DataError(
+            f"{index}: {index_size} bytes is not a whole number of uint64 document "
+            f"ends; the index is truncated. Copy it again or {_RETOKENIZE}."
+        )
     last = 0
     if index_size:
         with open(index, "rb") as f:
             f.seek(index_size - 8)
             last = int(np.frombuffer(f.read(8), "<u8")[0])
     if last != num_tokens:
-        raise DataError(f"{index}: the last document ends at token {last}, but {ds.name} holds "
-                        f"{num_tokens} tokens; index and tokens come from different runs or one "
-                        f"is truncated: copy both again or {_RETOKENIZE}.")
+        raise DataError(
+            f"{index}: the last document ends at token {last}, but {ds.name} holds "
+            f"{num_tokens} tokens; index and tokens come from different runs or one "
+            f"is truncated: copy both again or {_RETOKENIZE}."
+        )
     if index_size:
         _check_index(index, ds, num_tokens)
     has_loss = loss.is_file()
     if has_loss and loss.stat().st_size != num_tokens:
-        raise DataError(f"{loss}: {loss.stat().st_size} bytes, but the shard holds {num_tokens} "
-                        "tokens (one loss byte per token); the file is truncated. Copy it again "
-                        f"or {_RETOKENIZE}.")
+        raise DataError(
+            f"{loss}: {loss.stat().st_size} bytes, but the shard holds {num_tokens} "
+            "tokens (one loss byte per token); the file is truncated. Copy it again "
+            f"or {_RETOKENIZE}."
+        )
     return Shard(ds, TOKEN_DTYPES[width], name, num_tokens, has_loss)
 
 
@@ -185,29 +208,40 @@ def _shard_files(path: str) -> list[Path]:
         files = sorted(f for f in p.glob("*.ds") if f.is_file())
         if not files:
             nested = sorted(p.glob("*/*.ds"))
-            hint = (f" (its subfolder {nested[0].parent.name!r} has some: point the path there)"
-                    if nested else "")
-            raise DataError(f"{p}: folder holds no *.ds shards{hint}. Point data.paths at the "
-                            "output folder of datatrove's DocumentTokenizer, or tokenize a corpus "
-                            "into it with tools/tokenize_corpus.py.")
+            hint = (
+                f" (its subfolder {nested[0].parent.name!r} has some: point the path there)"
+                if nested
+                else ""
+            )
+            raise DataError(
+                f"{p}: folder holds no *.ds shards{hint}. Point data.paths at the "
+                "output folder of datatrove's DocumentTokenizer, or tokenize a corpus "
+                "into it with tools/tokenize_corpus.py."
+            )
         return files
     if p.is_file():
         if p.suffix != ".ds":
-            raise DataError(f"{p}: not a datatrove shard (expected a folder of shards or an "
-                            "X.ds file; pass X.ds, not its .index/.metadata/.loss companions).")
+            raise DataError(
+                f"{p}: not a datatrove shard (expected a folder of shards or an "
+                "X.ds file; pass X.ds, not its .index/.metadata/.loss companions)."
+            )
         return [p]
-    raise DataError(f"{p}: no such file or folder; fix data.paths / data.val_paths or tokenize a "
-                    "corpus there with tools/tokenize_corpus.py.")
+    raise DataError(
+        f"{p}: no such file or folder; fix data.paths / data.val_paths or tokenize a "
+        "corpus there with tools/tokenize_corpus.py."
+    )
 
 
 def warn_if_no_eos(shard: Shard, eos_id: int, sample: int = EOS_SAMPLE_TOKENS) -> bool:
     """Warns (and returns False) when the shard's first `sample` tokens never hold `eos_id`."""
     head = np.asarray(shard.tokens[:sample])
     if head.size and not np.any(head == eos_id):
-        warnings.warn(f"{shard.path}: no EOS token (id {eos_id}) in its first {head.size} tokens, "
-                      "so documents run together with no separator. Tokenize with an EOS token "
-                      "(tools/tokenize_corpus.py appends one; datatrove needs eos_token=...).",
-                      stacklevel=2)
+        warnings.warn(
+            f"{shard.path}: no EOS token (id {eos_id}) in its first {head.size} tokens, "
+            "so documents run together with no separator. Tokenize with an EOS token "
+            "(tools/tokenize_corpus.py appends one; datatrove needs eos_token=...).",
+            stacklevel=2,
+        )
         return False
     return True
 
@@ -223,9 +257,11 @@ def find_shards(paths: list[str] | tuple[str, ...], eos_id: int | None = None) -
     shards = [open_shard(f) for p in paths for f in _shard_files(p)]
     non_empty = [s for s in shards if s.num_tokens > 0]
     if not non_empty:
-        raise DataError(f"all {len(shards)} shards under {', '.join(map(str, paths))} are empty "
-                        "(0 tokens); the tokenizer read no documents. Check its input files and "
-                        "text key, then tokenize again.")
+        raise DataError(
+            f"all {len(shards)} shards under {', '.join(map(str, paths))} are empty "
+            "(0 tokens); the tokenizer read no documents. Check its input files and "
+            "text key, then tokenize again."
+        )
     if eos_id is not None:
         for shard in non_empty:
             warn_if_no_eos(shard, eos_id)

@@ -121,9 +121,13 @@ def train_tokenizer(texts: list[str], vocab_size: int, out_dir: Path) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2,
-                                  special_tokens=[EOS_TOKEN], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=[EOS_TOKEN],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer, length=len(texts))
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN).save_pretrained(out_dir)
     return out_dir
@@ -136,8 +140,13 @@ def _write_jsonl(path: Path, docs: list[tuple[str, str]]) -> None:
 
 
 def _settings(vocab_size: int, seed: int, max_documents: int | None) -> dict[str, Any]:
-    return {"version": MANIFEST_VERSION, "vocab_size": vocab_size, "seed": seed,
-            "max_documents": max_documents, "python": ".".join(map(str, sys.version_info[:2]))}
+    return {
+        "version": MANIFEST_VERSION,
+        "vocab_size": vocab_size,
+        "seed": seed,
+        "max_documents": max_documents,
+        "python": ".".join(map(str, sys.version_info[:2])),
+    }
 
 
 def _own_manifest(out: Path) -> dict[str, Any] | None:
@@ -146,8 +155,12 @@ def _own_manifest(out: Path) -> dict[str, Any] | None:
         data = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not (isinstance(data, dict) and isinstance(data.get("settings"), dict)
-            and "version" in data["settings"] and data.get("root") == str(out)):
+    if not (
+        isinstance(data, dict)
+        and isinstance(data.get("settings"), dict)
+        and "version" in data["settings"]
+        and data.get("root") == str(out)
+    ):
         return None
     return data
 
@@ -161,8 +174,12 @@ def _foreign(out: Path) -> list[Path]:
     found = [manifest] if manifest.exists() and not legacy else []
     for sub in BUILD_FOLDERS:
         folder = out / sub
-        if (folder.exists() and not (folder / OWNER_MARK).is_file() and not legacy
-                and (not folder.is_dir() or any(folder.iterdir()))):
+        if (
+            folder.exists()
+            and not (folder / OWNER_MARK).is_file()
+            and not legacy
+            and (not folder.is_dir() or any(folder.iterdir()))
+        ):
             found.append(folder)
     return found
 
@@ -172,8 +189,10 @@ def _claim(folder: Path) -> None:
     if folder.is_dir():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    (folder / OWNER_MARK).write_text("Written by jaxtrain's demo data build (data.prepare=demo), "
-                                     "which replaces this folder when it builds again.\n")
+    (folder / OWNER_MARK).write_text(
+        "Written by jaxtrain's demo data build (data.prepare=demo), "
+        "which replaces this folder when it builds again.\n"
+    )
 
 
 def _complete(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -188,9 +207,13 @@ def _complete(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
     return data if (Path(data["tokenizer"]) / "tokenizer.json").is_file() else None
 
 
-def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
-                    max_documents: int | None = None,
-                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def build_demo_data(
+    out_dir: str | Path,
+    vocab_size: int = 4096,
+    seed: int = 0,
+    max_documents: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Builds (or finds already built) the demo corpus, tokenizer and shards under `out_dir`.
 
     Only folders the build made (or missing or empty ones) are written; DataError names the
@@ -208,10 +231,11 @@ def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
     if foreign := _foreign(out):
         raise DataError(
             f"{', '.join(map(str, foreign))}: not written by the demo data build "
-            "(data.prepare=\"demo\"), which writes tokenizer/, text/, train/, val/ and "
+            '(data.prepare="demo"), which writes tokenizer/, text/, train/, val/ and '
             f"manifest.json into {out}; nothing was changed. Point data.paths at a new folder "
-            "(the demo goes into its parent), or set data.prepare=\"\" to train on your own "
-            "shards.")
+            '(the demo goes into its parent), or set data.prepare="" to train on your own '
+            "shards."
+        )
     start = time.perf_counter()
     say = progress or (lambda _message: None)
     say(f"building the demo corpus in {out}: reading the standard library's documentation...")
@@ -228,14 +252,23 @@ def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
     say(f"training a {vocab_size}-token BPE on {len(splits['train'])} documents...")
     train_tokenizer([t for _, t in splits["train"]], vocab_size, out / "tokenizer")
 
-    manifest: dict[str, Any] = {"settings": settings, "root": str(out),
-                                "tokenizer": str(out / "tokenizer"),
-                                "eos_id": eos_id_from_tokenizer(out / "tokenizer")}
+    manifest: dict[str, Any] = {
+        "settings": settings,
+        "root": str(out),
+        "tokenizer": str(out / "tokenizer"),
+        "eos_id": eos_id_from_tokenizer(out / "tokenizer"),
+    }
     for split, split_docs in splits.items():
         say(f"tokenizing {split}: {len(split_docs)} documents...")
         _write_jsonl(out / "text" / f"{split}.jsonl", split_docs)
-        tokenize_files([str(out / "text" / f"{split}.jsonl")], out / "tokenizer", out / split,
-                       seed=seed, overwrite=True, backend="builtin")
+        tokenize_files(
+            [str(out / "text" / f"{split}.jsonl")],
+            out / "tokenizer",
+            out / split,
+            seed=seed,
+            overwrite=True,
+            backend="builtin",
+        )
         shards = find_shards([str(out / split)])
         manifest[split] = str(out / split)
         manifest[f"{split}_docs"] = len(split_docs)
@@ -244,10 +277,13 @@ def build_demo_data(out_dir: str | Path, vocab_size: int = 4096, seed: int = 0,
     from tokenizers import Tokenizer
 
     manifest["vocab_size"] = Tokenizer.from_file(
-        str(out / "tokenizer" / "tokenizer.json")).get_vocab_size()
+        str(out / "tokenizer" / "tokenizer.json")
+    ).get_vocab_size()
     manifest["seconds"] = round(time.perf_counter() - start, 1)
     # Written last: its presence marks a complete build.
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    say(f"demo corpus ready: {manifest['train_tokens']:,} train and {manifest['val_tokens']:,} "
-        f"val tokens in {manifest['seconds']}s")
+    say(
+        f"demo corpus ready: {manifest['train_tokens']:,} train and {manifest['val_tokens']:,} "
+        f"val tokens in {manifest['seconds']}s"
+    )
     return manifest

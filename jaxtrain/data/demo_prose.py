@@ -42,12 +42,16 @@ def prose_paragraph(paragraph: str) -> str | None:
     if len(text) < MIN_PARAGRAPH_CHARS or not _SENTENCE_END.search(text):
         return None
     judged = _QUOTED.sub("x", text)
-    if (sum(c in _CODE_CHARS for c in judged) > MAX_CODE_SHARE * len(judged)
-            or sum(c.isdigit() for c in judged) > MAX_DIGIT_SHARE * len(judged)):
+    if sum(c in _CODE_CHARS for c in judged) > MAX_CODE_SHARE * len(judged) or sum(
+        c.isdigit() for c in judged
+    ) > MAX_DIGIT_SHARE * len(judged):
         return None
     words = _WORD.findall(judged)
-    if (len(words) < MIN_WORDS or sum(map(len, words)) < MIN_LETTER_SHARE * len(judged)
-            or sum(w.islower() for w in words) < MIN_LOWERCASE_WORDS * len(words)):
+    if (
+        len(words) < MIN_WORDS
+        or sum(map(len, words)) < MIN_LETTER_SHARE * len(judged)
+        or sum(w.islower() for w in words) < MIN_LOWERCASE_WORDS * len(words)
+    ):
         return None
     return text
 

@@ -41,12 +41,14 @@ class DocumentOptions:
     @classmethod
     def from_config(cls, data: Any) -> DocumentOptions:
         """The options of a `data` config section."""
-        return cls(bool(data.reset_attention_mask), bool(data.reset_position_ids),
-                   bool(data.eod_mask_loss))
+        return cls(
+            bool(data.reset_attention_mask), bool(data.reset_position_ids), bool(data.eod_mask_loss)
+        )
 
 
-def boundary_fields(ends: np.ndarray, seq_len: int,
-                    options: DocumentOptions) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+def boundary_fields(
+    ends: np.ndarray, seq_len: int, options: DocumentOptions
+) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """Fields of one row from its document ends; returns (fields, loss multiplier or None).
 
     `ends` holds, sorted, the offsets r in (0, seq_len] inside the row's input tokens at which a

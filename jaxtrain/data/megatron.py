@@ -22,14 +22,24 @@ MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
 HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequence count, document count
 # Megatron's `DType` codes; 8 (uint16) and 4 (int32) are what its preprocessing writes.
-DTYPE_CODES = {1: np.dtype("u1"), 2: np.dtype("i1"), 3: np.dtype("<i2"), 4: np.dtype("<i4"),
-               5: np.dtype("<i8"), 6: np.dtype("<f8"), 7: np.dtype("<f4"), 8: np.dtype("<u2")}
+DTYPE_CODES = {
+    1: np.dtype("u1"),
+    2: np.dtype("i1"),
+    3: np.dtype("<i2"),
+    4: np.dtype("<i4"),
+    5: np.dtype("<i8"),
+    6: np.dtype("<f8"),
+    7: np.dtype("<f4"),
+    8: np.dtype("<u2"),
+}
 CODE_OF_DTYPE = {v: k for k, v in DTYPE_CODES.items()}
 # Megatron's preprocessing stores tokens as uint16 below this vocabulary size, else int32.
 UINT16_VOCAB_LIMIT = 65500
 
-_REBUILD = ("rebuild it with Megatron's tools/preprocess_data.py or "
-            "tools/tokenize_corpus.py --format megatron")
+_REBUILD = (
+    "rebuild it with Megatron's tools/preprocess_data.py or "
+    "tools/tokenize_corpus.py --format megatron"
+)
 
 
 def dtype_for_vocab(vocab_size: int) -> np.dtype:
@@ -54,8 +64,9 @@ class MegatronFile:
     loss_mask = None
     tokenizer_name = ""
 
-    def __init__(self, prefix: Path, dtype: np.dtype, num_seqs: int, num_docs_index: int,
-                 num_tokens: int) -> None:
+    def __init__(
+        self, prefix: Path, dtype: np.dtype, num_seqs: int, num_docs_index: int, num_tokens: int
+    ) -> None:
         self.prefix = Path(prefix)
         self.path = self.prefix.with_name(self.prefix.name + ".bin")
         self.dtype = np.dtype(dtype)
@@ -65,8 +76,10 @@ class MegatronFile:
         self._cache: dict[str, np.ndarray] = {}
 
     def __repr__(self) -> str:
-        return (f"MegatronFile({str(self.prefix)!r}, dtype={self.dtype.name}, "
-                f"sequences={self.num_seqs}, num_tokens={self.num_tokens})")
+        return (
+            f"MegatronFile({str(self.prefix)!r}, dtype={self.dtype.name}, "
+            f"sequences={self.num_seqs}, num_tokens={self.num_tokens})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -80,8 +93,11 @@ class MegatronFile:
 
     def _idx_array(self, key: str, dtype: str, offset: int, count: int) -> np.ndarray:
         if key not in self._cache:
-            self._cache[key] = (np.zeros(0, dtype) if count == 0 else
-                                np.memmap(self.idx_path, dtype, "r", offset, (count,)))
+            self._cache[key] = (
+                np.zeros(0, dtype)
+                if count == 0
+                else np.memmap(self.idx_path, dtype, "r", offset, (count,))
+            )
         return self._cache[key]
 
     @property
@@ -97,16 +113,20 @@ class MegatronFile:
     @property
     def document_indices(self) -> np.ndarray:
         """The .idx document index (sequence ranges per document), int64, memory-mapped."""
-        return self._idx_array("doc_idx", "<i8", HEADER.size + 12 * self.num_seqs,
-                               self.num_doc_index)
+        return self._idx_array(
+            "doc_idx", "<i8", HEADER.size + 12 * self.num_seqs, self.num_doc_index
+        )
 
     @property
     def tokens(self) -> np.ndarray:
         """Every token of the .bin, memory-mapped in the file's own dtype."""
         if "tokens" not in self._cache:
             shape = (self.num_tokens,)
-            self._cache["tokens"] = (np.zeros(0, self.dtype) if self.num_tokens == 0 else
-                                     np.memmap(self.path, self.dtype, "r", shape=shape))
+            self._cache["tokens"] = (
+                np.zeros(0, self.dtype)
+                if self.num_tokens == 0
+                else np.memmap(self.path, self.dtype, "r", shape=shape)
+            )
         return self._cache["tokens"]
 
     @property
@@ -135,57 +155,75 @@ def open_megatron(path: str | os.PathLike) -> MegatronFile:
     idx, bin_ = (prefix.with_name(prefix.name + s) for s in (".idx", ".bin"))
     for file in (idx, bin_):
         if not file.is_file():
-            raise DataError(f"{file}: missing (a Megatron dataset is prefix.bin + prefix.idx, "
-                            f"named by the prefix without extension); copy it or {_REBUILD}.")
+            raise DataError(
+                f"{file}: missing (a Megatron dataset is prefix.bin + prefix.idx, "
+                f"named by the prefix without extension); copy it or {_REBUILD}."
+            )
     idx_size = idx.stat().st_size
     with open(idx, "rb") as f:
         head = f.read(HEADER.size)
     if len(head) < HEADER.size or head[:9] != MAGIC:
-        raise DataError(f"{idx}: not a Megatron index (magic {head[:9]!r}, expected {MAGIC!r}); "
-                        f"the file is damaged or another format. Pass the prefix of a "
-                        f"prefix.bin/prefix.idx pair, or {_REBUILD}.")
+        raise DataError(
+            f"{idx}: not a Megatron index (magic {head[:9]!r}, expected {MAGIC!r}); "
+            f"the file is damaged or another format. Pass the prefix of a "
+            f"prefix.bin/prefix.idx pair, or {_REBUILD}."
+        )
     _, version, code, num_seqs, num_docs = HEADER.unpack(head)
     if version != VERSION:
-        raise DataError(f"{idx}: index version {version}; only version {VERSION} (Megatron core's "
-                        f"MMIDIDX) is read. {_REBUILD[0].upper()}{_REBUILD[1:]}.")
+        raise DataError(
+            f"{idx}: index version {version}; only version {VERSION} (Megatron core's "
+            f"MMIDIDX) is read. {_REBUILD[0].upper()}{_REBUILD[1:]}."
+        )
     if code not in DTYPE_CODES:
-        raise DataError(f"{idx}: dtype code {code} does not exist (known: "
-                        f"{', '.join(f'{k} {v.name}' for k, v in DTYPE_CODES.items())}); the "
-                        f"index is damaged: {_REBUILD}.")
+        raise DataError(
+            f"{idx}: dtype code {code} does not exist (known: "
+            f"{', '.join(f'{k} {v.name}' for k, v in DTYPE_CODES.items())}); the "
+            f"index is damaged: {_REBUILD}."
+        )
     dtype = DTYPE_CODES[code]
     needed = HEADER.size + 12 * num_seqs + 8 * num_docs
     if idx_size < needed:
-        raise DataError(f"{idx}: {idx_size} bytes, but its header announces {num_seqs} sequences "
-                        f"and {num_docs} document indices ({needed} bytes); the index is "
-                        f"truncated. Copy it again or {_REBUILD}.")
+        raise DataError(
+            f"{idx}: {idx_size} bytes, but its header announces {num_seqs} sequences "
+            f"and {num_docs} document indices ({needed} bytes); the index is "
+            f"truncated. Copy it again or {_REBUILD}."
+        )
     file = MegatronFile(prefix, dtype, num_seqs, num_docs, 0)
     sizes = np.asarray(file.sequence_lengths, np.int64)
     pointers = np.asarray(file.sequence_pointers)
     if num_seqs and (negative := np.flatnonzero(sizes < 0)).size:
         # A negative length would make document ends decrease, however the pointers agree.
         bad = int(negative[0])
-        raise DataError(f"{idx}: sequence {bad} has length {int(sizes[bad])}; lengths are token "
-                        f"counts and never negative. The index is damaged: {_REBUILD}.")
+        raise DataError(
+            f"{idx}: sequence {bad} has length {int(sizes[bad])}; lengths are token "
+            f"counts and never negative. The index is damaged: {_REBUILD}."
+        )
     num_tokens = int(sizes.sum())
     bin_size = bin_.stat().st_size
     if bin_size != num_tokens * dtype.itemsize:
-        raise DataError(f"{bin_}: {bin_size} bytes, but {idx.name} holds {num_seqs} sequences of "
-                        f"{num_tokens} {dtype.name} tokens = {num_tokens * dtype.itemsize} bytes; "
-                        f"the .bin is truncated or belongs to another index. Copy both again or "
-                        f"{_REBUILD}.")
+        raise DataError(
+            f"{bin_}: {bin_size} bytes, but {idx.name} holds {num_seqs} sequences of "
+            f"{num_tokens} {dtype.name} tokens = {num_tokens * dtype.itemsize} bytes; "
+            f"the .bin is truncated or belongs to another index. Copy both again or "
+            f"{_REBUILD}."
+        )
     # The token pool reads the .bin as one array, so sequences must lie back to back in order
     # (Megatron's builder and merger always write them so).
     expected = np.concatenate([[0], np.cumsum(sizes[:-1])]) * dtype.itemsize if num_seqs else sizes
     if not np.array_equal(pointers, expected):
         bad = int(np.argmax(pointers != expected))
-        raise DataError(f"{idx}: sequence {bad} starts at byte {int(pointers[bad])}, but the "
-                        f"lengths before it put it at byte {int(expected[bad])}; sequences must "
-                        f"lie back to back in the .bin. {_REBUILD[0].upper()}{_REBUILD[1:]}.")
+        raise DataError(
+            f"{idx}: sequence {bad} starts at byte {int(pointers[bad])}, but the "
+            f"lengths before it put it at byte {int(expected[bad])}; sequences must "
+            f"lie back to back in the .bin. {_REBUILD[0].upper()}{_REBUILD[1:]}."
+        )
     doc_idx = np.asarray(file.document_indices)
     if num_docs and (doc_idx[0] != 0 or doc_idx[-1] != num_seqs or np.any(np.diff(doc_idx) < 0)):
-        raise DataError(f"{idx}: the document index must rise from 0 to the sequence count "
-                        f"{num_seqs} (it runs {int(doc_idx[0])}..{int(doc_idx[-1])}); the index "
-                        f"is damaged: {_REBUILD}.")
+        raise DataError(
+            f"{idx}: the document index must rise from 0 to the sequence count "
+            f"{num_seqs} (it runs {int(doc_idx[0])}..{int(doc_idx[-1])}); the index "
+            f"is damaged: {_REBUILD}."
+        )
     file.num_tokens = num_tokens
     file._cache.clear()
     return file
@@ -197,19 +235,26 @@ def megatron_files(path: str | os.PathLike) -> list[MegatronFile]:
     if p.is_dir():
         prefixes = sorted(f.with_suffix("") for f in p.glob("*.idx") if f.is_file())
         if not prefixes:
-            raise DataError(f"{p}: folder holds no Megatron *.idx/*.bin datasets. Point "
-                            "data.paths at a dataset prefix (e.g. data/corpus_text_document) or "
-                            "a folder of them, or tokenize into it with tools/tokenize_corpus.py "
-                            "--format megatron.")
+            raise DataError(
+                f"{p}: folder holds no Megatron *.idx/*.bin datasets. Point "
+                "data.paths at a dataset prefix (e.g. data/corpus_text_document) or "
+                "a folder of them, or tokenize into it with tools/tokenize_corpus.py "
+                "--format megatron."
+            )
         return [open_megatron(f) for f in prefixes]
     if p.suffix == ".ds" or p.name.endswith((".ds.index", ".ds.metadata")):
-        raise DataError(f"{p}: a datatrove shard, not a Megatron dataset; set "
-                        "data.kind='datatrove'.")
+        raise DataError(
+            f"{p}: a datatrove shard, not a Megatron dataset; set data.kind='datatrove'."
+        )
     prefix = _prefix(p)
-    if not (prefix.with_name(prefix.name + ".idx").exists()
-            or prefix.with_name(prefix.name + ".bin").exists()):
-        raise DataError(f"{p}: no such Megatron dataset ({prefix}.bin/.idx) or folder; fix "
-                        "data.paths / data.val_paths (prefixes have no extension).")
+    if not (
+        prefix.with_name(prefix.name + ".idx").exists()
+        or prefix.with_name(prefix.name + ".bin").exists()
+    ):
+        raise DataError(
+            f"{p}: no such Megatron dataset ({prefix}.bin/.idx) or folder; fix "
+            "data.paths / data.val_paths (prefixes have no extension)."
+        )
     return [open_megatron(prefix)]
 
 
@@ -266,8 +311,9 @@ def write_index(prefix: Path, dtype: np.dtype, lengths: np.ndarray) -> None:
         f.write(np.arange(n + 1, dtype="<i8").tobytes())
 
 
-def merge_megatron(prefixes: Sequence[str | os.PathLike], out: str | os.PathLike,
-                   delete_inputs: bool = False) -> Path:
+def merge_megatron(
+    prefixes: Sequence[str | os.PathLike], out: str | os.PathLike, delete_inputs: bool = False
+) -> Path:
     """Concatenates datasets of one dtype into `out.bin/.idx` (Megatron's merge_datasets.py)."""
     files = [open_megatron(p) for p in prefixes]
     if not files:

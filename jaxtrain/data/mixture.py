@@ -38,11 +38,13 @@ def quotas(weights: Sequence[float], period: int = PERIOD) -> np.ndarray:
     w = np.asarray(weights, np.float64)
     exact = w / w.sum() * period
     q = np.floor(exact).astype(np.int64)
-    q[np.argsort(-(exact - q), kind="stable")[:period - int(q.sum())]] += 1
+    q[np.argsort(-(exact - q), kind="stable")[: period - int(q.sum())]] += 1
     if np.any(q == 0):
         k = int(np.argmin(q))
-        raise DataError(f"mixture weight {weights[k]} is below 1/{period} of the total "
-                        f"{w.sum():g}; raise it or drop that source.")
+        raise DataError(
+            f"mixture weight {weights[k]} is below 1/{period} of the total "
+            f"{w.sum():g}; raise it or drop that source."
+        )
     return q
 
 
@@ -87,10 +89,13 @@ class Interleave(grain.transforms.DatasetSelectionMap):
         return max(1, int(np.min((lengths - 1) * self.period // self.quotas)))
 
 
-def mixture_stream(sources: Sequence[RowSource], weights: Sequence[float], *, shuffle: bool,
-                   seed: int) -> grain.MapDataset:
+def mixture_stream(
+    sources: Sequence[RowSource], weights: Sequence[float], *, shuffle: bool, seed: int
+) -> grain.MapDataset:
     """The endless stream of rows drawn from `sources` in proportion to `weights` (see the
     module doc): grain's `select_from_datasets` over each source's own repeated epochs."""
-    streams = [windows(s, shuffle=shuffle, seed=int(seed) + k * SOURCE_SEED_SALT).repeat()
-               for k, s in enumerate(sources)]
+    streams = [
+        windows(s, shuffle=shuffle, seed=int(seed) + k * SOURCE_SEED_SALT).repeat()
+        for k, s in enumerate(sources)
+    ]
     return grain.MapDataset.select_from_datasets(streams, Interleave(weights))

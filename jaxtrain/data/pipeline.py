@@ -51,15 +51,27 @@ from jaxtrain.data.tokenizer_check import check_tokenizer
 from jaxtrain.data.windows import TokenPool, WindowSource
 from jaxtrain.errors import ConfigError
 
-__all__ = ["BatchPlan", "RowSource", "Sources", "batch_fields", "build_sources",
-           "data_summary", "make_eval_batches", "make_train_iterator", "window_source"]
+__all__ = [
+    "BatchPlan",
+    "RowSource",
+    "Sources",
+    "batch_fields",
+    "build_sources",
+    "data_summary",
+    "make_eval_batches",
+    "make_train_iterator",
+    "window_source",
+]
 
 
 def batch_fields(cfg: ConfigDict) -> dict[str, np.dtype]:
     """{name: dtype} of every array in a batch the iterators of `cfg` yield (each of shape
     [rows, train.seq_len]): what the train step is compiled for before any batch is read."""
-    fields = {"inputs": np.dtype(np.int32), "targets": np.dtype(np.int32),
-              "loss_mask": np.dtype(np.float32)}
+    fields = {
+        "inputs": np.dtype(np.int32),
+        "targets": np.dtype(np.int32),
+        "loss_mask": np.dtype(np.float32),
+    }
     if cfg.data.kind != "synthetic":  # synthetic windows carry no documents
         documents = DocumentOptions.from_config(cfg.data)
         if documents.reset_attention_mask:
@@ -67,6 +79,7 @@ def batch_fields(cfg: ConfigDict) -> dict[str, np.dtype]:
         if documents.reset_position_ids:
             fields["positions"] = np.dtype(np.int32)
     return fields
+
 
 # Pools up to this many tokens are scanned whole for out-of-vocabulary ids at start-up (about a
 # second from page cache); larger ones have each shard's head scanned.
@@ -84,11 +97,13 @@ def _check_vocab(source: WindowSource, vocab_size: int | None) -> WindowSource:
     return source
 
 
-def window_source(paths: str | list[str], seq_len: int, vocab_size: int | None = None,
-                  eos_id: int | None = None) -> WindowSource:
+def window_source(
+    paths: str | list[str], seq_len: int, vocab_size: int | None = None, eos_id: int | None = None
+) -> WindowSource:
     """Windows over every datatrove shard under `paths` (one pool), checked against the vocab."""
-    return _check_vocab(WindowSource(TokenPool(find_shards(split_paths(paths), eos_id)),
-                                     seq_len), vocab_size)
+    return _check_vocab(
+        WindowSource(TokenPool(find_shards(split_paths(paths), eos_id)), seq_len), vocab_size
+    )
 
 
 @dataclasses.dataclass
@@ -105,8 +120,7 @@ def _eos_id(cfg: ConfigDict) -> int | None:
     return eos_id_from_tokenizer(cfg.data.tokenizer) if cfg.data.tokenizer else None
 
 
-def build_sources(cfg: ConfigDict, vocab_size: int | None, which: str = "train"
-                  ) -> Sources | None:
+def build_sources(cfg: ConfigDict, vocab_size: int | None, which: str = "train") -> Sources | None:
     """The sources `which` ("train" or "valid") reads; None when there is no validation data.
 
     Validation is `data.val_paths` (whole datasets) or else the valid part of `data.split`.
@@ -115,8 +129,12 @@ def build_sources(cfg: ConfigDict, vocab_size: int | None, which: str = "train"
     if d.kind not in SHARD_KINDS:
         raise ConfigError(f"data.kind={d.kind!r} is not one of {SHARD_KINDS + ('synthetic',)}.")
     if which == "train":
-        specs, split, part, key = parse_sources(d.paths, d.kind, d.weights), d.split, "train", \
-            "data.paths"
+        specs, split, part, key = (
+            parse_sources(d.paths, d.kind, d.weights),
+            d.split,
+            "train",
+            "data.paths",
+        )
     elif split_paths(d.val_paths):
         specs = parse_sources(d.val_paths, d.kind, key="data.val_paths")
         split, part, key = "", "train", "data.val_paths"
@@ -126,8 +144,10 @@ def build_sources(cfg: ConfigDict, vocab_size: int | None, which: str = "train"
     else:
         return None
     if not specs:
-        raise ConfigError(f"data.kind={d.kind!r} needs data.paths: the shard folders (or "
-                          "Megatron prefixes) to train on.")
+        raise ConfigError(
+            f"data.kind={d.kind!r} needs data.paths: the shard folders (or "
+            "Megatron prefixes) to train on."
+        )
     datasets = load_datasets(specs, d.kind, split, part)
     shards = [s for ds in datasets for s in ds.shards]
     if d.tokenizer:
@@ -140,14 +160,20 @@ def build_sources(cfg: ConfigDict, vocab_size: int | None, which: str = "train"
     seq_len, windowing = cfg.train.seq_len, d.windowing
     what = f"{key} ({', '.join(s.path for s in specs)})"
     if specs[0].weight is None:
-        pool = TokenPool([s for ds in datasets for s in ds.shards],
-                         [r for ds in datasets for r in ds.ranges])
+        pool = TokenPool(
+            [s for ds in datasets for s in ds.shards], [r for ds in datasets for r in ds.ranges]
+        )
         source = WindowSource(pool, seq_len, windowing, documents)
         return Sources([_check_vocab(source, vocab_size)], None, what, [what])
-    sources = [_check_vocab(WindowSource(TokenPool(ds.shards, ds.ranges), seq_len, windowing,
-                                         documents), vocab_size) for ds in datasets]
-    return Sources(sources, [ds.spec.weight for ds in datasets], what,
-                   [ds.spec.path for ds in datasets])
+    sources = [
+        _check_vocab(
+            WindowSource(TokenPool(ds.shards, ds.ranges), seq_len, windowing, documents), vocab_size
+        )
+        for ds in datasets
+    ]
+    return Sources(
+        sources, [ds.spec.weight for ds in datasets], what, [ds.spec.path for ds in datasets]
+    )
 
 
 def _read_options(cfg: ConfigDict) -> grain.ReadOptions:
@@ -167,37 +193,46 @@ def _allow_worker_processes() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
-def _plan(cfg: ConfigDict, num_windows: int, process_index: int, process_count: int,
-          what: str) -> BatchPlan:
+def _plan(
+    cfg: ConfigDict, num_windows: int, process_index: int, process_count: int, what: str
+) -> BatchPlan:
     """Checks the batch against the process count and the data, and returns the plan."""
     g = cfg.train.global_batch_size
     if process_count <= 0 or not 0 <= process_index < process_count:
-        raise ConfigError(f"process_index={process_index} must lie in 0..process_count-1 "
-                          f"(process_count={process_count}).")
+        raise ConfigError(
+            f"process_index={process_index} must lie in 0..process_count-1 "
+            f"(process_count={process_count})."
+        )
     if g % process_count:
-        raise ConfigError(f"train.global_batch_size={g} is not divisible by the {process_count} "
-                          "processes; each process reads an equal share of every batch. Pick a "
-                          "multiple of the process count.")
+        raise ConfigError(
+            f"train.global_batch_size={g} is not divisible by the {process_count} "
+            "processes; each process reads an equal share of every batch. Pick a "
+            "multiple of the process count."
+        )
     if num_windows < g:
-        raise DataError(f"{what} hold {num_windows} windows of train.seq_len + 1 = "
-                        f"{cfg.train.seq_len + 1} tokens, fewer than one global batch of "
-                        f"train.global_batch_size={g}. Add data, or lower the batch or seq_len.")
+        raise DataError(
+            f"{what} hold {num_windows} windows of train.seq_len + 1 = "
+            f"{cfg.train.seq_len + 1} tokens, fewer than one global batch of "
+            f"train.global_batch_size={g}. Add data, or lower the batch or seq_len."
+        )
     return BatchPlan(num_windows, g, process_index, process_count)
 
 
-def _iterator(cfg: ConfigDict, batches: grain.MapDataset, workers: bool
-              ) -> grain.DatasetIterator:
+def _iterator(cfg: ConfigDict, batches: grain.MapDataset, workers: bool) -> grain.DatasetIterator:
     ds = batches.to_iter_dataset(_read_options(cfg))
     if workers and cfg.data.worker_count > 0:
         _allow_worker_processes()
-        ds = ds.mp_prefetch(grain.MultiprocessingOptions(
-            num_workers=cfg.data.worker_count,
-            per_worker_buffer_size=max(1, cfg.data.prefetch)))
+        ds = ds.mp_prefetch(
+            grain.MultiprocessingOptions(
+                num_workers=cfg.data.worker_count, per_worker_buffer_size=max(1, cfg.data.prefetch)
+            )
+        )
     return iter(ds)
 
 
-def make_train_iterator(cfg: ConfigDict, vocab_size: int, *, process_index: int = 0,
-                        process_count: int = 1) -> grain.DatasetIterator:
+def make_train_iterator(
+    cfg: ConfigDict, vocab_size: int, *, process_index: int = 0, process_count: int = 1
+) -> grain.DatasetIterator:
     """The training batch iterator of one process: an endless, checkpointable grain iterator.
 
     Each element is {"inputs", "targets": int32, "loss_mask": float32} and, when the document
@@ -217,13 +252,15 @@ def make_train_iterator(cfg: ConfigDict, vocab_size: int, *, process_index: int 
     else:
         # Sources repeat independently, so even a tiny one can fill any number of batches.
         plan = _plan(cfg, sys.maxsize, process_index, process_count, built.what)
-        stream = mixture_stream(built.sources, built.weights, shuffle=cfg.data.shuffle,
-                                seed=cfg.run.seed)
+        stream = mixture_stream(
+            built.sources, built.weights, shuffle=cfg.data.shuffle, seed=cfg.run.seed
+        )
     return _iterator(cfg, process_batches(stream, plan), True)
 
 
-def make_eval_batches(cfg: ConfigDict, vocab_size: int, *, process_index: int = 0,
-                      process_count: int = 1) -> Callable[[], grain.DatasetIterator] | None:
+def make_eval_batches(
+    cfg: ConfigDict, vocab_size: int, *, process_index: int = 0, process_count: int = 1
+) -> Callable[[], grain.DatasetIterator] | None:
     """A function returning a fresh iterator over the same validation batches every call.
 
     The batches are the first `train.eval_batches` global batches of the validation windows in
@@ -237,10 +274,12 @@ def make_eval_batches(cfg: ConfigDict, vocab_size: int, *, process_index: int = 
     g = cfg.train.global_batch_size
     if cfg.data.kind == "synthetic":
         source: RowSource = SyntheticSource(
-            vocab_size, cfg.train.seq_len, seed=cfg.run.seed + SYNTHETIC_EVAL_SEED_OFFSET)
+            vocab_size, cfg.train.seq_len, seed=cfg.run.seed + SYNTHETIC_EVAL_SEED_OFFSET
+        )
         plan = _plan(cfg, len(source), process_index, process_count, "synthetic data")
-        batches = process_batches(epoch_stream(source, plan, shuffle=False, seed=0), plan,
-                                  cfg.train.eval_batches)
+        batches = process_batches(
+            epoch_stream(source, plan, shuffle=False, seed=0), plan, cfg.train.eval_batches
+        )
         return lambda: _iterator(cfg, batches, False)
     built = build_sources(cfg, vocab_size, "valid")
     if built is None:
@@ -269,31 +308,37 @@ def _count(n: float) -> str:
 def _describe(source: WindowSource, cfg: ConfigDict, rows_per_step: float) -> str:
     t = cfg.train
     epochs = t.steps * rows_per_step / len(source)
-    return (f"{len(source.pool.shards)} shards, {_count(len(source.pool))} tokens, "
-            f"{_count(len(source))} windows of {t.seq_len + 1}, {epochs:.3g} epochs in "
-            f"{t.steps} steps")
+    return (
+        f"{len(source.pool.shards)} shards, {_count(len(source.pool))} tokens, "
+        f"{_count(len(source))} windows of {t.seq_len + 1}, {epochs:.3g} epochs in "
+        f"{t.steps} steps"
+    )
 
 
 def data_summary(cfg: ConfigDict) -> str:
     """One line for the run log: shards, tokens, windows and how many epochs the run covers."""
     t = cfg.train
     if cfg.data.kind == "synthetic":
-        return (f"data: synthetic tokens, {t.global_batch_size} x {t.seq_len} per step, "
-                f"{_count(t.steps * t.global_batch_size * t.seq_len)} tokens in {t.steps} steps")
+        return (
+            f"data: synthetic tokens, {t.global_batch_size} x {t.seq_len} per step, "
+            f"{_count(t.steps * t.global_batch_size * t.seq_len)} tokens in {t.steps} steps"
+        )
     train = build_sources(cfg, None, "train")
     if train.weights is None:
         (source,) = train.sources
         steps_per_epoch = len(source) // t.global_batch_size
-        text = f"data: {_describe(source, cfg, t.global_batch_size)}, " \
-               f"{steps_per_epoch} steps/epoch"
+        text = f"data: {_describe(source, cfg, t.global_batch_size)}, {steps_per_epoch} steps/epoch"
     else:
         total = sum(train.weights)
-        parts = [f"{w / total:.3g} x {name} ({_describe(s, cfg, t.global_batch_size * w / total)})"
-                 for name, s, w in zip(train.names, train.sources, train.weights)]
+        parts = [
+            f"{w / total:.3g} x {name} ({_describe(s, cfg, t.global_batch_size * w / total)})"
+            for name, s, w in zip(train.names, train.sources, train.weights)
+        ]
         text = "data: mixture of " + "; ".join(parts)
     val = build_sources(cfg, None, "valid")
     if val is not None:
         tokens = sum(len(s.pool) for s in val.sources)
-        text += f"; val: {sum(len(s.pool.shards) for s in val.sources)} shards, " \
-                f"{_count(tokens)} tokens"
+        text += (
+            f"; val: {sum(len(s.pool.shards) for s in val.sources)} shards, {_count(tokens)} tokens"
+        )
     return text

@@ -26,8 +26,9 @@ def prepare_data(cfg: ConfigDict, progress: Callable[[str], None] | None = None)
         return
     paths = split_paths(cfg.data.paths)
     if not paths:
-        raise ConfigError('data.prepare="demo" needs data.paths (e.g. data/demo/train): the '
-                          "corpus is written into its parent folder.")
+        raise ConfigError(
+            'data.prepare="demo" needs data.paths (e.g. data/demo/train): the '
+            "corpus is written into its parent folder."
+        )
     root = Path(paths[0]).parent
-    build_demo_data(root, vocab_size=cfg.model.vocab_size, seed=cfg.run.seed,
-                    progress=progress)
+    build_demo_data(root, vocab_size=cfg.model.vocab_size, seed=cfg.run.seed, progress=progress)

@@ -58,9 +58,13 @@ def data_changes(saved: Mapping[str, Any], cfg: ConfigDict) -> list[str]:
 
 def refusal(step: int, directory: Any, changes: list[str]) -> str:
     """The message refusing to apply step `step`'s data position to changed data settings."""
-    lines = [f"checkpoint step {step} in {directory} was saved with other data settings than "
-             "this run; its saved data position would point into other batches:"]
+    lines = [
+        f"checkpoint step {step} in {directory} was saved with other data settings than "
+        "this run; its saved data position would point into other batches:"
+    ]
     lines += [f"  {change}" for change in changes]
-    lines.append("Resume with the checkpoint's values, or pass --config.data.reset=true to keep "
-                 "the model and optimizer state and read the new data from its first batch.")
+    lines.append(
+        "Resume with the checkpoint's values, or pass --config.data.reset=true to keep "
+        "the model and optimizer state and read the new data from its first batch."
+    )
     return "\n".join(lines)

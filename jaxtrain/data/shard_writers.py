@@ -67,8 +67,9 @@ class ShuffledWriter:
     The order is `np.random.default_rng(seed).permutation(num_docs)`, whatever the corpus size.
     """
 
-    def __init__(self, final: DocumentWriter, spool: str | os.PathLike, dtype: np.dtype,
-                 seed: int) -> None:
+    def __init__(
+        self, final: DocumentWriter, spool: str | os.PathLike, dtype: np.dtype, seed: int
+    ) -> None:
         self.final = final
         self.seed = seed
         self.dtype = np.dtype(dtype)
@@ -89,13 +90,16 @@ class ShuffledWriter:
         try:
             lengths = np.asarray(self._lengths, np.int64)
             if lengths.size:
-                tokens = np.memmap(self.spool, self.dtype, "r") if lengths.sum() else \
-                    np.zeros(0, self.dtype)
+                tokens = (
+                    np.memmap(self.spool, self.dtype, "r")
+                    if lengths.sum()
+                    else np.zeros(0, self.dtype)
+                )
                 starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
                 order = np.random.default_rng(self.seed).permutation(lengths.size)
                 for lo in range(0, order.size, REPLAY_GROUP):
-                    group = order[lo:lo + REPLAY_GROUP]
-                    self.final.add_many([tokens[starts[i]:starts[i] + lengths[i]] for i in group])
+                    group = order[lo : lo + REPLAY_GROUP]
+                    self.final.add_many([tokens[starts[i] : starts[i] + lengths[i]] for i in group])
                 del tokens
         finally:
             self.spool.unlink(missing_ok=True)

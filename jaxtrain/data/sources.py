@@ -53,8 +53,12 @@ def _check_weight(weight: float, entry: str, key: str) -> float:
     return weight
 
 
-def parse_sources(paths: str | Sequence[str], kind: str, weights: str | Sequence[float] = "",
-                  key: str = "data.paths") -> list[SourceSpec]:
+def parse_sources(
+    paths: str | Sequence[str],
+    kind: str,
+    weights: str | Sequence[float] = "",
+    key: str = "data.paths",
+) -> list[SourceSpec]:
     """The entries of `data.paths` (or `data.val_paths`) with their weights; see the module doc."""
     entries = split_paths(paths)
     specs: list[SourceSpec] = []
@@ -65,30 +69,45 @@ def parse_sources(paths: str | Sequence[str], kind: str, weights: str | Sequence
             continue
         if kind == "megatron" and len(words) > 1:
             if len(words) % 2 or any(_float(w) is None for w in words[::2]):
-                raise ConfigError(f"{key}={entry!r}: a Megatron blend alternates weights and "
-                                  "prefixes, e.g. '0.7 data/a_text_document 0.3 "
-                                  "data/b_text_document'.")
-            specs += [SourceSpec(p, _check_weight(float(w), p, key))
-                      for w, p in zip(words[::2], words[1::2])]
+                raise ConfigError(
+                    f"{key}={entry!r}: a Megatron blend alternates weights and "
+                    "prefixes, e.g. '0.7 data/a_text_document 0.3 "
+                    "data/b_text_document'."
+                )
+            specs += [
+                SourceSpec(p, _check_weight(float(w), p, key))
+                for w, p in zip(words[::2], words[1::2])
+            ]
             continue
         head, sep, tail = entry.partition(":")
         weight = _float(head) if sep and tail else None
-        specs.append(SourceSpec(tail, _check_weight(weight, tail, key)) if weight is not None
-                     else SourceSpec(entry))
+        specs.append(
+            SourceSpec(tail, _check_weight(weight, tail, key))
+            if weight is not None
+            else SourceSpec(entry)
+        )
     extra = split_paths(weights) if isinstance(weights, str) else [str(w) for w in weights]
     if extra:
         if any(s.weight is not None for s in specs):
-            raise ConfigError(f"data.weights={weights!r} and weights inside {key} are both set; "
-                              "give the weights one way.")
+            raise ConfigError(
+                f"data.weights={weights!r} and weights inside {key} are both set; "
+                "give the weights one way."
+            )
         if len(extra) != len(specs) or any(_float(w) is None for w in extra):
-            raise ConfigError(f"data.weights={weights!r} must hold one number per {key} entry "
-                              f"({len(specs)}: {', '.join(s.path for s in specs)}).")
-        specs = [SourceSpec(s.path, _check_weight(float(w), s.path, "data.weights"))
-                 for s, w in zip(specs, extra)]
+            raise ConfigError(
+                f"data.weights={weights!r} must hold one number per {key} entry "
+                f"({len(specs)}: {', '.join(s.path for s in specs)})."
+            )
+        specs = [
+            SourceSpec(s.path, _check_weight(float(w), s.path, "data.weights"))
+            for s, w in zip(specs, extra)
+        ]
     weighted = {s.weight is not None for s in specs}
     if len(weighted) > 1:
-        raise ConfigError(f"{key}: either every entry has a weight or none does (a mixture or "
-                          f"one pool); got {', '.join(repr(e) for e in entries)}.")
+        raise ConfigError(
+            f"{key}: either every entry has a weight or none does (a mixture or "
+            f"one pool); got {', '.join(repr(e) for e in entries)}."
+        )
     return specs
 
 
@@ -102,8 +121,10 @@ def parse_split(text: str) -> list[tuple[float, float] | None]:
     # The sign is read too: "-5,1,0" is refused, not taken as 5.
     numbers = [float(x) for x in re.findall(r"-?[.0-9]+", text)]
     if not numbers or len(numbers) > 3 or sum(numbers) <= 0 or min(numbers) < 0:
-        raise ConfigError(f"data.split={text!r}: expected up to three non-negative numbers "
-                          "train,valid,test such as '99,1,0'.")
+        raise ConfigError(
+            f"data.split={text!r}: expected up to three non-negative numbers "
+            "train,valid,test such as '99,1,0'."
+        )
     numbers += [0.0] * (3 - len(numbers))
     total = sum(numbers)
     bounds, lo = [], 0.0
@@ -159,8 +180,10 @@ def open_dataset(path: str, kind: str, eos_id: int | None = None) -> list[Any]:
     if kind == "megatron":
         files = [f for f in megatron_files(path) if f.num_tokens > 0]
         if not files:
-            raise DataError(f"{path}: every Megatron dataset there is empty (0 tokens); check "
-                            "the preprocessing input and run it again.")
+            raise DataError(
+                f"{path}: every Megatron dataset there is empty (0 tokens); check "
+                "the preprocessing input and run it again."
+            )
         if eos_id is not None:
             for f in files:
                 warn_if_no_eos(f, eos_id)
@@ -168,8 +191,9 @@ def open_dataset(path: str, kind: str, eos_id: int | None = None) -> list[Any]:
     raise ConfigError(f"data.kind={kind!r} has no shard files to open.")
 
 
-def load_datasets(specs: Sequence[SourceSpec], kind: str, split: str, part: str,
-                  eos_id: int | None = None) -> list[Dataset]:
+def load_datasets(
+    specs: Sequence[SourceSpec], kind: str, split: str, part: str, eos_id: int | None = None
+) -> list[Dataset]:
     """Each entry's document range for `part` of `split` ("" split: whole datasets).
 
     Entries whose part holds no document are dropped; DataError when none is left, or when a
@@ -185,22 +209,29 @@ def load_datasets(specs: Sequence[SourceSpec], kind: str, split: str, part: str,
         ds.spec = spec
         if not ds.shards:
             if spec.weight is not None:
-                raise DataError(f"{spec.path}: its {part} part of data.split={split!r} holds no "
-                                f"document ({sum(s.num_docs for s in shards)} documents in "
-                                "all); give it more data or change the split.")
+                raise DataError(
+                    f"{spec.path}: its {part} part of data.split={split!r} holds no "
+                    f"document ({sum(s.num_docs for s in shards)} documents in "
+                    "all); give it more data or change the split."
+                )
             continue
         datasets.append(ds)
     if not datasets:
-        raise DataError(f"the {part} part of data.split={split!r} holds no document in "
-                        f"{', '.join(s.path for s in specs)}; change data.split or add data.")
+        raise DataError(
+            f"the {part} part of data.split={split!r} holds no document in "
+            f"{', '.join(s.path for s in specs)}; change data.split or add data."
+        )
     return datasets
 
 
 def _exists(path: str, kind: str) -> bool:
     p = Path(path)
     if kind == "megatron" and p.suffix not in (".bin", ".idx"):
-        return p.is_dir() or p.with_name(p.name + ".idx").is_file() or \
-            p.with_name(p.name + ".bin").is_file()
+        return (
+            p.is_dir()
+            or p.with_name(p.name + ".idx").is_file()
+            or p.with_name(p.name + ".bin").is_file()
+        )
     return p.exists()
 
 
@@ -223,15 +254,21 @@ def validate_data_config(cfg: Any, check_data: bool = True) -> None:
     if not check_data:
         return
     if not train:
-        raise ConfigError(f"data.kind={d.kind!r} needs data.paths: the shard folders (or "
-                          "Megatron prefixes) to train on, comma-separated, e.g. "
-                          "--config.data.paths=data/train.")
+        raise ConfigError(
+            f"data.kind={d.kind!r} needs data.paths: the shard folders (or "
+            "Megatron prefixes) to train on, comma-separated, e.g. "
+            "--config.data.paths=data/train."
+        )
     for spec in train + val:
         if not _exists(spec.path, d.kind):
-            raise ConfigError(f"data path {spec.path!r} (data.paths / data.val_paths) does not "
-                              "exist; tokenize a corpus first (tools/tokenize_corpus.py) or fix the "
-                              "path.")
+            raise ConfigError(
+                f"data path {spec.path!r} (data.paths / data.val_paths) does not "
+                "exist; tokenize a corpus first (tools/tokenize_corpus.py) or fix the "
+                "path."
+            )
     if t.eval_every and not val and not has_split_part(split, "valid"):
-        raise ConfigError(f"train.eval_every={t.eval_every} but there is no validation data: "
-                          "set data.val_paths, give data.split a valid part (e.g. '99,1,0') or "
-                          "set train.eval_every=0.")
+        raise ConfigError(
+            f"train.eval_every={t.eval_every} but there is no validation data: "
+            "set data.val_paths, give data.split a valid part (e.g. '99,1,0') or "
+            "set train.eval_every=0."
+        )

@@ -16,11 +16,14 @@ DEFAULT_LENGTH = 2**31 - 1
 class SyntheticSource:
     """Random-access source of deterministic pseudo-random windows, shaped like WindowSource's."""
 
-    def __init__(self, vocab_size: int, seq_len: int, seed: int = 0,
-                 length: int = DEFAULT_LENGTH) -> None:
+    def __init__(
+        self, vocab_size: int, seq_len: int, seed: int = 0, length: int = DEFAULT_LENGTH
+    ) -> None:
         if vocab_size <= 0 or seq_len <= 0 or length <= 0:
-            raise ValueError(f"vocab_size={vocab_size}, seq_len={seq_len} and length={length} "
-                             "must all be positive.")
+            raise ValueError(
+                f"vocab_size={vocab_size}, seq_len={seq_len} and length={length} "
+                "must all be positive."
+            )
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
         self.seed = int(seed)
@@ -30,8 +33,10 @@ class SyntheticSource:
         return self._len
 
     def __repr__(self) -> str:
-        return (f"SyntheticSource(vocab_size={self.vocab_size}, seq_len={self.seq_len}, "
-                f"seed={self.seed})")
+        return (
+            f"SyntheticSource(vocab_size={self.vocab_size}, seq_len={self.seq_len}, "
+            f"seed={self.seed})"
+        )
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         index = int(index)

@@ -39,8 +39,10 @@ def expand_inputs(inputs: Sequence[str]) -> list[Path]:
             else:
                 raise DataError(f"input {entry!r}: no such file, folder or glob match.")
     if not files:
-        raise DataError(f"no input files found in {list(inputs)}; expected {', '.join(known)} "
-                        "files (optionally .gz).")
+        raise DataError(
+            f"no input files found in {list(inputs)}; expected {', '.join(known)} "
+            "files (optionally .gz)."
+        )
     return files
 
 
@@ -55,8 +57,10 @@ def iter_texts(path: Path, text_key: str = "text") -> Iterator[str]:
                     continue
                 row = json.loads(line)
                 if text_key not in row:
-                    raise DataError(f"{path}:{line_no}: no {text_key!r} field (fields: "
-                                    f"{', '.join(row)}); pass the right --text-key.")
+                    raise DataError(
+                        f"{path}:{line_no}: no {text_key!r} field (fields: "
+                        f"{', '.join(row)}); pass the right --text-key."
+                    )
                 if row[text_key]:
                     yield row[text_key]
     elif kind in PARQUET_SUFFIXES:
@@ -68,8 +72,10 @@ def iter_texts(path: Path, text_key: str = "text") -> Iterator[str]:
         parquet = pq.ParquetFile(path)
         columns = parquet.schema_arrow.names
         if text_key not in columns:
-            raise DataError(f"{path}: no {text_key!r} column (columns: "
-                            f"{', '.join(columns)}); pass the right --text-key.")
+            raise DataError(
+                f"{path}: no {text_key!r} column (columns: "
+                f"{', '.join(columns)}); pass the right --text-key."
+            )
         # Row batches, not the whole table: files larger than memory stream through.
         for batch in parquet.iter_batches(batch_size=ENCODE_BATCH, columns=[text_key]):
             yield from (t for t in batch.column(0).to_pylist() if t)

@@ -27,18 +27,31 @@ def _clear_output(output: Path, overwrite: bool) -> None:
     output.mkdir(parents=True, exist_ok=True)
     old = [f for f in output.iterdir() if f.name.endswith(SHARD_SUFFIXES)]
     if old and not overwrite:
-        raise DataError(f"{output}: already holds {len(old)} shard files (e.g. {old[0].name}); "
-                        "choose an empty folder or pass overwrite=True (--overwrite).")
+        raise DataError(
+            f"{output}: already holds {len(old)} shard files (e.g. {old[0].name}); "
+            "choose an empty folder or pass overwrite=True (--overwrite)."
+        )
     for f in old:
         f.unlink()
 
 
-def tokenize_files(inputs: Sequence[str], tokenizer: str | os.PathLike, output: str | os.PathLike,
-                   *, text_key: str = "text", eos_token: str | None = None, tasks: int = 1,
-                   shuffle_documents: bool = True, seed: int = 0, backend: str = "auto",
-                   overwrite: bool = False, workers: int | None = None,
-                   progress: Callable[[int, int], None] | None = None,
-                   fmt: str = "datatrove", merge: bool = False) -> list[Path]:
+def tokenize_files(
+    inputs: Sequence[str],
+    tokenizer: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    text_key: str = "text",
+    eos_token: str | None = None,
+    tasks: int = 1,
+    shuffle_documents: bool = True,
+    seed: int = 0,
+    backend: str = "auto",
+    overwrite: bool = False,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    fmt: str = "datatrove",
+    merge: bool = False,
+) -> list[Path]:
     """Tokenizes `inputs` into shards in `output`; returns the non-empty files written.
 
     `fmt` is "datatrove" (X.ds shards written by datatrove's `DocumentTokenizer`, which needs a
@@ -56,8 +69,10 @@ def tokenize_files(inputs: Sequence[str], tokenizer: str | os.PathLike, output: 
     output = Path(output)
     eos = eos_token or eos_token_of(tokenizer)
     if not eos:
-        raise DataError(f"{tokenizer}: no eos_token in tokenizer_config.json; pass the EOS token "
-                        "text (--eos-token), which is appended after every document.")
+        raise DataError(
+            f"{tokenizer}: no eos_token in tokenizer_config.json; pass the EOS token "
+            "text (--eos-token), which is appended after every document."
+        )
     if tasks <= 0:
         raise DataError(f"tasks={tasks} must be positive.")
     if fmt not in FORMATS:
@@ -65,15 +80,32 @@ def tokenize_files(inputs: Sequence[str], tokenizer: str | os.PathLike, output: 
     if backend not in BACKENDS:
         raise DataError(f"backend={backend!r} is not one of {BACKENDS}.")
     if merge and fmt != "megatron":
-        raise DataError("merge applies to the megatron format (datatrove shards are read as a "
-                        "folder; datatrove's DocumentTokenizerMerger merges them).")
+        raise DataError(
+            "merge applies to the megatron format (datatrove shards are read as a "
+            "folder; datatrove's DocumentTokenizerMerger merges them)."
+        )
     workers = workers or min(tasks, os.cpu_count() or 1)
     _clear_output(output, overwrite)
-    jobs = [Task(tuple(map(str, files[rank::tasks])), str(tokenizer), str(output), rank,
-                 text_key, eos, shuffle_documents, seed, fmt) for rank in range(tasks)]
+    jobs = [
+        Task(
+            tuple(map(str, files[rank::tasks])),
+            str(tokenizer),
+            str(output),
+            rank,
+            text_key,
+            eos,
+            shuffle_documents,
+            seed,
+            fmt,
+        )
+        for rank in range(tasks)
+    ]
     written = sorted(p for p in run_tasks(jobs, workers, progress) if p is not None)
     if fmt == "megatron" and merge and written:
-        out = merge_megatron([p.with_suffix("") for p in written],
-                             megatron_prefix(output, None, text_key), delete_inputs=True)
+        out = merge_megatron(
+            [p.with_suffix("") for p in written],
+            megatron_prefix(output, None, text_key),
+            delete_inputs=True,
+        )
         return [out.with_name(out.name + ".bin")]
     return written

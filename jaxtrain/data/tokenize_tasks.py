@@ -50,8 +50,9 @@ class Task:
     fmt: str = "datatrove"
 
 
-def load_encoder(tokenizer: str, eos_token: str
-                 ) -> tuple[Callable[[list[str]], list[list[int]]], int, int]:
+def load_encoder(
+    tokenizer: str, eos_token: str
+) -> tuple[Callable[[list[str]], list[list[int]]], int, int]:
     """(encode texts -> ids, vocabulary size, EOS id) for a tokenizer."""
     json_file = tokenizer_json(tokenizer)
     if json_file is not None:
@@ -121,16 +122,23 @@ def _datatrove_task(task: Task, progress: Progress | None) -> Path | None:
 
     json_file = tokenizer_json(task.tokenizer)
     if json_file is None:
-        raise DataError(f"{task.tokenizer}: writing datatrove shards needs a tokenizer.json (a "
-                        "fast tokenizer), which datatrove loads; save one with "
-                        "AutoTokenizer.from_pretrained(folder).save_pretrained(folder), or "
-                        "write --format megatron.")
+        raise DataError(
+            f"{task.tokenizer}: writing datatrove shards needs a tokenizer.json (a "
+            "fast tokenizer), which datatrove loads; save one with "
+            "AutoTokenizer.from_pretrained(folder).save_pretrained(folder), or "
+            "write --format megatron."
+        )
     if Tokenizer.from_file(str(json_file)).token_to_id(task.eos_token) is None:
         raise _missing_eos(task.eos_token, task.tokenizer)
     # datatrove loads a local tokenizer from the tokenizer.json file, not the folder.
-    step = DocumentTokenizer(task.output, tokenizer_name_or_path=str(json_file),
-                             eos_token=task.eos_token, shuffle_documents=task.shuffle,
-                             seed=task.seed, batch_size=text_inputs.ENCODE_BATCH)
+    step = DocumentTokenizer(
+        task.output,
+        tokenizer_name_or_path=str(json_file),
+        eos_token=task.eos_token,
+        shuffle_documents=task.shuffle,
+        seed=task.seed,
+        batch_size=text_inputs.ENCODE_BATCH,
+    )
     feed = _Feed(task, step, Document, progress)
     logger.disable("datatrove")  # its INFO lines would interleave with the progress line
     try:
@@ -152,8 +160,9 @@ def _megatron_task(task: Task, progress: Progress | None) -> Path | None:
     """Writes the task's Megatron dataset with the built-in writer (`shard_writers`)."""
     encode, vocab, eos_id = load_encoder(task.tokenizer, task.eos_token)
     dtype = dtype_for_vocab(vocab)
-    writer: Any = MegatronDocumentWriter(megatron_prefix(task.output, task.rank, task.text_key),
-                                         dtype)
+    writer: Any = MegatronDocumentWriter(
+        megatron_prefix(task.output, task.rank, task.text_key), dtype
+    )
     if task.shuffle:  # datatrove's default: documents in a seeded random order inside the file
         spool = Path(task.output) / f".{task.rank:05d}.spool"
         writer = ShuffledWriter(writer, spool, dtype, task.seed)
@@ -204,8 +213,9 @@ def _drain(progress_queue: Any, progress: Progress | None, timeout: float) -> No
         return
 
 
-def run_tasks(tasks: Sequence[Task], workers: int, progress: Progress | None = None
-              ) -> list[Path | None]:
+def run_tasks(
+    tasks: Sequence[Task], workers: int, progress: Progress | None = None
+) -> list[Path | None]:
     """Runs the tasks, `workers` at a time in spawned processes (in this process when 1).
 
     A task's DataError is raised here; a worker that dies raises BrokenProcessPool, never hangs.
@@ -214,9 +224,12 @@ def run_tasks(tasks: Sequence[Task], workers: int, progress: Progress | None = N
         return [run_task(t, progress) for t in tasks]
     ctx = multiprocessing.get_context("spawn")
     progress_queue = ctx.Queue()
-    with concurrent.futures.ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx,
-                                                initializer=_init_worker,
-                                                initargs=(progress_queue,)) as pool:
+    with concurrent.futures.ProcessPoolExecutor(
+        min(workers, len(tasks)),
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(progress_queue,),
+    ) as pool:
         futures = [pool.submit(_run_in_worker, t) for t in tasks]
         while not all(f.done() for f in futures):
             _drain(progress_queue, progress, timeout=0.2)

@@ -28,8 +28,9 @@ def vocabulary(file: Path) -> dict[str, int]:
     """token -> id of a `tokenizer.json`: its model vocabulary plus the added tokens."""
     data = json.loads(Path(file).read_text(encoding="utf-8"))
     vocab = data.get("model", {}).get("vocab") or {}
-    ids = dict(vocab) if isinstance(vocab, dict) else {
-        entry[0]: i for i, entry in enumerate(vocab)}  # Unigram: [token, score] pairs
+    ids = (
+        dict(vocab) if isinstance(vocab, dict) else {entry[0]: i for i, entry in enumerate(vocab)}
+    )  # Unigram: [token, score] pairs
     ids.update({t["content"]: int(t["id"]) for t in data.get("added_tokens", [])})
     return ids
 
@@ -46,8 +47,10 @@ def _difference(ours: dict[str, int], theirs: dict[str, int]) -> str:
     for token in sorted(set(ours) | set(theirs)):
         a, b = ours.get(token), theirs.get(token)
         if a != b:
-            return (f"e.g. {token!r} is id {a if a is not None else 'absent'} in the shards' "
-                    f"tokenizer and {b if b is not None else 'absent'} in data.tokenizer")
+            return (
+                f"e.g. {token!r} is id {a if a is not None else 'absent'} in the shards' "
+                f"tokenizer and {b if b is not None else 'absent'} in data.tokenizer"
+            )
     return "the vocabularies differ"
 
 
@@ -64,8 +67,10 @@ def check_tokenizer(shards: Sequence[Any], tokenizer: str) -> None:
     for name, shard in seen.items():
         recorded = tokenizer_json(name)
         if configured is not None and recorded is not None:
-            if recorded.resolve() == configured.resolve() or \
-                    recorded.read_bytes() == configured.read_bytes():
+            if (
+                recorded.resolve() == configured.resolve()
+                or recorded.read_bytes() == configured.read_bytes()
+            ):
                 continue
             ours, theirs = vocabulary(recorded), vocabulary(configured)
             if ours != theirs:
@@ -74,11 +79,14 @@ def check_tokenizer(shards: Sequence[Any], tokenizer: str) -> None:
                     f"data.tokenizer={tokenizer!r} ({len(theirs)} tokens) has another vocabulary "
                     f"({_difference(ours, theirs)}). Set data.tokenizer to the tokenizer the "
                     f"shards were written with, or tokenize the corpus again with "
-                    f"tools/tokenize_corpus.py --tokenizer {tokenizer}.")
+                    f"tools/tokenize_corpus.py --tokenizer {tokenizer}."
+                )
             continue
         if short_name(name) != short_name(tokenizer):
             warnings.warn(
                 f"{shard.path}: written with the tokenizer {name!r}, but data.tokenizer is "
                 f"{tokenizer!r}; they cannot be compared here (one is not a local tokenizer.json). "
                 "If they differ, the token ids mean other words: set data.tokenizer to the "
-                "shards' tokenizer or tokenize again.", stacklevel=2)
+                "shards' tokenizer or tokenize again.",
+                stacklevel=2,
+            )

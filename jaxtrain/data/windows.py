@@ -37,7 +37,8 @@ def _outside_vocab(shard: Any, offset: int, vocab_size: int) -> DataError:
         f"{shard.path}: token id {int(shard.tokens[offset])} at token {offset} is outside "
         f"the model's vocab size {vocab_size} (model.vocab_size); the shard was tokenized with "
         f"{shard.tokenizer_name or 'an unrecorded tokenizer'!r}. Use a model whose vocabulary "
-        "covers that tokenizer, or tokenize the corpus with the model's tokenizer.")
+        "covers that tokenizer, or tokenize the corpus with the model's tokenizer."
+    )
 
 
 class TokenPool:
@@ -48,13 +49,17 @@ class TokenPool:
     `ranges[k] = (first, end)` restricts shard k to those tokens (document-aligned).
     """
 
-    def __init__(self, shards: Sequence[Any],
-                 ranges: Sequence[tuple[int, int]] | None = None) -> None:
+    def __init__(
+        self, shards: Sequence[Any], ranges: Sequence[tuple[int, int]] | None = None
+    ) -> None:
         if not shards:
             raise DataError("a token pool needs at least one non-empty shard.")
         self.shards = list(shards)
-        self.ranges = [(0, s.num_tokens) for s in self.shards] if ranges is None else [
-            (int(a), int(b)) for a, b in ranges]
+        self.ranges = (
+            [(0, s.num_tokens) for s in self.shards]
+            if ranges is None
+            else [(int(a), int(b)) for a, b in ranges]
+        )
         sizes = np.array([b - a for a, b in self.ranges], np.int64)
         # offsets[k] is the pool position of piece k's first token; offsets[-1] is the pool size.
         self.offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(sizes)])
@@ -77,8 +82,9 @@ class TokenPool:
     def _spans(self, start: int, length: int) -> Iterator[tuple[int, int, int, int]]:
         """(piece k, first, end in shard tokens, out offset) covering pool[start:start+length]."""
         if start < 0 or length < 0 or start + length > len(self):
-            raise IndexError(f"pool[{start}:{start + length}] is outside the pool of "
-                             f"{len(self)} tokens.")
+            raise IndexError(
+                f"pool[{start}:{start + length}] is outside the pool of {len(self)} tokens."
+            )
         if length == 0:
             return
         first = int(np.searchsorted(self.offsets, start, side="right")) - 1
@@ -93,7 +99,7 @@ class TokenPool:
         """Tokens pool[start:start+length] as int32, copied out of the memory maps."""
         out = np.empty(length, np.int32)
         for k, lo, hi, at in self._spans(start, length):
-            out[at:at + hi - lo] = self.shards[k].tokens[lo:hi]
+            out[at : at + hi - lo] = self.shards[k].tokens[lo:hi]
         return out
 
     def locate(self, position: int) -> tuple[Any, int]:
@@ -109,7 +115,7 @@ class TokenPool:
         for k, lo, hi, at in self._spans(start, length):
             mask = self.shards[k].loss_mask
             if mask is not None:
-                out[at:at + hi - lo] = mask[lo:hi]
+                out[at : at + hi - lo] = mask[lo:hi]
         return out
 
     def doc_ends_in(self, start: int, length: int) -> np.ndarray:
@@ -136,14 +142,17 @@ class TokenPool:
         """
         largest = -1
         for k, shard in enumerate(self.shards):
-            n = shard.num_tokens if max_tokens_per_shard is None else min(
-                shard.num_tokens, max_tokens_per_shard)
+            n = (
+                shard.num_tokens
+                if max_tokens_per_shard is None
+                else min(shard.num_tokens, max_tokens_per_shard)
+            )
             if k in self._max_id and self._max_id[k] < vocab_size:
                 largest = max(largest, self._max_id[k])
                 continue
             shard_max = -1
             for lo in range(0, n, SCAN_CHUNK):
-                chunk = shard.tokens[lo:min(n, lo + SCAN_CHUNK)]
+                chunk = shard.tokens[lo : min(n, lo + SCAN_CHUNK)]
                 chunk_max = int(chunk.max())
                 # Megatron files may hold signed ids; datatrove's are unsigned.
                 negative = chunk.dtype.kind != "u" and int(chunk.min()) < 0
@@ -168,8 +177,13 @@ class WindowSource:
     its tokens), since the start-up scan of a large pool reads only each shard's head.
     """
 
-    def __init__(self, pool: TokenPool, seq_len: int, windowing: str = "pool",
-                 documents: DocumentOptions | None = None) -> None:
+    def __init__(
+        self,
+        pool: TokenPool,
+        seq_len: int,
+        windowing: str = "pool",
+        documents: DocumentOptions | None = None,
+    ) -> None:
         if seq_len <= 0:
             raise DataError(f"seq_len={seq_len} must be positive.")
         if windowing not in WINDOWINGS:
@@ -190,28 +204,31 @@ class WindowSource:
             raise DataError(
                 f"the shards {', '.join(pool.paths)} hold {len(pool)} tokens in all, fewer than "
                 f"one window of seq_len + 1 = {self.seq_len + 1} tokens. Add data or shorten "
-                "train.seq_len.")
+                "train.seq_len."
+            )
         if self._len <= 0:
             raise DataError(
                 f"no file of {', '.join(pool.paths)} holds one window of seq_len + 1 = "
                 f"{self.seq_len + 1} tokens (the largest holds {int(pool.piece_sizes.max())}), and "
                 "data.windowing='per_file' never crosses files. Add data, shorten train.seq_len "
-                "or use data.windowing='pool'.")
+                "or use data.windowing='pool'."
+            )
 
     def __len__(self) -> int:
         return self._len
 
     def __repr__(self) -> str:
-        return (f"WindowSource({len(self.pool.shards)} shards, {len(self.pool)} tokens, "
-                f"seq_len={self.seq_len}, windowing={self.windowing}, windows={self._len})")
+        return (
+            f"WindowSource({len(self.pool.shards)} shards, {len(self.pool)} tokens, "
+            f"seq_len={self.seq_len}, windowing={self.windowing}, windows={self._len})"
+        )
 
     def window_start(self, index: int) -> int:
         """The pool position of window `index`'s first token."""
         if self.windowing == "pool":
             return index * self.seq_len
         k = int(np.searchsorted(self._first_window, index, side="right")) - 1
-        return int(self.pool.offsets[k]) + (index - int(self._first_window[k])) * (
-            self.seq_len + 1)
+        return int(self.pool.offsets[k]) + (index - int(self._first_window[k])) * (self.seq_len + 1)
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         index = int(index)

@@ -30,8 +30,13 @@ def _input_dtype(cfg: dict[str, Any]) -> str:
     return dtype if dtype in _DTYPE_NAMES else "float32"
 
 
-def convert(from_hf: str | pathlib.Path, to_hf: str | pathlib.Path | None = None, *,
-            dtype: str | None = None, max_shard_bytes: int = 5 * 10**9) -> int:
+def convert(
+    from_hf: str | pathlib.Path,
+    to_hf: str | pathlib.Path | None = None,
+    *,
+    dtype: str | None = None,
+    max_shard_bytes: int = 5 * 10**9,
+) -> int:
     """Loads `from_hf`, prints a summary and, with `to_hf`, writes it back and checks that it
     reads identically; returns an exit status (1 when the copy differs)."""
     from_hf = pathlib.Path(from_hf)
@@ -42,9 +47,11 @@ def convert(from_hf: str | pathlib.Path, to_hf: str | pathlib.Path | None = None
     spec, params = load_hf_params(from_hf, param_dtype=dtype)
     leaves = _leaves(params)
     count = sum(math.prod(x.shape) for x in leaves)
-    print(f"{from_hf}: {arch} (family {spec.family}), {spec.num_layers} layers, "
-          f"hidden {spec.hidden_size}, heads {spec.num_heads}/{spec.num_kv_heads} kv, "
-          f"vocab {spec.vocab_size}, {count:,} parameters ({dtype}).")
+    print(
+        f"{from_hf}: {arch} (family {spec.family}), {spec.num_layers} layers, "
+        f"hidden {spec.hidden_size}, heads {spec.num_heads}/{spec.num_kv_heads} kv, "
+        f"vocab {spec.vocab_size}, {count:,} parameters ({dtype})."
+    )
     if count != spec.num_params():
         print(f"warning: the spec predicts {spec.num_params():,} parameters.", file=sys.stderr)
     if to_hf is None:
@@ -53,8 +60,15 @@ def convert(from_hf: str | pathlib.Path, to_hf: str | pathlib.Path | None = None
         raise ConfigError("--to-hf must differ from --from-hf (its weights are replaced).")
     tokenizer = from_hf if any((from_hf / n).is_file() for n in TOKENIZER_FILES) else None
     extra = {k: cfg[k] for k in _TOKEN_KEYS if cfg.get(k) is not None}
-    save_hf_checkpoint(spec, params, to_hf, tokenizer_dir=tokenizer,
-                       max_shard_bytes=max_shard_bytes, dtype=dtype, config_extra=extra)
+    save_hf_checkpoint(
+        spec,
+        params,
+        to_hf,
+        tokenizer_dir=tokenizer,
+        max_shard_bytes=max_shard_bytes,
+        dtype=dtype,
+        config_extra=extra,
+    )
     _, again = load_hf_params(to_hf, spec)
     if not all(np.array_equal(a, b) for a, b in zip(leaves, _leaves(again), strict=True)):
         print(f"error: {to_hf} does not read back identically.", file=sys.stderr)
@@ -70,4 +84,3 @@ def _leaves(params: dict[str, Any]) -> list[np.ndarray]:
         value = params[key]
         out.extend(_leaves(value) if isinstance(value, dict) else [value])
     return out
-

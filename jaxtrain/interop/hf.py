@@ -44,9 +44,18 @@ from jaxtrain.models.spec import ModelSpec
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
-                   "chat_template.jinja", "chat_template.json", "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+)
 # Buffers some old checkpoints carry that are recomputed from the config, not learned.
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
 _TIE_HINT = " (tied embeddings need tie_word_embeddings=true in config.json)"
@@ -137,13 +146,19 @@ class TensorMap:
             return into
         if self.in_rank is None:
             return np.ascontiguousarray(x.reshape(self.hf_shape))
-        return np.ascontiguousarray(x.reshape(math.prod(self.shape[:self.in_rank]), -1).T)
+        return np.ascontiguousarray(x.reshape(math.prod(self.shape[: self.in_rank]), -1).T)
 
 
-def _kernel(path: tuple[str, ...], name: str, in_shape: tuple[int, ...],
-            out_shape: tuple[int, ...]) -> TensorMap:
-    return TensorMap(path, name, (*in_shape, *out_shape),
-                     (math.prod(out_shape), math.prod(in_shape)), len(in_shape))
+def _kernel(
+    path: tuple[str, ...], name: str, in_shape: tuple[int, ...], out_shape: tuple[int, ...]
+) -> TensorMap:
+    return TensorMap(
+        path,
+        name,
+        (*in_shape, *out_shape),
+        (math.prod(out_shape), math.prod(in_shape)),
+        len(in_shape),
+    )
 
 
 def _vector(path: tuple[str, ...], name: str, shape: tuple[int, ...]) -> TensorMap:
@@ -153,17 +168,24 @@ def _vector(path: tuple[str, ...], name: str, shape: tuple[int, ...]) -> TensorM
 def tensor_maps(spec: ModelSpec) -> list[TensorMap]:
     """The parameter <-> tensor table for a spec, in Hugging Face checkpoint order."""
     if spec.family in SSM_FAMILIES:  # Mamba, Mamba-2, Nemotron-H: see hf_ssm
-        return [TensorMap(path, name, shape, hf_shape, in_rank, layer_ids=ids)
-                for path, name, shape, hf_shape, in_rank, ids in ssm_tensor_rows(spec)]
+        return [
+            TensorMap(path, name, shape, hf_shape, in_rank, layer_ids=ids)
+            for path, name, shape, hf_shape, in_rank, ids in ssm_tensor_rows(spec)
+        ]
     d, v = spec.hidden_size, spec.vocab_size
     maps = [TensorMap(("embed", "embedding"), "model.embed_tokens.weight", (v, d), (v, d))]
     stacks = stack_layer_indices(spec)
     if "dense_layers" in stacks:
-        maps += [dataclasses.replace(m, path=("dense_layers", *m.path[1:]),
-                                     layer_ids=tuple(stacks["dense_layers"]))
-                 for m in _block_maps(spec, dense=True)]
-        maps += [dataclasses.replace(m, layer_ids=tuple(stacks["layers"]))
-                 for m in _block_maps(spec, dense=False)]
+        maps += [
+            dataclasses.replace(
+                m, path=("dense_layers", *m.path[1:]), layer_ids=tuple(stacks["dense_layers"])
+            )
+            for m in _block_maps(spec, dense=True)
+        ]
+        maps += [
+            dataclasses.replace(m, layer_ids=tuple(stacks["layers"]))
+            for m in _block_maps(spec, dense=False)
+        ]
     else:
         maps += _block_maps(spec, dense=not spec.num_experts)
     maps.append(_vector(("final_norm", "scale"), "model.norm.weight", (d,)))
@@ -178,19 +200,36 @@ def _block_maps(spec: ModelSpec, dense: bool) -> list[TensorMap]:
     lay = "model.layers.{i}."
     maps = _mla_maps(spec, lay) if spec.mla else _attention_maps(spec, lay)
     if not dense:
-        maps += fused_expert_maps(spec, lay) if spec.family in FUSED_EXPERTS else (
-            _expert_maps(spec, lay))
+        maps += (
+            fused_expert_maps(spec, lay)
+            if spec.family in FUSED_EXPERTS
+            else (_expert_maps(spec, lay))
+        )
     else:
         mlp = "feed_forward" if spec.family == "llama4" else "mlp"
         for proj, ins, outs in (("gate", d, f), ("up", d, f), ("down", f, d)):
-            maps.append(_kernel(("layers", "mlp", f"{proj}_proj", "kernel"),
-                                f"{lay}{mlp}.{proj}_proj.weight", (ins,), (outs,)))
+            maps.append(
+                _kernel(
+                    ("layers", "mlp", f"{proj}_proj", "kernel"),
+                    f"{lay}{mlp}.{proj}_proj.weight",
+                    (ins,),
+                    (outs,),
+                )
+            )
             if spec.mlp_bias:
-                maps.append(_vector(("layers", "mlp", f"{proj}_proj", "bias"),
-                                    f"{lay}{mlp}.{proj}_proj.bias", (outs,)))
+                maps.append(
+                    _vector(
+                        ("layers", "mlp", f"{proj}_proj", "bias"),
+                        f"{lay}{mlp}.{proj}_proj.bias",
+                        (outs,),
+                    )
+                )
     maps.append(_vector(("layers", "input_norm", "scale"), f"{lay}input_layernorm.weight", (d,)))
-    maps.append(_vector(("layers", "post_attn_norm", "scale"),
-                        f"{lay}post_attention_layernorm.weight", (d,)))
+    maps.append(
+        _vector(
+            ("layers", "post_attn_norm", "scale"), f"{lay}post_attention_layernorm.weight", (d,)
+        )
+    )
     return maps
 
 
@@ -200,21 +239,27 @@ def _attention_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
     maps = []
     for proj, heads in (("q", n), ("k", k), ("v", k)):
         path = ("layers", "attn", f"{proj}_proj")
-        maps.append(_kernel((*path, "kernel"), f"{lay}self_attn.{proj}_proj.weight", (d,),
-                            (heads, h)))
+        maps.append(
+            _kernel((*path, "kernel"), f"{lay}self_attn.{proj}_proj.weight", (d,), (heads, h))
+        )
         if spec.qkv_bias:
             maps.append(_vector((*path, "bias"), f"{lay}self_attn.{proj}_proj.bias", (heads, h)))
-    maps.append(_kernel(("layers", "attn", "o_proj", "kernel"), f"{lay}self_attn.o_proj.weight",
-                        (n, h), (d,)))
+    maps.append(
+        _kernel(
+            ("layers", "attn", "o_proj", "kernel"), f"{lay}self_attn.o_proj.weight", (n, h), (d,)
+        )
+    )
     if spec.o_bias:
-        maps.append(_vector(("layers", "attn", "o_proj", "bias"), f"{lay}self_attn.o_proj.bias",
-                            (d,)))
+        maps.append(
+            _vector(("layers", "attn", "o_proj", "bias"), f"{lay}self_attn.o_proj.bias", (d,))
+        )
     if spec.attention_sinks:
         maps.append(_vector(("layers", "attn", "sinks"), f"{lay}self_attn.sinks", (n,)))
     if spec.qk_norm:
         for norm in ("q_norm", "k_norm"):
-            maps.append(_vector(("layers", "attn", norm, "scale"),
-                                f"{lay}self_attn.{norm}.weight", (h,)))
+            maps.append(
+                _vector(("layers", "attn", norm, "scale"), f"{lay}self_attn.{norm}.weight", (h,))
+            )
     return maps
 
 
@@ -224,25 +269,34 @@ def _mla_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
     q = spec.qk_nope_head_dim + spec.qk_rope_head_dim
     attn, hf = ("layers", "attn"), f"{lay}self_attn."
     if c:
-        maps = [_kernel((*attn, "q_a_proj", "kernel"), f"{hf}q_a_proj.weight", (d,), (c,)),
-                _vector((*attn, "q_a_norm", "scale"), f"{hf}q_a_layernorm.weight", (c,)),
-                _kernel((*attn, "q_b_proj", "kernel"), f"{hf}q_b_proj.weight", (c,), (n, q))]
+        maps = [
+            _kernel((*attn, "q_a_proj", "kernel"), f"{hf}q_a_proj.weight", (d,), (c,)),
+            _vector((*attn, "q_a_norm", "scale"), f"{hf}q_a_layernorm.weight", (c,)),
+            _kernel((*attn, "q_b_proj", "kernel"), f"{hf}q_b_proj.weight", (c,), (n, q)),
+        ]
     else:
         maps = [_kernel((*attn, "q_proj", "kernel"), f"{hf}q_proj.weight", (d,), (n, q))]
     return maps + [
-        _kernel((*attn, "kv_a_proj", "kernel"), f"{hf}kv_a_proj_with_mqa.weight", (d,),
-                (r + spec.qk_rope_head_dim,)),
+        _kernel(
+            (*attn, "kv_a_proj", "kernel"),
+            f"{hf}kv_a_proj_with_mqa.weight",
+            (d,),
+            (r + spec.qk_rope_head_dim,),
+        ),
         _vector((*attn, "kv_a_norm", "scale"), f"{hf}kv_a_layernorm.weight", (r,)),
-        _kernel((*attn, "kv_b_proj", "kernel"), f"{hf}kv_b_proj.weight", (r,),
-                (n, spec.qk_nope_head_dim + spec.v_head_dim)),
+        _kernel(
+            (*attn, "kv_b_proj", "kernel"),
+            f"{hf}kv_b_proj.weight",
+            (r,),
+            (n, spec.qk_nope_head_dim + spec.v_head_dim),
+        ),
         _kernel((*attn, "o_proj", "kernel"), f"{hf}o_proj.weight", (n, spec.v_head_dim), (d,)),
     ]
 
 
 # Per-expert tensor names: (router, expert prefix, gate, up, down) of each MoE family.
 _EXPERT_NAMES = {
-    "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{e}.", "w1", "w3",
-                "w2"),
+    "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{e}.", "w1", "w3", "w2"),
     "qwen3_moe": ("mlp.gate.weight", "mlp.experts.{e}.", "gate_proj", "up_proj", "down_proj"),
     "deepseek_v2": ("mlp.gate.weight", "mlp.experts.{e}.", "gate_proj", "up_proj", "down_proj"),
     "deepseek_v3": ("mlp.gate.weight", "mlp.experts.{e}.", "gate_proj", "up_proj", "down_proj"),
@@ -253,25 +307,44 @@ def _expert_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
     """Router and expert tensors; the checkpoint layout (one tensor per expert) is the one
     transformers' `save_pretrained` writes and published Mixtral / Qwen3-MoE files use."""
     if spec.family not in _EXPERT_NAMES:
-        raise ConfigError(f"model.family={spec.family!r} has no mixture-of-experts checkpoint "
-                          f"layout; use one of {sorted(_EXPERT_NAMES)} with model.num_experts.")
+        raise ConfigError(
+            f"model.family={spec.family!r} has no mixture-of-experts checkpoint "
+            f"layout; use one of {sorted(_EXPERT_NAMES)} with model.num_experts."
+        )
     d, e, f = spec.hidden_size, spec.num_experts, spec.moe_intermediate_size
     router, prefix, gate, up, down = _EXPERT_NAMES[spec.family]
     maps = [_kernel(("layers", "mlp", "router", "kernel"), f"{lay}{router}", (d,), (e,))]
-    for path, name, ins, outs in (("gate_proj", gate, d, f), ("up_proj", up, d, f),
-                                  ("down_proj", down, f, d)):
-        maps.append(dataclasses.replace(
-            _kernel(("layers", "mlp", path), f"{lay}{prefix}{name}.weight", (ins,), (outs,)),
-            experts=e))
+    for path, name, ins, outs in (
+        ("gate_proj", gate, d, f),
+        ("up_proj", up, d, f),
+        ("down_proj", down, f, d),
+    ):
+        maps.append(
+            dataclasses.replace(
+                _kernel(("layers", "mlp", path), f"{lay}{prefix}{name}.weight", (ins,), (outs,)),
+                experts=e,
+            )
+        )
     if spec.moe_shared_experts:
         fs = spec.moe_shared_experts * f
         for proj, ins, outs in (("gate", d, fs), ("up", d, fs), ("down", fs, d)):
-            maps.append(_kernel(("layers", "mlp", "shared", f"{proj}_proj", "kernel"),
-                                f"{lay}mlp.shared_experts.{proj}_proj.weight", (ins,), (outs,)))
+            maps.append(
+                _kernel(
+                    ("layers", "mlp", "shared", f"{proj}_proj", "kernel"),
+                    f"{lay}mlp.shared_experts.{proj}_proj.weight",
+                    (ins,),
+                    (outs,),
+                )
+            )
     if spec.moe_score_bias:
-        maps.append(dataclasses.replace(
-            _vector(("layers", "mlp", "score_bias"), f"{lay}mlp.gate.e_score_correction_bias",
-                    (e,)), dtype="float32"))
+        maps.append(
+            dataclasses.replace(
+                _vector(
+                    ("layers", "mlp", "score_bias"), f"{lay}mlp.gate.e_score_correction_bias", (e,)
+                ),
+                dtype="float32",
+            )
+        )
     return maps
 
 
@@ -291,20 +364,39 @@ def fused_expert_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
     if spec.moe_router_bias:
         maps.append(_vector((*path, "router", "bias"), f"{hf}router.bias", (e,)))
     for index, name in enumerate(("gate", "up")):
-        maps.append(TensorMap((*path, f"{name}_proj"), f"{hf}experts.gate_up_proj", (e, d, f),
-                              (e, d, 2 * f), part=(index, 2, interleaved)))
+        maps.append(
+            TensorMap(
+                (*path, f"{name}_proj"),
+                f"{hf}experts.gate_up_proj",
+                (e, d, f),
+                (e, d, 2 * f),
+                part=(index, 2, interleaved),
+            )
+        )
         if spec.moe_expert_bias:
-            maps.append(TensorMap((*path, f"{name}_bias"), f"{hf}experts.gate_up_proj_bias",
-                                  (e, f), (e, 2 * f), part=(index, 2, interleaved)))
+            maps.append(
+                TensorMap(
+                    (*path, f"{name}_bias"),
+                    f"{hf}experts.gate_up_proj_bias",
+                    (e, f),
+                    (e, 2 * f),
+                    part=(index, 2, interleaved),
+                )
+            )
     maps.append(TensorMap((*path, "down_proj"), f"{hf}experts.down_proj", (e, f, d), (e, f, d)))
     if spec.moe_expert_bias:
-        maps.append(TensorMap((*path, "down_bias"), f"{hf}experts.down_proj_bias", (e, d),
-                              (e, d)))
+        maps.append(TensorMap((*path, "down_bias"), f"{hf}experts.down_proj_bias", (e, d), (e, d)))
     if spec.moe_shared_experts:
         fs = spec.moe_shared_experts * f
         for proj, ins, outs in (("gate", d, fs), ("up", d, fs), ("down", fs, d)):
-            maps.append(_kernel((*path, "shared", f"{proj}_proj", "kernel"),
-                                f"{hf}shared_expert.{proj}_proj.weight", (ins,), (outs,)))
+            maps.append(
+                _kernel(
+                    (*path, "shared", f"{proj}_proj", "kernel"),
+                    f"{hf}shared_expert.{proj}_proj.weight",
+                    (ins,),
+                    (outs,),
+                )
+            )
     return maps
 
 
@@ -324,8 +416,10 @@ def _checkpoint_index(folder: pathlib.Path) -> dict[str, pathlib.Path]:
         with safe_open(single, framework="numpy") as f:
             return {name: single for name in f.keys()}
     present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-    raise ConfigError(f"{folder} has neither {WEIGHTS_NAME} nor {INDEX_NAME} (found: "
-                      f"{present or 'nothing'}); only safetensors checkpoints are read.")
+    raise ConfigError(
+        f"{folder} has neither {WEIGHTS_NAME} nor {INDEX_NAME} (found: "
+        f"{present or 'nothing'}); only safetensors checkpoints are read."
+    )
 
 
 def _shape(path: pathlib.Path, name: str) -> tuple[int, ...]:
@@ -340,8 +434,9 @@ def _set(tree: Params, path: tuple[str, ...], value: Any) -> None:
     tree[path[-1]] = value
 
 
-def load_hf_params(folder: str | pathlib.Path, spec: ModelSpec | None = None,
-                   **overrides: Any) -> tuple[ModelSpec, Params]:
+def load_hf_params(
+    folder: str | pathlib.Path, spec: ModelSpec | None = None, **overrides: Any
+) -> tuple[ModelSpec, Params]:
     """Reads a Hugging Face safetensors checkpoint into a jaxtrain parameter tree.
 
     Returns (spec, params): `spec` from `folder/config.json` unless given, with `overrides`;
@@ -360,31 +455,43 @@ def load_hf_params(folder: str | pathlib.Path, spec: ModelSpec | None = None,
     expected = {name for m in maps for name in m.names(spec.num_layers)}
     missing = sorted(expected - set(files))
     if missing:
-        raise ConfigError(f"{folder}: checkpoint lacks {len(missing)} tensor(s) the "
-                          f"{spec.family} spec needs: {', '.join(missing[:8])}"
-                          f"{' ...' if len(missing) > 8 else ''}"
-                          f"{_TIE_HINT if missing == ['lm_head.weight'] else ''}.")
+        raise ConfigError(
+            f"{folder}: checkpoint lacks {len(missing)} tensor(s) the "
+            f"{spec.family} spec needs: {', '.join(missing[:8])}"
+            f"{' ...' if len(missing) > 8 else ''}"
+            f"{_TIE_HINT if missing == ['lm_head.weight'] else ''}."
+        )
     tied_head = spec.tie_embeddings and "lm_head.weight" in files
-    extra = sorted(n for n in set(files) - expected
-                   if not _IGNORED.match(n) and not (tied_head and n == "lm_head.weight")
-                   and not is_extra_layer(n, spec))
+    extra = sorted(
+        n
+        for n in set(files) - expected
+        if not _IGNORED.match(n)
+        and not (tied_head and n == "lm_head.weight")
+        and not is_extra_layer(n, spec)
+    )
     if extra:
-        raise ConfigError(f"{folder}: checkpoint has {len(extra)} tensor(s) the {spec.family} "
-                          f"spec has no place for (another architecture, or a config that does "
-                          f"not match the weights?): {', '.join(extra[:8])}"
-                          f"{' ...' if len(extra) > 8 else ''}.")
+        raise ConfigError(
+            f"{folder}: checkpoint has {len(extra)} tensor(s) the {spec.family} "
+            f"spec has no place for (another architecture, or a config that does "
+            f"not match the weights?): {', '.join(extra[:8])}"
+            f"{' ...' if len(extra) > 8 else ''}."
+        )
     dtype = np.dtype(spec.jnp_param_dtype)
     params: Params = {}
     with contextlib.ExitStack() as stack:
-        handles = {path: stack.enter_context(safe_open(path, framework="numpy"))
-                   for path in sorted(set(files.values()))}
+        handles = {
+            path: stack.enter_context(safe_open(path, framework="numpy"))
+            for path in sorted(set(files.values()))
+        }
 
         def read(name: str, shape: tuple[int, ...]) -> np.ndarray:
             handle = handles[files[name]]
             found = tuple(handle.get_slice(name).get_shape())
             if found != shape:
-                raise ConfigError(f"{files[name]}: tensor {name} has shape {list(found)}, "
-                                  f"expected {list(shape)} from the spec.")
+                raise ConfigError(
+                    f"{files[name]}: tensor {name} has shape {list(found)}, "
+                    f"expected {list(shape)} from the spec."
+                )
             return handle.get_tensor(name)
 
         for m in maps:
@@ -400,9 +507,11 @@ def load_hf_params(folder: str | pathlib.Path, spec: ModelSpec | None = None,
         if tied_head:
             head = read("lm_head.weight", (spec.vocab_size, spec.hidden_size))
             if not np.array_equal(head.astype(dtype), params["embed"]["embedding"]):
-                raise ConfigError(f"{files['lm_head.weight']}: lm_head.weight differs from "
-                                  "model.embed_tokens.weight but the config ties them "
-                                  "(tie_word_embeddings=true).")
+                raise ConfigError(
+                    f"{files['lm_head.weight']}: lm_head.weight differs from "
+                    "model.embed_tokens.weight but the config ties them "
+                    "(tie_word_embeddings=true)."
+                )
     return spec, params
 
 
@@ -413,8 +522,9 @@ def model_from_params(spec: ModelSpec, params: Params) -> Decoder:
     return nnx.merge(graphdef, jax.tree_util.tree_map(jnp.asarray, params))
 
 
-def load_hf_model(folder: str | pathlib.Path, spec: ModelSpec | None = None,
-                  **overrides: Any) -> Decoder:
+def load_hf_model(
+    folder: str | pathlib.Path, spec: ModelSpec | None = None, **overrides: Any
+) -> Decoder:
     """A `Decoder` with the weights of a Hugging Face checkpoint folder."""
     spec, params = load_hf_params(folder, spec, **overrides)
     return model_from_params(spec, params)
@@ -444,16 +554,20 @@ def _leaves(spec: ModelSpec, params: Any, maps: list[TensorMap]) -> dict[tuple[s
         raise ConfigError(f"params lack entries the spec needs: {dotted(missing)}.")
     for path, shape in wanted.items():
         if tuple(leaves[path].shape) != shape:
-            raise ConfigError(f"params {'.'.join(path)} has shape {list(leaves[path].shape)}, "
-                              f"expected {list(shape)} from the spec.")
+            raise ConfigError(
+                f"params {'.'.join(path)} has shape {list(leaves[path].shape)}, "
+                f"expected {list(shape)} from the spec."
+            )
     return leaves
 
 
 def _host(x: Any) -> np.ndarray:
     """One array on this host; sharded arrays must be fully addressable (single process)."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
-        raise ConfigError("save_hf_checkpoint needs fully addressable arrays; in a multi-host "
-                          "run gather the parameters to one process first.")
+        raise ConfigError(
+            "save_hf_checkpoint needs fully addressable arrays; in a multi-host "
+            "run gather the parameters to one process first."
+        )
     return np.asarray(jax.device_get(x))
 
 
@@ -483,11 +597,16 @@ def _umask() -> int:
     return umask
 
 
-def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path,
-                       tokenizer_dir: str | pathlib.Path | None = None,
-                       max_shard_bytes: int = 5 * 10**9, dtype: str | None = None,
-                       config_extra: Mapping[str, Any] | None = None,
-                       generation_config: Mapping[str, Any] | None = None) -> pathlib.Path:
+def save_hf_checkpoint(
+    spec: ModelSpec,
+    params: Any,
+    out_dir: str | pathlib.Path,
+    tokenizer_dir: str | pathlib.Path | None = None,
+    max_shard_bytes: int = 5 * 10**9,
+    dtype: str | None = None,
+    config_extra: Mapping[str, Any] | None = None,
+    generation_config: Mapping[str, Any] | None = None,
+) -> pathlib.Path:
     """Writes a transformers-loadable folder: config.json, safetensors weights, tokenizer.
 
     `params` is the pure dict of `nnx.to_pure_dict` (jax or numpy arrays, possibly sharded),
@@ -507,9 +626,13 @@ def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path
     layered = [m for m in maps if m.layered]
     order = [(m, None, m.hf_name) for m in maps if not m.layered and m.path[0] == "embed"]
     # Layer by layer in checkpoint order, whichever stack holds the layer.
-    order += [(m, index, name) for i in range(spec.num_layers) for m in layered
-              if (slot := m.slot_of(i, spec.num_layers)) is not None
-              for index, name in m.layer_slots(slot)]
+    order += [
+        (m, index, name)
+        for i in range(spec.num_layers)
+        for m in layered
+        if (slot := m.slot_of(i, spec.num_layers)) is not None
+        for index, name in m.layer_slots(slot)
+    ]
     order += [(m, None, m.hf_name) for m in maps if not m.layered and m.path[0] != "embed"]
     shards: list[list[tuple[TensorMap, tuple[int, ...] | None, str]]] = [[]]
     shard_bytes = 0
@@ -529,14 +652,20 @@ def save_hf_checkpoint(spec: ModelSpec, params: Any, out_dir: str | pathlib.Path
     weight_map: dict[str, str] = {}
     total = 0
     for s, shard in enumerate(shards):
-        file = (WEIGHTS_NAME if len(shards) == 1
-                else f"model-{s + 1:05d}-of-{len(shards):05d}.safetensors")
+        file = (
+            WEIGHTS_NAME
+            if len(shards) == 1
+            else f"model-{s + 1:05d}-of-{len(shards):05d}.safetensors"
+        )
         tensors: dict[str, np.ndarray] = {}
         for m, index, name in shard:
             leaf = leaves[m.path]
-            tensors[name] = m.to_hf(_host(leaf if index is None else leaf[index])
-                                    .astype(np.dtype(m.dtype) if m.dtype else np_dtype),
-                                    tensors.get(name))
+            tensors[name] = m.to_hf(
+                _host(leaf if index is None else leaf[index]).astype(
+                    np.dtype(m.dtype) if m.dtype else np_dtype
+                ),
+                tensors.get(name),
+            )
             weight_map[name] = file
         total += sum(t.nbytes for t in tensors.values())
         save_file(tensors, str(out / file), metadata={"format": "pt"})

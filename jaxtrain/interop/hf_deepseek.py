@@ -33,8 +33,10 @@ def deepseek_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str
     """The spec fields of a DeepSeek V2 / V3 config (after the common ones are read)."""
     layer_freq = int(_get(cfg, "moe_layer_freq", 1))
     if layer_freq != 1:
-        raise ConfigError(f"{where}: moe_layer_freq={layer_freq} is not supported; jaxtrain "
-                          "runs experts in every block after the first_k_dense_replace ones.")
+        raise ConfigError(
+            f"{where}: moe_layer_freq={layer_freq} is not supported; jaxtrain "
+            "runs experts in every block after the first_k_dense_replace ones."
+        )
     heads = int(cfg["num_attention_heads"])
     rope = int(_get(cfg, "qk_rope_head_dim", 64))
     v3 = family == "deepseek_v3"
@@ -42,9 +44,11 @@ def deepseek_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str
     scoring = str(_get(cfg, "scoring_func", "sigmoid" if v3 else "softmax"))
     wanted = (("noaux_tc",), "sigmoid") if v3 else (_V2_METHODS, "softmax")
     if method not in wanted[0] or scoring != wanted[1]:
-        raise ConfigError(f"{where}: topk_method={method!r}, scoring_func={scoring!r} is not "
-                          f"how {family} routes; expected topk_method in {list(wanted[0])} and "
-                          f"scoring_func={wanted[1]!r}.")
+        raise ConfigError(
+            f"{where}: topk_method={method!r}, scoring_func={scoring!r} is not "
+            f"how {family} routes; expected topk_method in {list(wanted[0])} and "
+            f"scoring_func={wanted[1]!r}."
+        )
     grouped = method != "greedy"
     experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts")
     if experts is None:
@@ -83,14 +87,20 @@ def check_deepseek_expressible(spec: ModelSpec, arch: str) -> None:
     needs = {
         "kv_lora_rank": (spec.mla, "> 0 (multi-head latent attention)"),
         "num_experts": (spec.num_experts > 0, "> 0"),
-        "moe_score": (spec.moe_score == ("sigmoid" if v3 else "softmax_topk"),
-                      "'sigmoid'" if v3 else "'softmax_topk'"),
-        "moe_topk_method": (spec.moe_topk_method in (("noaux_tc",) if v3 else _V2_METHODS),
-                            "'noaux_tc'" if v3 else "'greedy' or 'group_limited_greedy'"),
+        "moe_score": (
+            spec.moe_score == ("sigmoid" if v3 else "softmax_topk"),
+            "'sigmoid'" if v3 else "'softmax_topk'",
+        ),
+        "moe_topk_method": (
+            spec.moe_topk_method in (("noaux_tc",) if v3 else _V2_METHODS),
+            "'noaux_tc'" if v3 else "'greedy' or 'group_limited_greedy'",
+        ),
         "moe_score_bias": (spec.moe_score_bias == v3, str(v3)),
         "num_kv_heads": (spec.num_kv_heads == spec.num_heads, f"model.num_heads={spec.num_heads}"),
-        "head_dim": (spec.head_dim == spec.qk_rope_head_dim,
-                     f"model.qk_rope_head_dim={spec.qk_rope_head_dim}"),
+        "head_dim": (
+            spec.head_dim == spec.qk_rope_head_dim,
+            f"model.qk_rope_head_dim={spec.qk_rope_head_dim}",
+        ),
     }
     if not v3:
         # transformers' V2 router never renormalises, and its rotary pairs are interleaved.
@@ -98,8 +108,10 @@ def check_deepseek_expressible(spec: ModelSpec, arch: str) -> None:
         needs["rope_interleave"] = (spec.rope_interleave, "True")
     for key, (ok, value) in needs.items():
         if not ok:
-            raise ConfigError(f"model.{key}={getattr(spec, key)!r} cannot be written as {arch}; "
-                              f"it needs model.{key} = {value}.")
+            raise ConfigError(
+                f"model.{key}={getattr(spec, key)!r} cannot be written as {arch}; "
+                f"it needs model.{key} = {value}."
+            )
 
 
 def deepseek_config(spec: ModelSpec) -> dict[str, Any]:

@@ -13,15 +13,15 @@ from jaxtrain.models.spec import ModelSpec
 
 _EXPERT = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.")
 _FUSED = re.compile(
-    r"^model\.layers\.(\d+)\.(?:mlp|feed_forward)\.experts\.(?:gate_up_proj|down_proj)$")
+    r"^model\.layers\.(\d+)\.(?:mlp|feed_forward)\.experts\.(?:gate_up_proj|down_proj)$"
+)
 _MXFP4 = re.compile(r"\.experts\.\w+_(?:blocks|scales)$")
 # Families whose checkpoints store each layer's experts fused ([E, ...] tensors).
 FUSED_FAMILIES = ("gpt_oss", "llama4")
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
 
-def require_settings(spec: ModelSpec, arch: str,
-                     needs: dict[str, tuple[bool, str]]) -> None:
+def require_settings(spec: ModelSpec, arch: str, needs: dict[str, tuple[bool, str]]) -> None:
     """ConfigError naming the first spec setting an architecture cannot express.
 
     `needs` maps a spec field to (whether its value can be written as `arch`, the value that
@@ -29,8 +29,10 @@ def require_settings(spec: ModelSpec, arch: str,
     """
     for key, (ok, value) in needs.items():
         if not ok:
-            raise ConfigError(f"model.{key}={getattr(spec, key)!r} cannot be written as {arch}; "
-                              f"it needs model.{key} = {value}.")
+            raise ConfigError(
+                f"model.{key}={getattr(spec, key)!r} cannot be written as {arch}; "
+                f"it needs model.{key} = {value}."
+            )
 
 
 def is_extra_layer(name: str, spec: ModelSpec) -> bool:
@@ -40,28 +42,38 @@ def is_extra_layer(name: str, spec: ModelSpec) -> bool:
     return spec.family == "deepseek_v3" and bool(match) and int(match[1]) >= spec.num_layers
 
 
-def check_expert_layout(where: str, names: Iterable[str], spec: ModelSpec,
-                        shape_of: Callable[[str], tuple[int, ...]] | None = None) -> None:
+def check_expert_layout(
+    where: str,
+    names: Iterable[str],
+    spec: ModelSpec,
+    shape_of: Callable[[str], tuple[int, ...]] | None = None,
+) -> None:
     """ConfigError when the checkpoint's experts (count per layer, which layers have them,
     per-expert or fused tensors) differ from what the spec expects; `shape_of` (a tensor's
     stored shape) lets fused experts be counted."""
     names = list(names)
     if any(n.endswith("weight_scale_inv") for n in names):
-        raise ConfigError(f"{where}: checkpoint holds FP8 weights with block scales "
-                          "(`*.weight_scale_inv`); convert it to bfloat16 first (DeepSeek's "
-                          "fp8_cast_bf16.py does), then load the converted folder.")
+        raise ConfigError(
+            f"{where}: checkpoint holds FP8 weights with block scales "
+            "(`*.weight_scale_inv`); convert it to bfloat16 first (DeepSeek's "
+            "fp8_cast_bf16.py does), then load the converted folder."
+        )
     if any(_MXFP4.search(n) for n in names):
-        raise ConfigError(f"{where}: checkpoint holds MXFP4-quantized experts (`*_blocks`, "
-                          "`*_scales`, as gpt-oss is published); load it in transformers with "
-                          "Mxfp4Config(dequantize=True), save_pretrained it in bfloat16, then "
-                          "load that folder.")
+        raise ConfigError(
+            f"{where}: checkpoint holds MXFP4-quantized experts (`*_blocks`, "
+            "`*_scales`, as gpt-oss is published); load it in transformers with "
+            "Mxfp4Config(dequantize=True), save_pretrained it in bfloat16, then "
+            "load that folder."
+        )
     if spec.family in FUSED_FAMILIES:
         _check_fused_layout(where, names, spec, shape_of)
         return
     if any(_FUSED.match(n) for n in names):
-        raise ConfigError(f"{where}: checkpoint stores experts fused (`mlp.experts.gate_up_proj`"
-                          "); jaxtrain reads one tensor per expert (`mlp.experts.{e}.gate_proj."
-                          "weight`), the layout transformers' save_pretrained writes.")
+        raise ConfigError(
+            f"{where}: checkpoint stores experts fused (`mlp.experts.gate_up_proj`"
+            "); jaxtrain reads one tensor per expert (`mlp.experts.{e}.gate_proj."
+            "weight`), the layout transformers' save_pretrained writes."
+        )
     found: dict[int, int] = {}
     for name in names:
         if (match := _EXPERT.match(name)) and not is_extra_layer(name, spec):
@@ -74,24 +86,31 @@ def check_expert_layout(where: str, names: Iterable[str], spec: ModelSpec,
     if found != expected:
         counts = sorted(set(found.values()))
         layers = sorted(found)
-        have = (f"{counts} expert(s) per layer in layers {layers[0]}..{layers[-1]}" if found
-                else "no per-expert tensors")
+        have = (
+            f"{counts} expert(s) per layer in layers {layers[0]}..{layers[-1]}"
+            if found
+            else "no per-expert tensors"
+        )
         raise ConfigError(
             f"{where}: checkpoint has {have}, but config.json says {spec.num_experts} experts "
             f"per layer in layers {first}..{spec.num_layers - 1} (num_experts / n_routed_experts"
             f"={spec.num_experts}, first_k_dense_replace={spec.num_dense_layers}); the weights "
-            "and the config are from different models.")
+            "and the config are from different models."
+        )
 
 
-def _check_fused_layout(where: str, names: list[str], spec: ModelSpec,
-                        shape_of: Callable[[str], tuple[int, ...]] | None) -> None:
+def _check_fused_layout(
+    where: str, names: list[str], spec: ModelSpec, shape_of: Callable[[str], tuple[int, ...]] | None
+) -> None:
     """gpt-oss / Llama 4: fused `experts.gate_up_proj` in exactly the expert layers, holding
     `num_experts` experts each."""
     if any(_EXPERT.match(n) for n in names):
-        raise ConfigError(f"{where}: checkpoint stores one tensor per expert "
-                          "(`experts.{e}.*`), but model.family={spec.family!r} reads fused "
-                          "[experts, ...] tensors (`experts.gate_up_proj`), the layout "
-                          "transformers' save_pretrained writes for it.")
+        raise ConfigError(
+            f"{where}: checkpoint stores one tensor per expert "
+            "(`experts.{e}.*`), but model.family={spec.family!r} reads fused "
+            "[experts, ...] tensors (`experts.gate_up_proj`), the layout "
+            "transformers' save_pretrained writes for it."
+        )
     found: dict[int, int] = {}
     for name in names:
         if (match := _FUSED.match(name)) and name.endswith("gate_up_proj"):
@@ -99,10 +118,12 @@ def _check_fused_layout(where: str, names: list[str], spec: ModelSpec,
     expected = {i: spec.num_experts for i in moe_layer_indices(spec)}
     if found != expected:
         counts = sorted(set(found.values()))
-        have = (f"{counts} expert(s) in layers {sorted(found)}" if found
-                else "no fused expert tensors")
+        have = (
+            f"{counts} expert(s) in layers {sorted(found)}" if found else "no fused expert tensors"
+        )
         raise ConfigError(
             f"{where}: checkpoint has {have}, but config.json says {spec.num_experts} experts "
             f"in layers {sorted(expected)} (num_local_experts={spec.num_experts}, "
             f"interleave_moe_layer_step={spec.moe_layer_step}); the weights and the config are "
-            "from different models.")
+            "from different models."
+        )

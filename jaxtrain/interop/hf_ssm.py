@@ -25,16 +25,26 @@ from jaxtrain.models.block_pattern import (
 from jaxtrain.models.spec import ModelSpec
 
 # Architecture -> (spec family, transformers model_type).
-SSM_ARCHITECTURES = {"MambaForCausalLM": ("mamba", "mamba"),
-                     "Mamba2ForCausalLM": ("mamba2", "mamba2"),
-                     "NemotronHForCausalLM": ("nemotron_h", "nemotron_h")}
+SSM_ARCHITECTURES = {
+    "MambaForCausalLM": ("mamba", "mamba"),
+    "Mamba2ForCausalLM": ("mamba2", "mamba2"),
+    "NemotronHForCausalLM": ("nemotron_h", "nemotron_h"),
+}
 SSM_FAMILIES = tuple(family for family, _ in SSM_ARCHITECTURES.values())
 # (module prefix of the blocks, embedding name, final norm name) per family.
-_NAMES = {"mamba": ("backbone.", "embeddings", "norm_f"),
-          "mamba2": ("backbone.", "embeddings", "norm_f"),
-          "nemotron_h": ("backbone.", "embeddings", "norm_f")}
-_HF_KIND_CHAR = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*",
-                 "mlp": "-", "moe": "E"}
+_NAMES = {
+    "mamba": ("backbone.", "embeddings", "norm_f"),
+    "mamba2": ("backbone.", "embeddings", "norm_f"),
+    "nemotron_h": ("backbone.", "embeddings", "norm_f"),
+}
+_HF_KIND_CHAR = {
+    "mamba": "M",
+    "linear_attention": "M",
+    "attention": "*",
+    "full_attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
 
 # (jaxtrain path, HF name, jaxtrain shape, HF shape, in_rank, layer ids)
 Row = tuple[tuple[str, ...], str, tuple[int, ...], tuple[int, ...], int | None, tuple[int, ...]]
@@ -61,25 +71,29 @@ def _mamba_rows(spec: ModelSpec, at: tuple[str, ...], lay: str, ids) -> list[Row
     rows = [_kernel((*m, "in_proj", "kernel"), f"{lay}mixer.in_proj.weight", (d,), (proj,), ids)]
     if spec.ssm_proj_bias:
         rows.append(_vector((*m, "in_proj", "bias"), f"{lay}mixer.in_proj.bias", (proj,), ids))
-    rows.append(_vector((*m, "conv_weight"), f"{lay}mixer.conv1d.weight", (c, k), ids,
-                        (c, 1, k)))
+    rows.append(_vector((*m, "conv_weight"), f"{lay}mixer.conv1d.weight", (c, k), ids, (c, 1, k)))
     if spec.ssm_conv_bias:
         rows.append(_vector((*m, "conv_bias"), f"{lay}mixer.conv1d.bias", (c,), ids))
     if spec.mamba_version == 1:
         rows += [
-            _kernel((*m, "x_proj", "kernel"), f"{lay}mixer.x_proj.weight", (di,), (r + 2 * n,),
-                    ids),
+            _kernel(
+                (*m, "x_proj", "kernel"), f"{lay}mixer.x_proj.weight", (di,), (r + 2 * n,), ids
+            ),
             _kernel((*m, "dt_proj", "kernel"), f"{lay}mixer.dt_proj.weight", (r,), (di,), ids),
             _vector((*m, "dt_proj", "bias"), f"{lay}mixer.dt_proj.bias", (di,), ids),
             _vector((*m, "a_log"), f"{lay}mixer.A_log", (di, n), ids, (di, n)),
-            _vector((*m, "d"), f"{lay}mixer.D", (di,), ids)]
+            _vector((*m, "d"), f"{lay}mixer.D", (di,), ids),
+        ]
     else:
-        rows += [_vector((*m, "dt_bias"), f"{lay}mixer.dt_bias", (h,), ids),
-                 _vector((*m, "a_log"), f"{lay}mixer.A_log", (h,), ids),
-                 _vector((*m, "d"), f"{lay}mixer.D", (h,), ids),
-                 _vector((*m, "norm_scale"), f"{lay}mixer.norm.weight", (di,), ids)]
-    rows.append(_kernel((*m, "out_proj", "kernel"), f"{lay}mixer.out_proj.weight", (di,), (d,),
-                        ids))
+        rows += [
+            _vector((*m, "dt_bias"), f"{lay}mixer.dt_bias", (h,), ids),
+            _vector((*m, "a_log"), f"{lay}mixer.A_log", (h,), ids),
+            _vector((*m, "d"), f"{lay}mixer.D", (h,), ids),
+            _vector((*m, "norm_scale"), f"{lay}mixer.norm.weight", (di,), ids),
+        ]
+    rows.append(
+        _kernel((*m, "out_proj", "kernel"), f"{lay}mixer.out_proj.weight", (di,), (d,), ids)
+    )
     if spec.ssm_proj_bias:
         rows.append(_vector((*m, "out_proj", "bias"), f"{lay}mixer.out_proj.bias", (d,), ids))
     return rows
@@ -87,18 +101,29 @@ def _mamba_rows(spec: ModelSpec, at: tuple[str, ...], lay: str, ids) -> list[Row
 
 def _attention_rows(spec: ModelSpec, at, lay, ids) -> list[Row]:
     d, n, k, h = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
-    rows = [_kernel((*at, "mixer", f"{p}_proj", "kernel"), f"{lay}mixer.{p}_proj.weight", (d,),
-                    (heads, h), ids) for p, heads in (("q", n), ("k", k), ("v", k))]
-    return rows + [_kernel((*at, "mixer", "o_proj", "kernel"), f"{lay}mixer.o_proj.weight",
-                           (n, h), (d,), ids)]
+    rows = [
+        _kernel(
+            (*at, "mixer", f"{p}_proj", "kernel"),
+            f"{lay}mixer.{p}_proj.weight",
+            (d,),
+            (heads, h),
+            ids,
+        )
+        for p, heads in (("q", n), ("k", k), ("v", k))
+    ]
+    return rows + [
+        _kernel((*at, "mixer", "o_proj", "kernel"), f"{lay}mixer.o_proj.weight", (n, h), (d,), ids)
+    ]
 
 
 def _mlp_rows(spec: ModelSpec, at, lay, ids) -> list[Row]:
     d, f = spec.hidden_size, spec.intermediate_size
-    return [_kernel((*at, "mixer", "up_proj", "kernel"), f"{lay}mixer.up_proj.weight", (d,),
-                    (f,), ids),
-            _kernel((*at, "mixer", "down_proj", "kernel"), f"{lay}mixer.down_proj.weight", (f,),
-                    (d,), ids)]
+    return [
+        _kernel((*at, "mixer", "up_proj", "kernel"), f"{lay}mixer.up_proj.weight", (d,), (f,), ids),
+        _kernel(
+            (*at, "mixer", "down_proj", "kernel"), f"{lay}mixer.down_proj.weight", (f,), (d,), ids
+        ),
+    ]
 
 
 _ROWS = {"M": _mamba_rows, "*": _attention_rows, "-": _mlp_rows}
@@ -110,8 +135,9 @@ def ssm_tensor_rows(spec: ModelSpec) -> list[Row]:
     prefix, embed, norm = _NAMES[spec.family]
     d, v = spec.hidden_size, spec.vocab_size
     p = period(spec.block_pattern)
-    rows: list[Row] = [(("embed", "embedding"), f"{prefix}{embed}.weight", (v, d), (v, d), None,
-                        ())]
+    rows: list[Row] = [
+        (("embed", "embedding"), f"{prefix}{embed}.weight", (v, d), (v, d), None, ())
+    ]
     lay = f"{prefix}layers.{{i}}."
     for j, ch in enumerate(spec.block_pattern[:p]):
         ids = tuple(range(j, spec.num_layers, p))
@@ -132,25 +158,39 @@ def check_ssm_expressible(spec: ModelSpec) -> None:
     needs = {"mamba_version": 1 if spec.family == "mamba" else 2}
     for key, value in needs.items():
         if getattr(spec, key) != value:
-            raise ConfigError(f"model.{key}={getattr(spec, key)!r} cannot be written as {arch}; "
-                              f"it needs model.{key} = {value}.")
+            raise ConfigError(
+                f"model.{key}={getattr(spec, key)!r} cannot be written as {arch}; "
+                f"it needs model.{key} = {value}."
+            )
     if not spec.block_pattern or bad:
-        raise ConfigError(f"model.block_pattern={spec.block_pattern!r} cannot be written as "
-                          f"{arch}, which holds only {' '.join(allowed)} sublayers.")
-    if spec.family != "mamba" and ssm_heads(spec) * spec.ssm_head_dim != (
-            spec.ssm_expand * spec.hidden_size) and spec.family == "mamba2":
-        raise ConfigError(f"model.ssm_num_heads x ssm_head_dim = "
-                          f"{ssm_heads(spec) * spec.ssm_head_dim} must equal ssm_expand x "
-                          f"hidden_size = {spec.ssm_expand * spec.hidden_size} for {arch}.")
+        raise ConfigError(
+            f"model.block_pattern={spec.block_pattern!r} cannot be written as "
+            f"{arch}, which holds only {' '.join(allowed)} sublayers."
+        )
+    if (
+        spec.family != "mamba"
+        and ssm_heads(spec) * spec.ssm_head_dim != (spec.ssm_expand * spec.hidden_size)
+        and spec.family == "mamba2"
+    ):
+        raise ConfigError(
+            f"model.ssm_num_heads x ssm_head_dim = "
+            f"{ssm_heads(spec) * spec.ssm_head_dim} must equal ssm_expand x "
+            f"hidden_size = {spec.ssm_expand * spec.hidden_size} for {arch}."
+        )
     attn = "*" in spec.block_pattern
-    for key, bad_value in (("kv_lora_rank", spec.mla and attn), ("qkv_bias", spec.qkv_bias),
-                           ("qk_norm", spec.qk_norm), ("use_rope", spec.use_rope and attn),
-                           ("mlp_activation", "-" in spec.block_pattern
-                            and spec.mlp_activation != "relu2")):
+    for key, bad_value in (
+        ("kv_lora_rank", spec.mla and attn),
+        ("qkv_bias", spec.qkv_bias),
+        ("qk_norm", spec.qk_norm),
+        ("use_rope", spec.use_rope and attn),
+        ("mlp_activation", "-" in spec.block_pattern and spec.mlp_activation != "relu2"),
+    ):
         if bad_value:
-            raise ConfigError(f"model.{key}={getattr(spec, key)!r} cannot be written as {arch} "
-                              "(no-RoPE grouped-query attention, relu2 MLP); set it to the "
-                              "default that class has.")
+            raise ConfigError(
+                f"model.{key}={getattr(spec, key)!r} cannot be written as {arch} "
+                "(no-RoPE grouped-query attention, relu2 MLP); set it to the "
+                "default that class has."
+            )
 
 
 def _limit(value: Any) -> float:
@@ -164,6 +204,7 @@ def _limit(value: Any) -> float:
 
 def ssm_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str, Any]:
     """ModelSpec fields from a Mamba / Mamba-2 / Nemotron-H `config.json`."""
+
     def need(key: str) -> Any:
         if key not in cfg:
             raise ConfigError(f"{where}: missing key {key!r} (needed for {family}).")
@@ -175,10 +216,17 @@ def ssm_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str, Any
     hidden = int(need("hidden_size"))
     limit = cfg.get("time_step_limit") or (0.0, float("inf"))
     fields: dict[str, Any] = dict(
-        family=family, vocab_size=int(need("vocab_size")), hidden_size=hidden,
-        ssm_state_size=int(cfg.get("ssm_state_size" if family == "nemotron_h" else "state_size",
-                                   128 if family != "mamba" else 16)),
-        ssm_expand=int(cfg.get("expand", 2)), ssm_conv_kernel=int(cfg.get("conv_kernel", 4)),
+        family=family,
+        vocab_size=int(need("vocab_size")),
+        hidden_size=hidden,
+        ssm_state_size=int(
+            cfg.get(
+                "ssm_state_size" if family == "nemotron_h" else "state_size",
+                128 if family != "mamba" else 16,
+            )
+        ),
+        ssm_expand=int(cfg.get("expand", 2)),
+        ssm_conv_kernel=int(cfg.get("conv_kernel", 4)),
         ssm_conv_bias=bool(cfg.get("use_conv_bias", True)),
         ssm_proj_bias=bool(cfg.get("use_bias", False)),
         ssm_dt_min=float(cfg.get("time_step_min", 0.001)),
@@ -188,47 +236,69 @@ def ssm_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str, Any
         ssm_dt_limit_max=_limit(limit[1]),
         norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", family == "mamba")),
-        init_std=float(cfg.get("initializer_range", 0.02)), use_rope=False, **NO_ATTENTION)
+        init_std=float(cfg.get("initializer_range", 0.02)),
+        use_rope=False,
+        **NO_ATTENTION,
+    )
     if family == "mamba":
         n = int(need("num_hidden_layers"))
         rank = cfg.get("time_step_rank", "auto")
-        fields.update(block_pattern="M" * n, num_layers=n, mamba_version=1,
-                      ssm_dt_rank=0 if rank == "auto" else int(rank))
+        fields.update(
+            block_pattern="M" * n,
+            num_layers=n,
+            mamba_version=1,
+            ssm_dt_rank=0 if rank == "auto" else int(rank),
+        )
         if int(cfg.get("intermediate_size", fields["ssm_expand"] * hidden)) != (
-                fields["ssm_expand"] * hidden):
+            fields["ssm_expand"] * hidden
+        ):
             raise ConfigError(f"{where}: intermediate_size must equal expand x hidden_size.")
         return fields
-    fields.update(ssm_n_groups=int(cfg.get("n_groups", 8)),
-                  ssm_chunk_size=int(cfg.get("chunk_size", 256 if family == "mamba2" else 128)))
+    fields.update(
+        ssm_n_groups=int(cfg.get("n_groups", 8)),
+        ssm_chunk_size=int(cfg.get("chunk_size", 256 if family == "mamba2" else 128)),
+    )
     if family == "mamba2":
         n = int(need("num_hidden_layers"))
-        fields.update(block_pattern="M" * n, num_layers=n, ssm_num_heads=int(need("num_heads")),
-                      ssm_head_dim=int(cfg.get("head_dim", 64)))
+        fields.update(
+            block_pattern="M" * n,
+            num_layers=n,
+            ssm_num_heads=int(need("num_heads")),
+            ssm_head_dim=int(cfg.get("head_dim", 64)),
+        )
         return fields
     pattern = cfg.get("hybrid_override_pattern")
     if not pattern:
         types = need("layers_block_type")
         unknown = sorted(set(types) - set(_HF_KIND_CHAR))
         if unknown:
-            raise ConfigError(f"{where}: layers_block_type has {unknown}, not one of "
-                              f"{sorted(_HF_KIND_CHAR)}.")
+            raise ConfigError(
+                f"{where}: layers_block_type has {unknown}, not one of {sorted(_HF_KIND_CHAR)}."
+            )
         pattern = "".join(_HF_KIND_CHAR[t] for t in types)
     if "E" in pattern:
-        raise ConfigError(f"{where}: Nemotron-H mixture-of-experts sublayers (E in the pattern)"
-                          " are not supported for conversion (their relu2 experts and sigmoid "
-                          "router differ from jaxtrain's MoE).")
+        raise ConfigError(
+            f"{where}: Nemotron-H mixture-of-experts sublayers (E in the pattern)"
+            " are not supported for conversion (their relu2 experts and sigmoid "
+            "router differ from jaxtrain's MoE)."
+        )
     if cfg.get("mlp_hidden_act", "relu2") != "relu2" or cfg.get("mlp_bias"):
         raise ConfigError(f"{where}: only mlp_hidden_act='relu2' without mlp_bias is supported.")
     if cfg.get("attention_bias"):
         raise ConfigError(f"{where}: attention_bias=true is not supported for Nemotron-H.")
     heads = int(need("num_attention_heads"))
-    fields.update(block_pattern=pattern, num_layers=len(pattern),
-                  ssm_num_heads=int(need("mamba_num_heads")),
-                  ssm_head_dim=int(cfg.get("mamba_head_dim", 64)), num_heads=heads,
-                  num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-                  head_dim=int(cfg.get("head_dim") or hidden // heads),
-                  intermediate_size=int(need("intermediate_size")), mlp_activation="relu2",
-                  max_seq_len=int(cfg.get("max_position_embeddings", 4096)))
+    fields.update(
+        block_pattern=pattern,
+        num_layers=len(pattern),
+        ssm_num_heads=int(need("mamba_num_heads")),
+        ssm_head_dim=int(cfg.get("mamba_head_dim", 64)),
+        num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        intermediate_size=int(need("intermediate_size")),
+        mlp_activation="relu2",
+        max_seq_len=int(cfg.get("max_position_embeddings", 4096)),
+    )
     return fields
 
 
@@ -239,25 +309,54 @@ def ssm_config(spec: ModelSpec) -> dict[str, Any]:
     # json writes float("inf") as Infinity, which both json and transformers read back.
     limit = [spec.ssm_dt_limit_min, spec.ssm_dt_limit_max or float("inf")]
     cfg: dict[str, Any] = dict(
-        vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, expand=spec.ssm_expand,
-        conv_kernel=spec.ssm_conv_kernel, use_conv_bias=spec.ssm_conv_bias,
-        use_bias=spec.ssm_proj_bias, time_step_min=spec.ssm_dt_min,
-        time_step_max=spec.ssm_dt_max, time_step_floor=spec.ssm_dt_floor,
-        layer_norm_epsilon=spec.norm_eps, tie_word_embeddings=spec.tie_embeddings,
-        initializer_range=spec.init_std, residual_in_fp32=True, use_cache=True)
+        vocab_size=spec.vocab_size,
+        hidden_size=spec.hidden_size,
+        expand=spec.ssm_expand,
+        conv_kernel=spec.ssm_conv_kernel,
+        use_conv_bias=spec.ssm_conv_bias,
+        use_bias=spec.ssm_proj_bias,
+        time_step_min=spec.ssm_dt_min,
+        time_step_max=spec.ssm_dt_max,
+        time_step_floor=spec.ssm_dt_floor,
+        layer_norm_epsilon=spec.norm_eps,
+        tie_word_embeddings=spec.tie_embeddings,
+        initializer_range=spec.init_std,
+        residual_in_fp32=True,
+        use_cache=True,
+    )
     if spec.family == "mamba":
-        return dict(cfg, num_hidden_layers=spec.num_layers, state_size=spec.ssm_state_size,
-                    intermediate_size=ssm_inner(spec), time_step_rank=ssm_dt_rank(spec),
-                    hidden_act="silu")
-    cfg.update(n_groups=spec.ssm_n_groups, chunk_size=spec.ssm_chunk_size,
-               time_step_limit=limit)
+        return dict(
+            cfg,
+            num_hidden_layers=spec.num_layers,
+            state_size=spec.ssm_state_size,
+            intermediate_size=ssm_inner(spec),
+            time_step_rank=ssm_dt_rank(spec),
+            hidden_act="silu",
+        )
+    cfg.update(n_groups=spec.ssm_n_groups, chunk_size=spec.ssm_chunk_size, time_step_limit=limit)
     if spec.family == "mamba2":
-        return dict(cfg, num_hidden_layers=spec.num_layers, state_size=spec.ssm_state_size,
-                    num_heads=ssm_heads(spec), head_dim=spec.ssm_head_dim, hidden_act="silu")
-    return dict(cfg, hybrid_override_pattern=spec.block_pattern,
-                ssm_state_size=spec.ssm_state_size, mamba_num_heads=ssm_heads(spec),
-                mamba_head_dim=spec.ssm_head_dim, mamba_hidden_act="silu",
-                num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads,
-                head_dim=spec.head_dim, intermediate_size=spec.intermediate_size,
-                mlp_hidden_act="relu2", mlp_bias=False, attention_bias=False,
-                max_position_embeddings=spec.max_seq_len, residual_in_fp32=False)
+        return dict(
+            cfg,
+            num_hidden_layers=spec.num_layers,
+            state_size=spec.ssm_state_size,
+            num_heads=ssm_heads(spec),
+            head_dim=spec.ssm_head_dim,
+            hidden_act="silu",
+        )
+    return dict(
+        cfg,
+        hybrid_override_pattern=spec.block_pattern,
+        ssm_state_size=spec.ssm_state_size,
+        mamba_num_heads=ssm_heads(spec),
+        mamba_head_dim=spec.ssm_head_dim,
+        mamba_hidden_act="silu",
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        intermediate_size=spec.intermediate_size,
+        mlp_hidden_act="relu2",
+        mlp_bias=False,
+        attention_bias=False,
+        max_position_embeddings=spec.max_seq_len,
+        residual_in_fp32=False,
+    )

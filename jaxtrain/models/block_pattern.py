@@ -26,7 +26,8 @@ KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 HYBRID_PIPELINE_ERROR = (
     "model.block_pattern={pattern!r} (a hybrid / state-space stack) does not run as a pipeline "
     "yet; set mesh.ici_pipeline=1 and mesh.dcn_pipeline=1 and split the model over fsdp / "
-    "data instead.")
+    "data instead."
+)
 # Characters other stacks' patterns use for mixers jaxtrain does not build yet.
 NOT_BUILT = {"G": "gated delta net (GDN)", "K": "Kimi delta attention (KDA)"}
 
@@ -35,11 +36,14 @@ def pattern_kinds(pattern: str) -> list[str]:
     """The sublayer kind of every character; ValueError naming an unknown character."""
     for ch in pattern:
         if ch in NOT_BUILT:
-            raise ValueError(f"character {ch!r} is a {NOT_BUILT[ch]} mixer, which jaxtrain does "
-                             "not build yet")
+            raise ValueError(
+                f"character {ch!r} is a {NOT_BUILT[ch]} mixer, which jaxtrain does not build yet"
+            )
         if ch not in KINDS:
-            raise ValueError(f"character {ch!r} is not one of {sorted(KINDS)} "
-                             "(M mamba, * attention, - mlp, E moe)")
+            raise ValueError(
+                f"character {ch!r} is not one of {sorted(KINDS)} "
+                "(M mamba, * attention, - mlp, E moe)"
+            )
     return [KINDS[ch] for ch in pattern]
 
 
@@ -115,8 +119,12 @@ def kind_params(spec: Any, kind: str) -> int:
         return _mlp_matmul(spec) + d
     if kind == "moe":
         e = spec.num_experts
-        return (e * spec._expert_params(True) + spec.moe_shared_experts * 3 * d
-                * spec.moe_intermediate_size + d * e + d)
+        return (
+            e * spec._expert_params(True)
+            + spec.moe_shared_experts * 3 * d * spec.moe_intermediate_size
+            + d * e
+            + d
+        )
     raise KeyError(kind)
 
 
@@ -151,8 +159,11 @@ def kind_flops(spec: Any, kind: str, seq_len: int) -> float:
         return 6.0 * _mlp_matmul(spec)
     if kind == "moe":
         d, k = spec.hidden_size, spec.num_experts_per_tok
-        matmul = (k * spec._expert_params(False) + spec.moe_shared_experts * 3 * d
-                  * spec.moe_intermediate_size + d * spec.num_experts)
+        matmul = (
+            k * spec._expert_params(False)
+            + spec.moe_shared_experts * 3 * d * spec.moe_intermediate_size
+            + d * spec.num_experts
+        )
         return 6.0 * matmul
     raise KeyError(kind)
 

@@ -49,8 +49,9 @@ def _blocks(length: int, block: int, window: int, chunk: int) -> list[tuple[int,
     return out
 
 
-def _visible(start: int, end: int, first_key: int, window: int, chunk: int,
-             segment_BL: jax.Array | None) -> jax.Array:
+def _visible(
+    start: int, end: int, first_key: int, window: int, chunk: int, segment_BL: jax.Array | None
+) -> jax.Array:
     """Boolean [B or 1, 1, 1, Q, S]: causal, inside the window or chunk, within one document."""
     rows = jnp.arange(start, end)[:, None]
     cols = jnp.arange(first_key, end)[None, :]
@@ -61,7 +62,7 @@ def _visible(start: int, end: int, first_key: int, window: int, chunk: int,
         allowed_QS &= rows // chunk == cols // chunk
     allowed = allowed_QS[None]
     if segment_BL is not None:
-        same_BQS = (segment_BL[:, start:end, None] == segment_BL[:, None, first_key:end])
+        same_BQS = segment_BL[:, start:end, None] == segment_BL[:, None, first_key:end]
         allowed = allowed & same_BQS
     return allowed[:, None, None]
 
@@ -69,8 +70,14 @@ def _visible(start: int, end: int, first_key: int, window: int, chunk: int,
 def _scores(q_BKGQH, kT_BKHS, mask, scale, cap=0.0):
     """Masked float32 scores, and with a soft-cap the derivative of the cap, 1 - tanh^2 (None
     without one)."""
-    s = jnp.einsum("bkgqh,bkhs->bkgqs", *float32_operands(q_BKGQH, kT_BKHS),
-                   preferred_element_type=jnp.float32) * scale
+    s = (
+        jnp.einsum(
+            "bkgqh,bkhs->bkgqs",
+            *float32_operands(q_BKGQH, kT_BKHS),
+            preferred_element_type=jnp.float32,
+        )
+        * scale
+    )
     if not cap:
         return jnp.where(mask, s, _MASKED), None
     t = jnp.tanh(s / cap)
@@ -96,8 +103,9 @@ def _sink_logits(sinks_N, kv_heads):
     return sinks_N.astype(jnp.float32).reshape(1, kv_heads, -1, 1, 1)
 
 
-def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block,
-             keep_probs, cap):
+def _forward(
+    q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block, keep_probs, cap
+):
     q, k, v = _split_heads(q_BLNH, k_BLKH, v_BLKV)
     k_T = _transposed(k)
     sink = None if sinks_N is None else _sink_logits(sinks_N, k.shape[1])
@@ -112,9 +120,11 @@ def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, 
         total = jnp.sum(p, axis=-1, keepdims=True)
         if sink is not None:
             total = total + jnp.exp(sink - m)  # the sink's share of the denominator
-        o = jnp.einsum("bkgqs,bksv->bkgqv",
-                       *float32_operands(p.astype(v.dtype), v[:, :, first:end]),
-                       preferred_element_type=jnp.float32)
+        o = jnp.einsum(
+            "bkgqs,bksv->bkgqv",
+            *float32_operands(p.astype(v.dtype), v[:, :, first:end]),
+            preferred_element_type=jnp.float32,
+        )
         outs.append(o / total)
         lses.append((m + jnp.log(total))[..., 0])
         if keep_probs:
@@ -126,11 +136,19 @@ def _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, 
     return out_BLNV, (q, k, v, o_BKGLV.astype(q_BLNH.dtype), lse_BKGL, tuple(kept) or None)
 
 
-def blockwise_causal_attention(q_BLNH: jax.Array, k_BLKH: jax.Array, v_BLKV: jax.Array,
-                               segment_BL: jax.Array | None, window: int, scale: float,
-                               block: int, *, chunk: int = 0,
-                               sinks_N: jax.Array | None = None, softcap: float = 0.0
-                               ) -> jax.Array:
+def blockwise_causal_attention(
+    q_BLNH: jax.Array,
+    k_BLKH: jax.Array,
+    v_BLKV: jax.Array,
+    segment_BL: jax.Array | None,
+    window: int,
+    scale: float,
+    block: int,
+    *,
+    chunk: int = 0,
+    sinks_N: jax.Array | None = None,
+    softcap: float = 0.0,
+) -> jax.Array:
     """softmax(scale x q k^T, causal [, window | chunk] [, same segment] [, sink]) v for
     self-attention.
 
@@ -141,8 +159,19 @@ def blockwise_causal_attention(q_BLNH: jax.Array, k_BLKH: jax.Array, v_BLKV: jax
     """
     # Capped scores need tanh in the backward pass: recompute them rather than keep them.
     keep_probs = not softcap and keeps_probabilities(q_BLNH.shape, block, window, chunk)
-    return _attention(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block,
-                      keep_probs, float(softcap))
+    return _attention(
+        q_BLNH,
+        k_BLKH,
+        v_BLKV,
+        sinks_N,
+        segment_BL,
+        window,
+        chunk,
+        scale,
+        block,
+        keep_probs,
+        float(softcap),
+    )
 
 
 # The most one layer's kept softmax numerators may take (float32, visible blocks only). The
@@ -150,8 +179,7 @@ def blockwise_causal_attention(q_BLNH: jax.Array, k_BLKH: jax.Array, v_BLKV: jax
 KEPT_PROBABILITIES_BYTES = 64 << 20
 
 
-def keeps_probabilities(shape_BLNH: tuple[int, ...], block: int, window: int,
-                        chunk: int) -> bool:
+def keeps_probabilities(shape_BLNH: tuple[int, ...], block: int, window: int, chunk: int) -> bool:
     """Whether the forward pass keeps each block's softmax numerator for the backward pass.
 
     Where the backend keeps them (CPUs; see `jaxtrain.backend`) and they fit in
@@ -161,22 +189,25 @@ def keeps_probabilities(shape_BLNH: tuple[int, ...], block: int, window: int,
     if not backend.current().keep_attention_probabilities:
         return False
     b, l, n, _ = shape_BLNH
-    entries = sum((end - start) * (end - first)
-                  for start, end, first in _blocks(l, block, window, chunk))
+    entries = sum(
+        (end - start) * (end - first) for start, end, first in _blocks(l, block, window, chunk)
+    )
     return b * n * entries * 4 <= KEPT_PROBABILITIES_BYTES
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
-def _attention(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block,
-               keep_probs, cap):
-    return _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale,
-                    block, False, cap)[0]
+def _attention(
+    q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block, keep_probs, cap
+):
+    return _forward(
+        q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block, False, cap
+    )[0]
 
 
-def _fwd(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block, keep_probs,
-         cap):
-    out, residuals = _forward(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk,
-                              scale, block, keep_probs, cap)
+def _fwd(q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block, keep_probs, cap):
+    out, residuals = _forward(
+        q_BLNH, k_BLKH, v_BLKV, sinks_N, segment_BL, window, chunk, scale, block, keep_probs, cap
+    )
     return out, (*residuals, sinks_N, segment_BL)
 
 
@@ -206,19 +237,32 @@ def _bwd(window, chunk, scale, block, keep_probs, cap, residuals, dout_BLNV):
             # The kept numerator exp(s - m) times the row's 1 / sum is the probability; the
             # row factor goes on the small [Q, V] and [Q, 1] operands instead of the block.
             p, row_scale = kept[i]
-        dv_T = dv_T.at[:, :, :, first:end].add(jnp.einsum(
-            "bkgqv,bkgqs->bkvs", *float32_operands(do_b * row_scale, p.astype(v.dtype)),
-            preferred_element_type=jnp.float32))
-        dp = jnp.einsum("bkgqv,bkvs->bkgqs", *float32_operands(do_b, v_T[..., first:end]),
-                        preferred_element_type=jnp.float32)
+        dv_T = dv_T.at[:, :, :, first:end].add(
+            jnp.einsum(
+                "bkgqv,bkgqs->bkvs",
+                *float32_operands(do_b * row_scale, p.astype(v.dtype)),
+                preferred_element_type=jnp.float32,
+            )
+        )
+        dp = jnp.einsum(
+            "bkgqv,bkvs->bkgqs",
+            *float32_operands(do_b, v_T[..., first:end]),
+            preferred_element_type=jnp.float32,
+        )
         ds = p * ((dp - delta_BKGL[:, :, :, start:end, None]) * (scale * row_scale))
         if dcap is not None:  # through the soft-cap: d(cap x tanh(s / cap)) = 1 - tanh^2
             ds = ds * dcap
         ds = ds.astype(q.dtype)
-        dq_blocks.append(jnp.einsum("bkgqs,bksh->bkgqh", *float32_operands(ds, k_b),
-                                    preferred_element_type=jnp.float32))
-        dk_T = dk_T.at[:, :, :, first:end].add(jnp.einsum(
-            "bkgqh,bkgqs->bkhs", *float32_operands(q_b, ds), preferred_element_type=jnp.float32))
+        dq_blocks.append(
+            jnp.einsum(
+                "bkgqs,bksh->bkgqh", *float32_operands(ds, k_b), preferred_element_type=jnp.float32
+            )
+        )
+        dk_T = dk_T.at[:, :, :, first:end].add(
+            jnp.einsum(
+                "bkgqh,bkgqs->bkhs", *float32_operands(q_b, ds), preferred_element_type=jnp.float32
+            )
+        )
     dq = jnp.concatenate(dq_blocks, axis=3).transpose(0, 3, 1, 2, 4).reshape(b, l, kv * g, h)
     dk = dk_T.transpose(0, 3, 1, 2)
     dv = dv_T.transpose(0, 3, 1, 2)

@@ -71,16 +71,18 @@ class Block(nnx.Module):
         self.attn = MLAttention(spec, rngs=rngs) if spec.mla else Attention(spec, rngs=rngs)
         self.post_attn_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
         experts = spec.num_experts and not dense
-        self.mlp = (MoE(spec, rngs=rngs) if experts
-                    else SwiGLU(spec, rngs=rngs, use_bias=spec.mlp_bias))
+        self.mlp = (
+            MoE(spec, rngs=rngs) if experts else SwiGLU(spec, rngs=rngs, use_bias=spec.mlp_bias)
+        )
         if spec.post_norms:  # Grok: the attention and MLP outputs are normed before the add
             self.attn_out_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
             self.mlp_out_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
 
     def __call__(self, x_BLD, cos, sin, index_BL, segment_BL=None, cache=None, kind=0):
         extra = {} if isinstance(self.attn, MLAttention) else {"kind": kind}
-        attn_BLD, cache = self.attn(self.input_norm(x_BLD), cos, sin, index_BL, segment_BL,
-                                    cache, **extra)
+        attn_BLD, cache = self.attn(
+            self.input_norm(x_BLD), cos, sin, index_BL, segment_BL, cache, **extra
+        )
         if hasattr(self, "attn_out_norm"):
             attn_BLD = self.attn_out_norm(attn_BLD)
         x_BLD = x_BLD + attn_BLD
@@ -88,8 +90,9 @@ class Block(nnx.Module):
         if hasattr(self, "mlp_out_norm"):
             mlp_BLD = self.mlp_out_norm(mlp_BLD)
         x_BLD = x_BLD + mlp_BLD
-        x_BLD = sharding.constrain(x_BLD, ("activation_batch", "activation_length",
-                                           "activation_embed"))
+        x_BLD = sharding.constrain(
+            x_BLD, ("activation_batch", "activation_length", "activation_embed")
+        )
         return x_BLD, cache, stats
 
     def _mlp(self, x_BLD: jax.Array) -> tuple[jax.Array, dict]:
@@ -99,8 +102,7 @@ class Block(nnx.Module):
         return self.mlp(x_BLD), {}
 
 
-def _stack(spec: ModelSpec, count: int, dense: bool, rngs: nnx.Rngs,
-           axis: str = "layers") -> Block:
+def _stack(spec: ModelSpec, count: int, dense: bool, rngs: nnx.Rngs, axis: str = "layers") -> Block:
     """`count` blocks whose parameters are stacked over a leading dimension, named `axis` for
     the sharding rules (`stack_axis` metadata; `layers` when absent)."""
 
@@ -124,9 +126,15 @@ class Decoder(nnx.Module):
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         self.spec = spec
         output_fp8 = fp8.recipe(spec, output_layer=True)
-        self.embed = Embed(spec.vocab_size, spec.hidden_size, rngs=rngs, std=spec.init_std,
-                           dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype,
-                           fp8=output_fp8 if spec.tie_embeddings else None)
+        self.embed = Embed(
+            spec.vocab_size,
+            spec.hidden_size,
+            rngs=rngs,
+            std=spec.init_std,
+            dtype=spec.jnp_dtype,
+            param_dtype=spec.jnp_param_dtype,
+            fp8=output_fp8 if spec.tie_embeddings else None,
+        )
         if spec.block_pattern:  # a hybrid / state-space stack (models/hybrid.py)
             self.blocks = HybridStack(spec, rngs=rngs)
         else:
@@ -137,24 +145,46 @@ class Decoder(nnx.Module):
                 axis = "layers" if spec.moe_layer_step > 1 else "prefix_layers"
                 self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs, axis)
             self.layers = _stack(spec, len(stacks["layers"]), False, rngs)
-        self.final_norm = RMSNorm(spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype,
-                                  param_dtype=spec.jnp_param_dtype)
-        self.lm_head = None if spec.tie_embeddings else Dense(
-            (spec.hidden_size,), (spec.vocab_size,), ("embed",), ("vocab",), rngs=rngs,
-            std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype,
-            out_dtype=jnp.float32, fp8=output_fp8)
+        self.final_norm = RMSNorm(
+            spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype
+        )
+        self.lm_head = (
+            None
+            if spec.tie_embeddings
+            else Dense(
+                (spec.hidden_size,),
+                (spec.vocab_size,),
+                ("embed",),
+                ("vocab",),
+                rngs=rngs,
+                std=spec.init_std,
+                dtype=spec.jnp_dtype,
+                param_dtype=spec.jnp_param_dtype,
+                out_dtype=jnp.float32,
+                fp8=output_fp8,
+            )
+        )
 
-    def hidden_states(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
-                      segment_ids_BL: jax.Array | None = None, cache: Cache | None = None,
-                      cache_index: jax.Array | int = 0) -> tuple[jax.Array, Cache | None]:
+    def hidden_states(
+        self,
+        tokens_BL: jax.Array,
+        positions_BL: jax.Array | None = None,
+        segment_ids_BL: jax.Array | None = None,
+        cache: Cache | None = None,
+        cache_index: jax.Array | int = 0,
+    ) -> tuple[jax.Array, Cache | None]:
         """The final-norm output [B, L, D], and the updated cache when one is given."""
-        x_BLD, new_cache, _ = self._run(tokens_BL, positions_BL, segment_ids_BL, cache,
-                                        cache_index)
+        x_BLD, new_cache, _ = self._run(tokens_BL, positions_BL, segment_ids_BL, cache, cache_index)
         return x_BLD, new_cache
 
-    def _run(self, tokens_BL: jax.Array, positions_BL: jax.Array | None,
-             segment_ids_BL: jax.Array | None, cache: Cache | None,
-             cache_index: jax.Array | int) -> tuple[jax.Array, Cache | None, dict]:
+    def _run(
+        self,
+        tokens_BL: jax.Array,
+        positions_BL: jax.Array | None,
+        segment_ids_BL: jax.Array | None,
+        cache: Cache | None,
+        cache_index: jax.Array | int,
+    ) -> tuple[jax.Array, Cache | None, dict]:
         """(final hidden states, updated cache, per-layer mlp statistics stacked over layers)."""
         spec = self.spec
         b, l = tokens_BL.shape
@@ -174,14 +204,21 @@ class Decoder(nnx.Module):
                 raise ConfigError(HYBRID_PIPELINE_ERROR.format(pattern=spec.block_pattern))
             ctx = HybridContext(cos, sin, index_BL, segment_ids_BL)
             x_BLD, new_cache, stats = self.blocks(
-                x_BLD, ctx, cache, remat=spec.remat != "none",
-                remat_policy=_REMAT_POLICIES.get(spec.remat), unroll=unroll)
+                x_BLD,
+                ctx,
+                cache,
+                remat=spec.remat != "none",
+                remat_policy=_REMAT_POLICIES.get(spec.remat),
+                unroll=unroll,
+            )
             return self.final_norm(x_BLD), new_cache, stats
 
         dense_layers = getattr(self, "dense_layers", None)
         per_layer = attention_kinds(spec)[1]
-        kinds = {name: jnp.asarray([per_layer[i] for i in layers], jnp.int32)
-                 for name, layers in stack_layer_indices(spec).items()}
+        kinds = {
+            name: jnp.asarray([per_layer[i] for i in layers], jnp.int32)
+            for name, layers in stack_layer_indices(spec).items()
+        }
         if cache is None and sharding.axis_size(pipeline.AXIS) > 1:
             rows = {"index": index_BL}
             if segment_ids_BL is not None:
@@ -194,39 +231,52 @@ class Decoder(nnx.Module):
             args = (cos, sin, index_BL, segment_ids_BL if cache is None else None)
             x_BLD, new_cache, stats = self._scan_groups(x_BLD, args, kinds, cache, unroll)
         elif cache is None:
+
             def layer(x, block, kind):
                 x, _, stats = block(x, cos, sin, index_BL, segment_ids_BL, kind=kind)
                 return x, stats
 
             if spec.remat != "none":
                 layer = nnx.remat(layer, policy=_REMAT_POLICIES[spec.remat])
-            scan = nnx.scan(layer, in_axes=(nnx.Carry, 0, 0), out_axes=(nnx.Carry, 0),
-                            unroll=unroll)
+            scan = nnx.scan(
+                layer, in_axes=(nnx.Carry, 0, 0), out_axes=(nnx.Carry, 0), unroll=unroll
+            )
             if dense_layers is not None:
                 # dense blocks have no statistics
                 x_BLD, _ = scan(x_BLD, dense_layers, kinds["dense_layers"])
             x_BLD, stats = scan(x_BLD, self.layers, kinds["layers"])
             new_cache = None
         else:
+
             def layer_with_cache(x, block, kind, k, v):
                 x, (k, v), _ = block(x, cos, sin, index_BL, None, (k, v), kind=kind)
                 return x, (k, v)
 
-            scan = nnx.scan(layer_with_cache, in_axes=(nnx.Carry, 0, 0, 0, 0),
-                            out_axes=(nnx.Carry, 0), unroll=unroll)
+            scan = nnx.scan(
+                layer_with_cache,
+                in_axes=(nnx.Carry, 0, 0, 0, 0),
+                out_axes=(nnx.Carry, 0),
+                unroll=unroll,
+            )
             new_cache = {}
             if dense_layers is not None:
-                x_BLD, (k, v) = scan(x_BLD, dense_layers, kinds["dense_layers"],
-                                     cache["dense_k"], cache["dense_v"])
+                x_BLD, (k, v) = scan(
+                    x_BLD, dense_layers, kinds["dense_layers"], cache["dense_k"], cache["dense_v"]
+                )
                 new_cache.update(dense_k=k, dense_v=v)
             x_BLD, (k, v) = scan(x_BLD, self.layers, kinds["layers"], cache["k"], cache["v"])
             new_cache.update(k=k, v=v)
             stats = {}
         return self.final_norm(x_BLD), new_cache, stats
 
-    def _pipelined(self, x_BLD: jax.Array, rope: tuple, rows: dict[str, jax.Array],
-                   kinds: dict[str, jax.Array], unroll: int | bool
-                   ) -> tuple[jax.Array, dict]:
+    def _pipelined(
+        self,
+        x_BLD: jax.Array,
+        rope: tuple,
+        rows: dict[str, jax.Array],
+        kinds: dict[str, jax.Array],
+        unroll: int | bool,
+    ) -> tuple[jax.Array, dict]:
         """The training forward through the stack as a pipeline over the `pipeline` mesh axis
         (see `jaxtrain.models.pipeline`); `rows` holds the per-row inputs (token index, and
         segment ids and per-row RoPE tables when given)."""
@@ -245,14 +295,16 @@ class Decoder(nnx.Module):
         else:
             dense_layers = getattr(self, "dense_layers", None)
             if dense_layers is not None:  # leading dense blocks, before the pipeline
+
                 def layer(x, block, kind):
                     x, _, _ = block(x, *args_of(rows), kind=kind)
                     return x
 
                 if spec.remat != "none":
                     layer = nnx.remat(layer, policy=_REMAT_POLICIES[spec.remat])
-                x_BLD = nnx.scan(layer, in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry,
-                                 unroll=unroll)(x_BLD, dense_layers, kinds["dense_layers"])
+                x_BLD = nnx.scan(
+                    layer, in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry, unroll=unroll
+                )(x_BLD, dense_layers, kinds["dense_layers"])
             graphdef, state = nnx.split(self.layers)
             units = {"blocks": state, "kind": kinds["layers"]}
 
@@ -264,10 +316,14 @@ class Decoder(nnx.Module):
         remat = None
         if spec.remat != "none":
             remat = functools.partial(jax.checkpoint, policy=_REMAT_POLICIES[spec.remat])
-        newest = jax.tree.map(lambda v: isinstance(v, fp8.Fp8Amax), units,
-                              is_leaf=lambda v: isinstance(v, nnx.Variable))
-        x_BLD, stats = pipeline.run(unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll,
-                                    newest=newest)
+        newest = jax.tree.map(
+            lambda v: isinstance(v, fp8.Fp8Amax),
+            units,
+            is_leaf=lambda v: isinstance(v, nnx.Variable),
+        )
+        x_BLD, stats = pipeline.run(
+            unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll, newest=newest
+        )
         if "prob" in stats:  # the balance loss of the whole batch, from its per-unit means
             stats = dict(stats, aux_loss=balance_loss_of_means(stats["load"], stats["prob"]))
         return x_BLD, stats
@@ -287,8 +343,12 @@ class Decoder(nnx.Module):
         def by_group(t):
             return t.reshape(groups, sub, *t.shape[1:])
 
-        xs = {"dense": jax.tree.map(by_group, dense_state), "moe": moe_state,
-              "dense_kind": by_group(kinds["dense_layers"]), "moe_kind": kinds["layers"]}
+        xs = {
+            "dense": jax.tree.map(by_group, dense_state),
+            "moe": moe_state,
+            "dense_kind": by_group(kinds["dense_layers"]),
+            "moe_kind": kinds["layers"],
+        }
 
         def group(x, xs, args):
             caches = xs.get("cache")
@@ -310,16 +370,24 @@ class Decoder(nnx.Module):
 
         return xs, group, by_group
 
-    def _scan_groups(self, x_BLD: jax.Array, args: tuple, kinds: dict[str, jax.Array],
-                     cache: Cache | None, unroll: int | bool
-                     ) -> tuple[jax.Array, Cache | None, dict]:
+    def _scan_groups(
+        self,
+        x_BLD: jax.Array,
+        args: tuple,
+        kinds: dict[str, jax.Array],
+        cache: Cache | None,
+        unroll: int | bool,
+    ) -> tuple[jax.Array, Cache | None, dict]:
         """Alternating dense and expert blocks: one scan step per group (`_group_units`)."""
         spec = self.spec
         xs, group, by_group = self._group_units(kinds)
         if cache is not None:
-            xs["cache"] = {"dense_k": by_group(cache["dense_k"]),
-                           "dense_v": by_group(cache["dense_v"]),
-                           "k": cache["k"], "v": cache["v"]}
+            xs["cache"] = {
+                "dense_k": by_group(cache["dense_k"]),
+                "dense_v": by_group(cache["dense_v"]),
+                "k": cache["k"],
+                "v": cache["v"],
+            }
 
         def step(x, xs):
             return group(x, xs, args)
@@ -328,8 +396,9 @@ class Decoder(nnx.Module):
             step = jax.checkpoint(step, policy=_REMAT_POLICIES[spec.remat])
         x_BLD, (stats, new_cache) = jax.lax.scan(step, x_BLD, xs, unroll=unroll)
         if new_cache is not None:
-            new_cache = {name: value.reshape(cache[name].shape)
-                         for name, value in new_cache.items()}
+            new_cache = {
+                name: value.reshape(cache[name].shape) for name, value in new_cache.items()
+            }
         return x_BLD, new_cache, stats
 
     def logits(self, x_BLD: jax.Array) -> jax.Array:
@@ -342,35 +411,47 @@ class Decoder(nnx.Module):
             logits_BLV = logits_BLV * self.spec.output_multiplier
         if self.spec.final_logit_softcap:
             logits_BLV = softcap(logits_BLV, self.spec.final_logit_softcap)
-        return sharding.constrain(logits_BLV, ("activation_batch", "activation_length",
-                                               "activation_vocab"))
+        return sharding.constrain(
+            logits_BLV, ("activation_batch", "activation_length", "activation_vocab")
+        )
 
     def output_kernel(self) -> jax.Array:
         """The output projection [D, V] in the compute dtype: `logits(x)` is x @ this in
         float32 (the embedding, transposed, when tied; times `output_multiplier`), before any
         `final_logit_softcap`."""
-        kernel = self.embed.attend_kernel() if self.lm_head is None else \
-            self.lm_head.compute_kernel()
+        kernel = (
+            self.embed.attend_kernel() if self.lm_head is None else self.lm_head.compute_kernel()
+        )
         if self.spec.output_multiplier != 1.0:
             kernel = kernel * jnp.asarray(self.spec.output_multiplier, kernel.dtype)
         return kernel
 
-    def __call__(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
-                 segment_ids_BL: jax.Array | None = None) -> jax.Array:
+    def __call__(
+        self,
+        tokens_BL: jax.Array,
+        positions_BL: jax.Array | None = None,
+        segment_ids_BL: jax.Array | None = None,
+    ) -> jax.Array:
         x_BLD, _ = self.hidden_states(tokens_BL, positions_BL, segment_ids_BL)
         return self.logits(x_BLD)
 
-    def forward_with_stats(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
-                           segment_ids_BL: jax.Array | None = None
-                           ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    def forward_with_stats(
+        self,
+        tokens_BL: jax.Array,
+        positions_BL: jax.Array | None = None,
+        segment_ids_BL: jax.Array | None = None,
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Logits [B, L, V] plus the mixture-of-experts statistics of every expert layer
         ({"aux_loss": [layers], "z_loss": [layers], "load": [layers, E]}; {} when dense)."""
         x_BLD, stats = self.hidden_with_stats(tokens_BL, positions_BL, segment_ids_BL)
         return self.logits(x_BLD), stats
 
-    def hidden_with_stats(self, tokens_BL: jax.Array, positions_BL: jax.Array | None = None,
-                          segment_ids_BL: jax.Array | None = None
-                          ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    def hidden_with_stats(
+        self,
+        tokens_BL: jax.Array,
+        positions_BL: jax.Array | None = None,
+        segment_ids_BL: jax.Array | None = None,
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """`forward_with_stats` up to the final norm: hidden states [B, L, D] in the compute
         dtype, for losses that apply `output_kernel` themselves (`train.loss_chunks`)."""
         x_BLD, _, stats = self._run(tokens_BL, positions_BL, segment_ids_BL, None, 0)
@@ -383,8 +464,12 @@ class Decoder(nnx.Module):
         if spec.block_pattern:
             return self.blocks.init_cache(batch, max_len, dtype)
         if spec.mla:
-            k_shape = (batch, max_len, spec.num_heads,
-                       spec.qk_nope_head_dim + spec.qk_rope_head_dim)
+            k_shape = (
+                batch,
+                max_len,
+                spec.num_heads,
+                spec.qk_nope_head_dim + spec.qk_rope_head_dim,
+            )
             v_shape = (batch, max_len, spec.num_heads, spec.v_head_dim)
         else:
             k_shape = v_shape = (batch, max_len, spec.num_kv_heads, spec.head_dim)

@@ -40,8 +40,14 @@ def l2_normalize(x: jax.Array, eps: float = 1e-6) -> jax.Array:
     return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
-def recurrent_step(q_BHK: jax.Array, k_BHK: jax.Array, v_BHV: jax.Array, g_BHk: jax.Array,
-                   beta_BH: jax.Array, state_BHKV: jax.Array) -> tuple[jax.Array, jax.Array]:
+def recurrent_step(
+    q_BHK: jax.Array,
+    k_BHK: jax.Array,
+    v_BHV: jax.Array,
+    g_BHk: jax.Array,
+    beta_BH: jax.Array,
+    state_BHKV: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
     """One token of the recurrence: (o [B, H, V], new state [B, H, K, V]), in float32.
 
     `g_BHk` is the log decay, [B, H, K] per key channel or [B, H, 1] for one per head.
@@ -67,10 +73,17 @@ def _pad(x: jax.Array, pad: int) -> jax.Array:
     return jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
 
 
-def chunked_delta_rule(q_BLHK: jax.Array, k_BLHK: jax.Array, v_BLHV: jax.Array,
-                       g_BLHk: jax.Array, beta_BLH: jax.Array, *, chunk: int = 64,
-                       state_BHKV: jax.Array | None = None,
-                       segment_BL: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+def chunked_delta_rule(
+    q_BLHK: jax.Array,
+    k_BLHK: jax.Array,
+    v_BLHV: jax.Array,
+    g_BLHk: jax.Array,
+    beta_BLH: jax.Array,
+    *,
+    chunk: int = 64,
+    state_BHKV: jax.Array | None = None,
+    segment_BL: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """The delta rule over a sequence: (o [B, L, H, V] float32, final state [B, H, K, V]).
 
     `g_BLHk` is the log decay per token, [B, L, H, K] (per key channel, KDA) or [B, L, H] (one
@@ -82,8 +95,9 @@ def chunked_delta_rule(q_BLHK: jax.Array, k_BLHK: jax.Array, v_BLHV: jax.Array,
     vd = v_BLHV.shape[-1]
     per_channel = g_BLHk.ndim == 4
     pad = -l % chunk
-    q, k, v, g, beta = (_pad(x.astype(_F32), pad)
-                        for x in (q_BLHK, k_BLHK, v_BLHV, g_BLHk, beta_BLH))
+    q, k, v, g, beta = (
+        _pad(x.astype(_F32), pad) for x in (q_BLHK, k_BLHK, v_BLHV, g_BLHk, beta_BLH)
+    )
     if not per_channel:
         g = g[..., None]  # [B, L, H, 1]: one decay broadcast over the key channels
     q, k, v, g = (_chunks(x, chunk) for x in (q, k, v, g))  # [B, H, N, C, *]
@@ -119,8 +133,7 @@ def chunked_delta_rule(q_BLHK: jax.Array, k_BLHK: jax.Array, v_BLHV: jax.Array,
     strict = jnp.tril(jnp.ones((chunk, chunk), bool), -1)
     lhs_CC = jnp.where(strict, beta * kk_CC, 0.0) + jnp.eye(chunk, dtype=_F32)
     u = solve_triangular(lhs_CC, beta * v, lower=True, unit_diagonal=True)
-    w = solve_triangular(lhs_CC, beta * k * jnp.exp(gc) * carried, lower=True,
-                         unit_diagonal=True)
+    w = solve_triangular(lhs_CC, beta * k * jnp.exp(gc) * carried, lower=True, unit_diagonal=True)
     q_read = q * jnp.exp(gc) * carried  # queries reading the carried state
     k_write = k * jnp.exp(gc_last - gc) * ends  # keys writing the state passed on
     # The carried state survives the chunk only if the chunk ends in its document.
@@ -129,10 +142,12 @@ def chunked_delta_rule(q_BLHK: jax.Array, k_BLHK: jax.Array, v_BLHV: jax.Array,
     def step(state_BHKV, xs):
         q_read, k_write, u, w, qk_CC, chunk_decay = xs
         v_new = u - jnp.einsum("bhck,bhkv->bhcv", w, state_BHKV)
-        o = (jnp.einsum("bhck,bhkv->bhcv", q_read, state_BHKV)
-             + jnp.einsum("bhij,bhjv->bhiv", qk_CC, v_new))
-        state_BHKV = (state_BHKV * chunk_decay[..., None]
-                      + jnp.einsum("bhck,bhcv->bhkv", k_write, v_new))
+        o = jnp.einsum("bhck,bhkv->bhcv", q_read, state_BHKV) + jnp.einsum(
+            "bhij,bhjv->bhiv", qk_CC, v_new
+        )
+        state_BHKV = state_BHKV * chunk_decay[..., None] + jnp.einsum(
+            "bhck,bhcv->bhkv", k_write, v_new
+        )
         return state_BHKV, o
 
     if state_BHKV is None:
@@ -143,8 +158,9 @@ def chunked_delta_rule(q_BLHK: jax.Array, k_BLHK: jax.Array, v_BLHV: jax.Array,
     return o_BLHV, state_BHKV
 
 
-def flops_per_token(heads: int, key_dim: int, value_dim: int, chunk: int,
-                    per_channel: bool) -> float:
+def flops_per_token(
+    heads: int, key_dim: int, value_dim: int, chunk: int, per_channel: bool
+) -> float:
     """Forward FLOPs per token of `chunked_delta_rule` for `heads` value heads.
 
     Per chunk and head: the [C, C] key-key and query-key products (2 C^2 K each; the per-channel

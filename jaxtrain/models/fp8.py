@@ -46,8 +46,10 @@ from flax import nnx
 from jaxtrain import backend
 
 # (forward type, gradient type) per `Backend.fp8_formats`, for fp8_format "hybrid".
-FORMATS = {"ocp": (jnp.float8_e4m3fn, jnp.float8_e5m2),
-           "fnuz": (jnp.float8_e4m3fnuz, jnp.float8_e5m2fnuz)}
+FORMATS = {
+    "ocp": (jnp.float8_e4m3fn, jnp.float8_e5m2),
+    "fnuz": (jnp.float8_e4m3fnuz, jnp.float8_e5m2fnuz),
+}
 TENSORS = ("input", "kernel", "grad")  # rows of an amax history
 
 
@@ -78,9 +80,14 @@ def recipe(spec: Any, output_layer: bool = False) -> Fp8Recipe | None:
     None when they compute in model.dtype."""
     if spec.quantization != "fp8" or (output_layer and not spec.fp8_output_layer):
         return None
-    return Fp8Recipe(scaling=spec.fp8_recipe, history=spec.fp8_amax_history,
-                     algo=spec.fp8_amax_algo, margin=spec.fp8_margin, format=spec.fp8_format,
-                     stats=spec.fp8_stats)
+    return Fp8Recipe(
+        scaling=spec.fp8_recipe,
+        history=spec.fp8_amax_history,
+        algo=spec.fp8_amax_algo,
+        margin=spec.fp8_margin,
+        format=spec.fp8_format,
+        stats=spec.fp8_stats,
+    )
 
 
 class Fp8Amax(nnx.Variable):
@@ -92,8 +99,9 @@ class Fp8Amax(nnx.Variable):
 
 def empty_history(fp8: Fp8Recipe) -> Fp8Amax:
     """A fresh (all zero) amax history for one projection."""
-    return Fp8Amax(jnp.zeros((len(TENSORS), fp8.history_length), jnp.float32),
-                   logical_axes=(None, None))
+    return Fp8Amax(
+        jnp.zeros((len(TENSORS), fp8.history_length), jnp.float32), logical_axes=(None, None)
+    )
 
 
 def formats(fp8: Fp8Recipe) -> tuple[Any, Any]:
@@ -106,8 +114,9 @@ def _amax(x: jax.Array) -> jax.Array:
     return jnp.max(jnp.abs(x)).astype(jnp.float32)
 
 
-def scale(amax_now: jax.Array, history_H: jax.Array | None, fp8: Fp8Recipe,
-          dtype: Any) -> jax.Array:
+def scale(
+    amax_now: jax.Array, history_H: jax.Array | None, fp8: Fp8Recipe, dtype: Any
+) -> jax.Array:
     """The dequantization scale (x ~ q x scale) of one tensor: amax x 2^margin / max.
 
     Delayed scaling reads only the history, never `amax_now`: the tensor's own amax and its
@@ -120,7 +129,7 @@ def scale(amax_now: jax.Array, history_H: jax.Array | None, fp8: Fp8Recipe,
         amax = jnp.max(history_H) if fp8.algo == "max" else history_H[0]
     top = float(jnp.finfo(dtype).max)
     ok = jnp.isfinite(amax) & (amax > 0)
-    return jnp.where(ok, amax * (2.0 ** fp8.margin) / top, 1.0)
+    return jnp.where(ok, amax * (2.0**fp8.margin) / top, 1.0)
 
 
 def quantize(x: jax.Array, scale_: jax.Array, dtype: Any) -> jax.Array:
@@ -152,40 +161,48 @@ class Product:
         if self.kind == "ragged":
             return jax.lax.ragged_dot(x, w, sizes, preferred_element_type=f32)
         if self.kind == "batched":
-            return jax.lax.dot_general(x, w, (((2,), (1,)), ((0,), (0,))),
-                                       preferred_element_type=f32)
+            return jax.lax.dot_general(
+                x, w, (((2,), (1,)), ((0,), (0,))), preferred_element_type=f32
+            )
         contract = tuple(range(x.ndim - self.in_rank, x.ndim))
-        return jax.lax.dot_general(x, w, ((contract, tuple(range(self.in_rank))), ((), ())),
-                                   preferred_element_type=f32)
+        return jax.lax.dot_general(
+            x, w, ((contract, tuple(range(self.in_rank))), ((), ())), preferred_element_type=f32
+        )
 
     def grad_input(self, g, w, sizes):
         """dx = dy @ w^T."""
         f32 = jnp.float32
         if self.kind == "ragged":
-            return jax.lax.ragged_dot(g, jnp.swapaxes(w, 1, 2), sizes,
-                                      preferred_element_type=f32)
+            return jax.lax.ragged_dot(g, jnp.swapaxes(w, 1, 2), sizes, preferred_element_type=f32)
         if self.kind == "batched":
-            return jax.lax.dot_general(g, w, (((2,), (2,)), ((0,), (0,))),
-                                       preferred_element_type=f32)
+            return jax.lax.dot_general(
+                g, w, (((2,), (2,)), ((0,), (0,))), preferred_element_type=f32
+            )
         out_rank = w.ndim - self.in_rank
         g_out = tuple(range(g.ndim - out_rank, g.ndim))
-        return jax.lax.dot_general(g, w, ((g_out, tuple(range(self.in_rank, w.ndim))),
-                                          ((), ())), preferred_element_type=f32)
+        return jax.lax.dot_general(
+            g,
+            w,
+            ((g_out, tuple(range(self.in_rank, w.ndim))), ((), ())),
+            preferred_element_type=f32,
+        )
 
     def grad_kernel(self, x, g, sizes):
         """dw = x^T @ dy (x transposed, as `layers.project` does: the smaller operand)."""
         f32 = jnp.float32
         if self.kind == "ragged":
             numbers = jax.lax.RaggedDotDimensionNumbers(
-                dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
-                rhs_group_dimensions=[])
+                dot_dimension_numbers=(([0], [0]), ([], [])),
+                lhs_ragged_dimensions=[0],
+                rhs_group_dimensions=[],
+            )
             return jax.lax.ragged_dot_general(x, g, sizes, numbers, preferred_element_type=f32)
         if self.kind == "batched":
-            return jax.lax.dot_general(x, g, (((1,), (1,)), ((0,), (0,))),
-                                       preferred_element_type=f32)
+            return jax.lax.dot_general(
+                x, g, (((1,), (1,)), ((0,), (0,))), preferred_element_type=f32
+            )
         batch = tuple(range(x.ndim - self.in_rank))
-        return jax.lax.dot_general(x, g, ((batch, batch), ((), ())),
-                                   preferred_element_type=f32)
+        return jax.lax.dot_general(x, g, ((batch, batch), ((), ())), preferred_element_type=f32)
 
 
 def _row(history: jax.Array | None, i: int) -> jax.Array | None:
@@ -216,17 +233,22 @@ def _scaled_bwd(product, fp8, types, dtypes, residuals, dy):
     q_g = quantize(dy, s_g, grad_type)
     dx = product.grad_input(q_g, q_w, sizes) * (s_g * s_w)
     dw = product.grad_kernel(q_x, q_g, sizes) * (s_x * s_g)
-    new_history = None if history is None else pushed(history, jnp.stack([amax_x, amax_w,
-                                                                          amax_g]))
+    new_history = None if history is None else pushed(history, jnp.stack([amax_x, amax_w, amax_g]))
     return dx.astype(dtypes[0]), dw.astype(dtypes[1]), new_history, None
 
 
 _scaled.defvjp(lambda *args: _forward(*args), _scaled_bwd)
 
 
-def scaled_product(product: Product, x: jax.Array, w: jax.Array, fp8: Fp8Recipe,
-                   history: jax.Array | None = None, sizes: jax.Array | None = None,
-                   out_dtype: Any = None) -> jax.Array:
+def scaled_product(
+    product: Product,
+    x: jax.Array,
+    w: jax.Array,
+    fp8: Fp8Recipe,
+    history: jax.Array | None = None,
+    sizes: jax.Array | None = None,
+    out_dtype: Any = None,
+) -> jax.Array:
     """`product` of x and w computed in float8 (see the module docstring), the result in
     `out_dtype` (x's dtype when None). `history` is the projection's amax history [3, H] (None
     for current scaling without statistics); `sizes` the group sizes of a ragged product.
@@ -237,11 +259,16 @@ def scaled_product(product: Product, x: jax.Array, w: jax.Array, fp8: Fp8Recipe,
     return _scaled(product, fp8, formats(fp8), dtypes, x, w, history, sizes)
 
 
-def project(x: jax.Array, kernel: jax.Array, in_rank: int, fp8: Fp8Recipe,
-            history: jax.Array | None = None, out_dtype: Any = None) -> jax.Array:
+def project(
+    x: jax.Array,
+    kernel: jax.Array,
+    in_rank: int,
+    fp8: Fp8Recipe,
+    history: jax.Array | None = None,
+    out_dtype: Any = None,
+) -> jax.Array:
     """`layers.project` in float8: x[..., in...] @ kernel[in..., out...]."""
-    return scaled_product(Product("dense", in_rank), x, kernel, fp8, history,
-                          out_dtype=out_dtype)
+    return scaled_product(Product("dense", in_rank), x, kernel, fp8, history, out_dtype=out_dtype)
 
 
 def history_of(module: Any, name: str = "fp8_amax") -> jax.Array | None:

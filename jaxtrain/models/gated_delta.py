@@ -67,8 +67,9 @@ class GatedDeltaNet(nnx.Module):
         self.chunk = spec.linear_chunk or DEFAULT_CHUNK
         d, n, h = spec.hidden_size, spec.linear_num_key_heads, spec.linear_num_value_heads
         kd, vd = spec.linear_key_head_dim, spec.linear_value_head_dim
-        common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype)
+        common = dict(
+            rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype
+        )
         self.q_proj = Dense((d,), (n, kd), ("embed",), _HEADS, **common)
         self.k_proj = Dense((d,), (n, kd), ("embed",), _HEADS, **common)
         self.v_proj = Dense((d,), (h, vd), ("embed",), _HEADS, **common)
@@ -79,21 +80,23 @@ class GatedDeltaNet(nnx.Module):
         linear_mixer.make_convs(self, spec, rngs)
         if spec.linear_output_gate:
             self.g_proj = Dense((d,), (h, vd), ("embed",), _HEADS, **common)
-        self.o_norm = linear_mixer.GatedRMSNorm(vd, spec.norm_eps,
-                                                param_dtype=spec.jnp_param_dtype)
+        self.o_norm = linear_mixer.GatedRMSNorm(vd, spec.norm_eps, param_dtype=spec.jnp_param_dtype)
         self.o_proj = Dense((h, vd), (d,), _HEADS, ("embed",), **common)
 
-    def _mix(self, x_BLD: jax.Array, cache: LinearCache | None,
-             segment_BL: jax.Array | None) -> tuple[jax.Array, LinearCache]:
+    def _mix(
+        self, x_BLD: jax.Array, cache: LinearCache | None, segment_BL: jax.Array | None
+    ) -> tuple[jax.Array, LinearCache]:
         q, k, v, conv_states = linear_mixer.conv_qkv(
-            self, self.q_proj(x_BLD), self.k_proj(x_BLD), self.v_proj(x_BLD), cache, segment_BL)
+            self, self.q_proj(x_BLD), self.k_proj(x_BLD), self.v_proj(x_BLD), cache, segment_BL
+        )
         beta_BLH = jax.nn.sigmoid(self.b_proj(x_BLD).astype(jnp.float32))
         a_BLH = self.a_proj(x_BLD).astype(jnp.float32)
         g_BLH = -jnp.exp(self.A_log[...].astype(jnp.float32)) * jax.nn.softplus(
-            a_BLH + self.dt_bias[...].astype(jnp.float32))
+            a_BLH + self.dt_bias[...].astype(jnp.float32)
+        )
         o_BLHV, state = linear_mixer.run_delta_rule(
-            q, k, v, g_BLH, beta_BLH, self.chunk, None if cache is None else cache.state,
-            segment_BL)
+            q, k, v, g_BLH, beta_BLH, self.chunk, None if cache is None else cache.state, segment_BL
+        )
         gate = self.g_proj(x_BLD) if hasattr(self, "g_proj") else None
         o_BLHV = self.o_norm(o_BLHV, gate, jax.nn.silu).astype(self.spec.jnp_dtype)
         return self.o_proj(o_BLHV), LinearCache(*conv_states, state)
@@ -123,14 +126,22 @@ def matmul_params(spec: ModelSpec) -> int:
 
 def num_params(spec: ModelSpec) -> int:
     """One Gated DeltaNet mixer's parameters: projections, convs, A_log, dt_bias, norm."""
-    return (matmul_params(spec) + linear_mixer.conv_params(spec) + 2 * spec.linear_num_value_heads
-            + spec.linear_value_head_dim)
+    return (
+        matmul_params(spec)
+        + linear_mixer.conv_params(spec)
+        + 2 * spec.linear_num_value_heads
+        + spec.linear_value_head_dim
+    )
 
 
 def flops_per_token(spec: ModelSpec) -> float:
     """Training FLOPs per token of one mixer: 6 x projection weights + 3 x the forward FLOPs of
     the chunked delta rule (which do not grow with the sequence length)."""
-    kernel = delta_rule.flops_per_token(spec.linear_num_value_heads, spec.linear_key_head_dim,
-                                        spec.linear_value_head_dim,
-                                        spec.linear_chunk or DEFAULT_CHUNK, per_channel=False)
+    kernel = delta_rule.flops_per_token(
+        spec.linear_num_value_heads,
+        spec.linear_key_head_dim,
+        spec.linear_value_head_dim,
+        spec.linear_chunk or DEFAULT_CHUNK,
+        per_channel=False,
+    )
     return 6.0 * matmul_params(spec) + 3.0 * kernel

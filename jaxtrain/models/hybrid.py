@@ -47,15 +47,17 @@ class ReluSquaredMLP(nnx.Module):
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         d, f = spec.hidden_size, spec.intermediate_size
-        common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype)
+        common = dict(
+            rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype
+        )
         self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)
 
     def __call__(self, x_BLD: jax.Array) -> jax.Array:
         h_BLF = jnp.square(jax.nn.relu(self.up_proj(x_BLD)))
-        h_BLF = sharding.constrain(h_BLF, ("activation_batch", "activation_length",
-                                           "activation_mlp"))
+        h_BLF = sharding.constrain(
+            h_BLF, ("activation_batch", "activation_length", "activation_mlp")
+        )
         return self.down_proj(h_BLF)
 
 
@@ -111,12 +113,14 @@ def _no_cache(spec: ModelSpec, batch: int, max_len: int, dtype: Any) -> dict:
 
 
 MIXERS: dict[str, MixerType] = {
-    "mamba": MixerType(_build_mamba, _call_mamba,
-                       lambda spec, batch, max_len, dtype: init_ssm_cache(spec, batch)),
+    "mamba": MixerType(
+        _build_mamba, _call_mamba, lambda spec, batch, max_len, dtype: init_ssm_cache(spec, batch)
+    ),
     "attention": MixerType(_build_attention, _call_attention, _attention_cache),
     "mlp": MixerType(_build_mlp, lambda mlp, x, ctx, cache: (mlp(x), None, {}), _no_cache),
-    "moe": MixerType(lambda spec, rngs: MoE(spec, rngs=rngs),
-                     lambda moe, x, ctx, cache: _pair(moe(x)), _no_cache),
+    "moe": MixerType(
+        lambda spec, rngs: MoE(spec, rngs=rngs), lambda moe, x, ctx, cache: _pair(moe(x)), _no_cache
+    ),
 }
 
 
@@ -129,16 +133,19 @@ class Sublayer(nnx.Module):
 
     def __init__(self, spec: ModelSpec, kind: str, *, rngs: nnx.Rngs):
         self.kind = kind
-        self.norm = RMSNorm(spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype,
-                            param_dtype=spec.jnp_param_dtype)
+        self.norm = RMSNorm(
+            spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype
+        )
         self.mixer = MIXERS[kind].build(spec, rngs)
 
-    def __call__(self, x_BLD: jax.Array, ctx: Context, cache: dict | None = None
-                 ) -> tuple[jax.Array, dict | None, dict]:
+    def __call__(
+        self, x_BLD: jax.Array, ctx: Context, cache: dict | None = None
+    ) -> tuple[jax.Array, dict | None, dict]:
         y_BLD, cache, stats = MIXERS[self.kind].call(self.mixer, self.norm(x_BLD), ctx, cache)
         x_BLD = x_BLD + y_BLD.astype(x_BLD.dtype)
-        x_BLD = sharding.constrain(x_BLD, ("activation_batch", "activation_length",
-                                           "activation_embed"))
+        x_BLD = sharding.constrain(
+            x_BLD, ("activation_batch", "activation_length", "activation_embed")
+        )
         return x_BLD, cache, stats
 
 
@@ -161,16 +168,23 @@ class HybridStack(nnx.Module):
         self.spec = spec
         self.period = period(spec.block_pattern)
         self.repeats = spec.num_layers // self.period
-        for j, kind in enumerate(pattern_kinds(spec.block_pattern[:self.period])):
+        for j, kind in enumerate(pattern_kinds(spec.block_pattern[: self.period])):
             setattr(self, f"s{j}", _stack(spec, kind, self.repeats, rngs))
 
     def positions(self) -> list[Sublayer]:
         """The per-position stacks, in pattern order."""
         return [getattr(self, f"s{j}") for j in range(self.period)]
 
-    def __call__(self, x_BLD: jax.Array, ctx: Context, cache: dict | None, *,
-                 remat_policy: Any = None, remat: bool = False, unroll: int | bool = 1
-                 ) -> tuple[jax.Array, dict | None, dict]:
+    def __call__(
+        self,
+        x_BLD: jax.Array,
+        ctx: Context,
+        cache: dict | None,
+        *,
+        remat_policy: Any = None,
+        remat: bool = False,
+        unroll: int | bool = 1,
+    ) -> tuple[jax.Array, dict | None, dict]:
         """(hidden states, updated cache when one is given, mixture-of-experts statistics of
         every expert sublayer concatenated over sublayers)."""
         if not self.spec.use_rope:  # rotating by angle 0 keeps q and k as they are
@@ -208,5 +222,6 @@ class HybridStack(nnx.Module):
         for j, block in enumerate(self.positions()):
             one = MIXERS[block.kind].init_cache(self.spec, batch, max_len, dtype)
             cache[f"s{j}"] = jax.tree.map(
-                lambda t: jnp.broadcast_to(t, (self.repeats, *t.shape)), one)
+                lambda t: jnp.broadcast_to(t, (self.repeats, *t.shape)), one
+            )
         return cache

@@ -48,8 +48,9 @@ class KimiDeltaAttention(nnx.Module):
         self.chunk = spec.linear_chunk or DEFAULT_CHUNK
         d, n, h = spec.hidden_size, spec.linear_num_key_heads, spec.linear_num_value_heads
         kd, vd = spec.linear_key_head_dim, spec.linear_value_head_dim
-        common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype)
+        common = dict(
+            rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype
+        )
         self.q_proj = Dense((d,), (n, kd), ("embed",), _HEADS, **common)
         self.k_proj = Dense((d,), (n, kd), ("embed",), _HEADS, **common)
         self.v_proj = Dense((d,), (h, vd), ("embed",), _HEADS, **common)
@@ -61,23 +62,32 @@ class KimiDeltaAttention(nnx.Module):
         self.A_log = log_uniform_a(rngs, h, spec.jnp_param_dtype)
         self.dt_bias = inverse_softplus_dt(rngs, (h, kd), spec.jnp_param_dtype)
         self.g_a_proj = Dense((d,), (vd,), ("embed",), ("latent",), **common)
-        self.g_b_proj = Dense((vd,), (h, vd), ("latent",), _HEADS,
-                              use_bias=spec.linear_gate_bias, **common)
-        self.o_norm = linear_mixer.GatedRMSNorm(vd, spec.norm_eps,
-                                                param_dtype=spec.jnp_param_dtype)
+        self.g_b_proj = Dense(
+            (vd,), (h, vd), ("latent",), _HEADS, use_bias=spec.linear_gate_bias, **common
+        )
+        self.o_norm = linear_mixer.GatedRMSNorm(vd, spec.norm_eps, param_dtype=spec.jnp_param_dtype)
         self.o_proj = Dense((h, vd), (d,), _HEADS, ("embed",), **common)
 
-    def _mix(self, x_BLD: jax.Array, cache: LinearCache | None,
-             segment_BL: jax.Array | None) -> tuple[jax.Array, LinearCache]:
+    def _mix(
+        self, x_BLD: jax.Array, cache: LinearCache | None, segment_BL: jax.Array | None
+    ) -> tuple[jax.Array, LinearCache]:
         q, k, v, conv_states = linear_mixer.conv_qkv(
-            self, self.q_proj(x_BLD), self.k_proj(x_BLD), self.v_proj(x_BLD), cache, segment_BL)
+            self, self.q_proj(x_BLD), self.k_proj(x_BLD), self.v_proj(x_BLD), cache, segment_BL
+        )
         beta_BLH = jax.nn.sigmoid(self.b_proj(x_BLD).astype(jnp.float32))
         f_BLHK = self.f_b_proj(self.f_a_proj(x_BLD)).astype(jnp.float32)
         a_H1 = jnp.exp(self.A_log[...].astype(jnp.float32))[:, None]
         g_BLHK = -a_H1 * jax.nn.softplus(f_BLHK + self.dt_bias[...].astype(jnp.float32))
         o_BLHV, state = linear_mixer.run_delta_rule(
-            q, k, v, g_BLHK, beta_BLH, self.chunk, None if cache is None else cache.state,
-            segment_BL)
+            q,
+            k,
+            v,
+            g_BLHK,
+            beta_BLH,
+            self.chunk,
+            None if cache is None else cache.state,
+            segment_BL,
+        )
         gate_BLHV = self.g_b_proj(self.g_a_proj(x_BLD))
         o_BLHV = self.o_norm(o_BLHV, gate_BLHV, jax.nn.sigmoid).astype(self.spec.jnp_dtype)
         return self.o_proj(o_BLHV), LinearCache(*conv_states, state)
@@ -116,7 +126,11 @@ def num_params(spec: ModelSpec) -> int:
 def flops_per_token(spec: ModelSpec) -> float:
     """Training FLOPs per token of one mixer: 6 x projection weights + 3 x the forward FLOPs of
     the chunked delta rule with per-channel decays."""
-    kernel = delta_rule.flops_per_token(spec.linear_num_value_heads, spec.linear_key_head_dim,
-                                        spec.linear_value_head_dim,
-                                        spec.linear_chunk or DEFAULT_CHUNK, per_channel=True)
+    kernel = delta_rule.flops_per_token(
+        spec.linear_num_value_heads,
+        spec.linear_key_head_dim,
+        spec.linear_value_head_dim,
+        spec.linear_chunk or DEFAULT_CHUNK,
+        per_channel=True,
+    )
     return 6.0 * matmul_params(spec) + 3.0 * kernel

@@ -50,11 +50,15 @@ def is_global_layer(spec: ModelSpec, i: int) -> bool:
 
 def attention_kinds(spec: ModelSpec) -> tuple[tuple[AttentionKind, ...], tuple[int, ...]]:
     """(the distinct kinds, each block's index into them); one kind when all blocks agree."""
-    local = AttentionKind(window=spec.sliding_window, chunk=spec.attention_chunk,
-                          qk_l2=spec.qk_l2_norm)
+    local = AttentionKind(
+        window=spec.sliding_window, chunk=spec.attention_chunk, qk_l2=spec.qk_l2_norm
+    )
     rope = not spec.nope_global
-    glob = AttentionKind(rope=rope, qk_l2=spec.qk_l2_norm and rope,
-                         temperature=spec.attn_temperature_tuning and not rope)
+    glob = AttentionKind(
+        rope=rope,
+        qk_l2=spec.qk_l2_norm and rope,
+        temperature=spec.attn_temperature_tuning and not rope,
+    )
     per_layer = [glob if is_global_layer(spec, i) else local for i in range(spec.num_layers)]
     kinds = tuple(dict.fromkeys(per_layer))
     return kinds, tuple(kinds.index(k) for k in per_layer)

@@ -24,8 +24,9 @@ def softcap(x: jax.Array, cap: float) -> jax.Array:
     return cap * jnp.tanh(x / cap)
 
 
-def make_param(rngs: nnx.Rngs, shape: Sequence[int], axes: Sequence[str], std: float,
-               dtype: jnp.dtype) -> nnx.Param:
+def make_param(
+    rngs: nnx.Rngs, shape: Sequence[int], axes: Sequence[str], std: float, dtype: jnp.dtype
+) -> nnx.Param:
     """A normal(0, std) parameter; std == 0 gives zeros (biases)."""
     if std == 0.0:
         value = jnp.zeros(tuple(shape), dtype)
@@ -38,8 +39,9 @@ def _project(x: jax.Array, kernel: jax.Array, in_rank: int, out_dtype: Any) -> j
     contract = tuple(range(x.ndim - in_rank, x.ndim))
     if out_dtype is not None and jnp.dtype(out_dtype) == jnp.float32:
         x, kernel = float32_operands(x, kernel)
-    return jax.lax.dot_general(x, kernel, ((contract, tuple(range(in_rank))), ((), ())),
-                               preferred_element_type=out_dtype)
+    return jax.lax.dot_general(
+        x, kernel, ((contract, tuple(range(in_rank))), ((), ())), preferred_element_type=out_dtype
+    )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -87,19 +89,29 @@ class Dense(nnx.Module):
     (`jaxtrain.models.fp8`), keeping its amax history in `fp8_amax` when the recipe needs one.
     """
 
-    def __init__(self, in_shape: Sequence[int], out_shape: Sequence[int],
-                 in_axes: Sequence[str], out_axes: Sequence[str], *, rngs: nnx.Rngs,
-                 std: float, use_bias: bool = False, dtype=jnp.float32,
-                 param_dtype=jnp.float32, out_dtype=None,
-                 fp8: fp8_lib.Fp8Recipe | None = None):
+    def __init__(
+        self,
+        in_shape: Sequence[int],
+        out_shape: Sequence[int],
+        in_axes: Sequence[str],
+        out_axes: Sequence[str],
+        *,
+        rngs: nnx.Rngs,
+        std: float,
+        use_bias: bool = False,
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+        out_dtype=None,
+        fp8: fp8_lib.Fp8Recipe | None = None,
+    ):
         self.in_rank = len(in_shape)
         self.dtype = dtype
         self.out_dtype = out_dtype
         self.fp8 = fp8
-        self.kernel = make_param(rngs, (*in_shape, *out_shape), (*in_axes, *out_axes), std,
-                                 param_dtype)
-        self.bias = (make_param(rngs, out_shape, out_axes, 0.0, param_dtype)
-                     if use_bias else None)
+        self.kernel = make_param(
+            rngs, (*in_shape, *out_shape), (*in_axes, *out_axes), std, param_dtype
+        )
+        self.bias = make_param(rngs, out_shape, out_axes, 0.0, param_dtype) if use_bias else None
         if fp8 is not None and fp8.keeps_history:
             self.fp8_amax = fp8_lib.empty_history(fp8)
 
@@ -109,11 +121,16 @@ class Dense(nnx.Module):
 
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         if self.fp8 is not None:
-            y = fp8_lib.project(x.astype(self.dtype), self.compute_kernel(), self.in_rank,
-                                self.fp8, fp8_lib.history_of(self), self.out_dtype)
+            y = fp8_lib.project(
+                x.astype(self.dtype),
+                self.compute_kernel(),
+                self.in_rank,
+                self.fp8,
+                fp8_lib.history_of(self),
+                self.out_dtype,
+            )
         else:
-            y = project(x.astype(self.dtype), self.compute_kernel(), self.in_rank,
-                        self.out_dtype)
+            y = project(x.astype(self.dtype), self.compute_kernel(), self.in_rank, self.out_dtype)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
@@ -122,8 +139,15 @@ class Dense(nnx.Module):
 class RMSNorm(nnx.Module):
     """Root-mean-square norm computed in float32, scaled by a learned weight (init 1)."""
 
-    def __init__(self, size: int, eps: float, *, axis_name: str = "norm", dtype=jnp.float32,
-                 param_dtype=jnp.float32):
+    def __init__(
+        self,
+        size: int,
+        eps: float,
+        *,
+        axis_name: str = "norm",
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+    ):
         self.eps = eps
         self.dtype = dtype
         self.scale = nnx.Param(jnp.ones((size,), param_dtype), logical_axes=(axis_name,))
@@ -138,20 +162,28 @@ class Embed(nnx.Module):
     """Token embedding table [vocab, embed]; `attend` reuses it as a tied output projection
     (in float8 with an `fp8` recipe: `model.fp8_output_layer`)."""
 
-    def __init__(self, vocab_size: int, size: int, *, rngs: nnx.Rngs, std: float,
-                 dtype=jnp.float32, param_dtype=jnp.float32,
-                 fp8: fp8_lib.Fp8Recipe | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        size: int,
+        *,
+        rngs: nnx.Rngs,
+        std: float,
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+        fp8: fp8_lib.Fp8Recipe | None = None,
+    ):
         self.dtype = dtype
         self.fp8 = fp8
-        self.embedding = make_param(rngs, (vocab_size, size), ("vocab", "embed"), std,
-                                    param_dtype)
+        self.embedding = make_param(rngs, (vocab_size, size), ("vocab", "embed"), std, param_dtype)
         if fp8 is not None and fp8.keeps_history:
             self.fp8_amax = fp8_lib.empty_history(fp8)
 
     def __call__(self, tokens_BL: jnp.ndarray) -> jnp.ndarray:
         x_BLD = jnp.take(self.embedding[...], tokens_BL, axis=0).astype(self.dtype)
-        return sharding.constrain(x_BLD, ("activation_batch", "activation_length",
-                                          "activation_embed"))
+        return sharding.constrain(
+            x_BLD, ("activation_batch", "activation_length", "activation_embed")
+        )
 
     def attend_kernel(self) -> jnp.ndarray:
         """The tied output projection [embed, vocab] in the compute dtype."""
@@ -160,6 +192,12 @@ class Embed(nnx.Module):
     def attend(self, x_BLD: jnp.ndarray) -> jnp.ndarray:
         """Tied output projection: float32 logits [B, L, V] (see `project`)."""
         if self.fp8 is not None:
-            return fp8_lib.project(x_BLD.astype(self.dtype), self.attend_kernel(), 1, self.fp8,
-                                   fp8_lib.history_of(self), jnp.float32)
+            return fp8_lib.project(
+                x_BLD.astype(self.dtype),
+                self.attend_kernel(),
+                1,
+                self.fp8,
+                fp8_lib.history_of(self),
+                jnp.float32,
+            )
         return project(x_BLD.astype(self.dtype), self.attend_kernel(), 1, jnp.float32)

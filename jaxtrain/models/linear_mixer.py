@@ -37,13 +37,16 @@ class ShortConv(nnx.Module):
     """
 
     def __init__(self, taps: int, heads: int, width: int, *, rngs: nnx.Rngs, param_dtype):
-        bound = taps ** -0.5  # torch's Conv1d default init, fan_in = taps for a depthwise conv
-        value = jax.random.uniform(rngs.params(), (taps, heads, width), param_dtype, -bound,
-                                   bound)
+        bound = taps**-0.5  # torch's Conv1d default init, fan_in = taps for a depthwise conv
+        value = jax.random.uniform(rngs.params(), (taps, heads, width), param_dtype, -bound, bound)
         self.weight = nnx.Param(value, logical_axes=(None, "heads", "head_dim"))
 
-    def __call__(self, x_BLNX: jax.Array, state_BWNX: jax.Array | None = None,
-                 segment_BL: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    def __call__(
+        self,
+        x_BLNX: jax.Array,
+        state_BWNX: jax.Array | None = None,
+        segment_BL: jax.Array | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
         """(silu(conv(x)), the last W - 1 inputs); `state_BWNX` holds the inputs before x
         (zeros when None); a tap never reads across a document boundary of `segment_BL`."""
         w = self.weight[...]
@@ -56,12 +59,12 @@ class ShortConv(nnx.Module):
             segp = jnp.pad(segment_BL, [(0, 0), (taps - 1, 0)], constant_values=-1)
         y = jnp.zeros(x_BLNX.shape, jnp.float32)
         for tap in range(taps):  # W is 2-4: a handful of fused multiply-adds
-            term = xp[:, tap:tap + length].astype(jnp.float32) * w[tap].astype(jnp.float32)
+            term = xp[:, tap : tap + length].astype(jnp.float32) * w[tap].astype(jnp.float32)
             if segp is not None:
-                same = segp[:, tap:tap + length] == segment_BL
+                same = segp[:, tap : tap + length] == segment_BL
                 term = jnp.where(same[:, :, None, None], term, 0.0)
             y = y + term
-        return jax.nn.silu(y).astype(x_BLNX.dtype), xp[:, xp.shape[1] - (taps - 1):]
+        return jax.nn.silu(y).astype(x_BLNX.dtype), xp[:, xp.shape[1] - (taps - 1) :]
 
 
 class GatedRMSNorm(nnx.Module):
@@ -73,8 +76,9 @@ class GatedRMSNorm(nnx.Module):
         self.eps = eps
         self.scale = nnx.Param(jnp.ones((size,), param_dtype), logical_axes=("norm",))
 
-    def __call__(self, x: jax.Array, gate: jax.Array | None = None,
-                 activation=jax.nn.silu) -> jax.Array:
+    def __call__(
+        self, x: jax.Array, gate: jax.Array | None = None, activation=jax.nn.silu
+    ) -> jax.Array:
         x32 = x.astype(jnp.float32)
         y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
         y = y * self.scale[...].astype(jnp.float32)
@@ -91,13 +95,17 @@ def make_convs(module: nnx.Module, spec: ModelSpec, rngs: nnx.Rngs) -> None:
     h, hv = spec.linear_num_key_heads, spec.linear_num_value_heads
     module.q_conv = ShortConv(taps, h, spec.linear_key_head_dim, rngs=rngs, param_dtype=dtype)
     module.k_conv = ShortConv(taps, h, spec.linear_key_head_dim, rngs=rngs, param_dtype=dtype)
-    module.v_conv = ShortConv(taps, hv, spec.linear_value_head_dim, rngs=rngs,
-                              param_dtype=dtype)
+    module.v_conv = ShortConv(taps, hv, spec.linear_value_head_dim, rngs=rngs, param_dtype=dtype)
 
 
-def conv_qkv(module: nnx.Module, q_BLNK: jax.Array, k_BLNK: jax.Array, v_BLHV: jax.Array,
-             cache: LinearCache | None, segment_BL: jax.Array | None
-             ) -> tuple[jax.Array, jax.Array, jax.Array, tuple[jax.Array, ...]]:
+def conv_qkv(
+    module: nnx.Module,
+    q_BLNK: jax.Array,
+    k_BLNK: jax.Array,
+    v_BLHV: jax.Array,
+    cache: LinearCache | None,
+    segment_BL: jax.Array | None,
+) -> tuple[jax.Array, jax.Array, jax.Array, tuple[jax.Array, ...]]:
     """q, k, v through the module's short convs (silu alone without them, as FLA does) and the
     convs' new decoding states."""
     if not hasattr(module, "q_conv"):
@@ -110,9 +118,16 @@ def conv_qkv(module: nnx.Module, q_BLNK: jax.Array, k_BLNK: jax.Array, v_BLHV: j
     return q, k, v, (q_state, k_state, v_state)
 
 
-def run_delta_rule(q_BLNK: jax.Array, k_BLNK: jax.Array, v_BLHV: jax.Array, g: jax.Array,
-                   beta_BLH: jax.Array, chunk: int, state_BHKV: jax.Array | None,
-                   segment_BL: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+def run_delta_rule(
+    q_BLNK: jax.Array,
+    k_BLNK: jax.Array,
+    v_BLHV: jax.Array,
+    g: jax.Array,
+    beta_BLH: jax.Array,
+    chunk: int,
+    state_BHKV: jax.Array | None,
+    segment_BL: jax.Array | None,
+) -> tuple[jax.Array, jax.Array]:
     """L2-normalized, scaled queries and keys, each shared by H / N value heads (grouped value
     heads: value head i reads key head i // (H / N), transformers' `repeat_interleave`), through
     the delta rule: (o [B, L, H, V] float32, final state). One token with a state takes the
@@ -124,11 +139,13 @@ def run_delta_rule(q_BLNK: jax.Array, k_BLNK: jax.Array, v_BLHV: jax.Array, g: j
         q, k = (jnp.repeat(x, group, axis=2) for x in (q, k))
     if state_BHKV is not None and q.shape[1] == 1:
         g_BHk = g[:, 0] if g.ndim == 4 else g[:, 0, :, None]
-        o_BHV, state = delta_rule.recurrent_step(q[:, 0], k[:, 0], v_BLHV[:, 0], g_BHk,
-                                                 beta_BLH[:, 0], state_BHKV)
+        o_BHV, state = delta_rule.recurrent_step(
+            q[:, 0], k[:, 0], v_BLHV[:, 0], g_BHk, beta_BLH[:, 0], state_BHKV
+        )
         return o_BHV[:, None], state
-    return delta_rule.chunked_delta_rule(q, k, v_BLHV, g, beta_BLH, chunk=chunk,
-                                         state_BHKV=state_BHKV, segment_BL=segment_BL)
+    return delta_rule.chunked_delta_rule(
+        q, k, v_BLHV, g, beta_BLH, chunk=chunk, state_BHKV=state_BHKV, segment_BL=segment_BL
+    )
 
 
 def init_cache(spec: ModelSpec, batch_size: int, dtype=jnp.float32) -> LinearCache:
@@ -137,16 +154,20 @@ def init_cache(spec: ModelSpec, batch_size: int, dtype=jnp.float32) -> LinearCac
     taps = spec.linear_conv_kernel - 1 if spec.linear_short_conv else 0
     h, hv = spec.linear_num_key_heads, spec.linear_num_value_heads
     kd, vd = spec.linear_key_head_dim, spec.linear_value_head_dim
-    return LinearCache(q_conv=jnp.zeros((batch_size, taps, h, kd), dtype),
-                       k_conv=jnp.zeros((batch_size, taps, h, kd), dtype),
-                       v_conv=jnp.zeros((batch_size, taps, hv, vd), dtype),
-                       state=jnp.zeros((batch_size, hv, kd, vd), jnp.float32))
+    return LinearCache(
+        q_conv=jnp.zeros((batch_size, taps, h, kd), dtype),
+        k_conv=jnp.zeros((batch_size, taps, h, kd), dtype),
+        v_conv=jnp.zeros((batch_size, taps, hv, vd), dtype),
+        state=jnp.zeros((batch_size, hv, kd, vd), jnp.float32),
+    )
 
 
 def conv_params(spec: ModelSpec) -> int:
     """Weights of the three short convs (0 without them)."""
     if not spec.linear_short_conv:
         return 0
-    channels = (2 * spec.linear_num_key_heads * spec.linear_key_head_dim
-                + spec.linear_num_value_heads * spec.linear_value_head_dim)
+    channels = (
+        2 * spec.linear_num_key_heads * spec.linear_key_head_dim
+        + spec.linear_num_value_heads * spec.linear_value_head_dim
+    )
     return spec.linear_conv_kernel * channels

@@ -27,40 +27,68 @@ class MambaMixer(nnx.Module):
         d, di, r, n = spec.hidden_size, ssm_inner(spec), ssm_dt_rank(spec), spec.ssm_state_size
         pd = spec.jnp_param_dtype
         common = dict(rngs=rngs, dtype=spec.jnp_dtype, param_dtype=pd)
-        self.in_proj = Dense((d,), (2 * di,), ("embed",), ("ssm_proj",), std=spec.init_std,
-                             use_bias=spec.ssm_proj_bias, **common)
+        self.in_proj = Dense(
+            (d,),
+            (2 * di,),
+            ("embed",),
+            ("ssm_proj",),
+            std=spec.init_std,
+            use_bias=spec.ssm_proj_bias,
+            **common,
+        )
         self.conv_weight = conv_param(rngs, di, spec)
-        self.conv_bias = (make_param(rngs, (di,), ("ssm_inner",), 0.0, pd)
-                          if spec.ssm_conv_bias else None)
-        self.x_proj = Dense((di,), (r + 2 * n,), ("ssm_inner",), ("ssm_state",),
-                            std=spec.init_std, **common)
-        self.dt_proj = Dense((r,), (di,), ("ssm_state",), ("ssm_inner",), std=r ** -0.5,
-                             use_bias=True, **common)
+        self.conv_bias = (
+            make_param(rngs, (di,), ("ssm_inner",), 0.0, pd) if spec.ssm_conv_bias else None
+        )
+        self.x_proj = Dense(
+            (di,), (r + 2 * n,), ("ssm_inner",), ("ssm_state",), std=spec.init_std, **common
+        )
+        self.dt_proj = Dense(
+            (r,), (di,), ("ssm_state",), ("ssm_inner",), std=r**-0.5, use_bias=True, **common
+        )
         self.dt_proj.bias[...] = init_dt_bias(rngs, di, spec).astype(pd)
         a = jnp.broadcast_to(jnp.arange(1, n + 1, dtype=jnp.float32), (di, n))
         self.a_log = nnx.Param(jnp.log(a).astype(pd), logical_axes=("ssm_inner", "ssm_state"))
         self.d = nnx.Param(jnp.ones((di,), pd), logical_axes=("ssm_inner",))
-        self.out_proj = Dense((di,), (d,), ("ssm_inner",), ("embed",), std=spec.init_std,
-                              use_bias=spec.ssm_proj_bias, **common)
+        self.out_proj = Dense(
+            (di,),
+            (d,),
+            ("ssm_inner",),
+            ("embed",),
+            std=spec.init_std,
+            use_bias=spec.ssm_proj_bias,
+            **common,
+        )
 
-    def __call__(self, x_BLD: jax.Array, cache: SsmCache | None = None
-                 ) -> tuple[jax.Array, SsmCache | None]:
+    def __call__(
+        self, x_BLD: jax.Array, cache: SsmCache | None = None
+    ) -> tuple[jax.Array, SsmCache | None]:
         spec = self.spec
         di, r, n = ssm_inner(spec), ssm_dt_rank(spec), spec.ssm_state_size
         x_BLI, z_BLI = jnp.split(self.in_proj(x_BLD), [di], axis=-1)
         conv_bias = None if self.conv_bias is None else self.conv_bias[...]
-        x_BLI, conv_state = causal_conv(x_BLI, self.conv_weight[...], conv_bias,
-                                        None if cache is None else cache["conv"])
+        x_BLI, conv_state = causal_conv(
+            x_BLI, self.conv_weight[...], conv_bias, None if cache is None else cache["conv"]
+        )
         x_BLI = jax.nn.silu(x_BLI)
         dt_BLR, b_BLN, c_BLN = jnp.split(self.x_proj(x_BLI), [r, r + n], axis=-1)
         dt_BLI = jax.nn.softplus(self.dt_proj(dt_BLR).astype(jnp.float32))
         a_IN = -jnp.exp(self.a_log[...].astype(jnp.float32))
-        y_BLI, state = selective_scan(x_BLI, clamp_dt(dt_BLI, spec), a_IN, b_BLN, c_BLN,
-                                      self.d[...], spec.ssm_chunk_size,
-                                      None if cache is None else cache["ssm"])
+        y_BLI, state = selective_scan(
+            x_BLI,
+            clamp_dt(dt_BLI, spec),
+            a_IN,
+            b_BLN,
+            c_BLN,
+            self.d[...],
+            spec.ssm_chunk_size,
+            None if cache is None else cache["ssm"],
+        )
         y_BLI = y_BLI * jax.nn.silu(z_BLI.astype(jnp.float32))
         out_BLD = self.out_proj(y_BLI.astype(spec.jnp_dtype))
         if cache is None:
             return out_BLD, None
-        return out_BLD, {"conv": conv_state.astype(cache["conv"].dtype),
-                         "ssm": state.astype(cache["ssm"].dtype)}
+        return out_BLD, {
+            "conv": conv_state.astype(cache["conv"].dtype),
+            "ssm": state.astype(cache["ssm"].dtype),
+        }

@@ -35,7 +35,7 @@ def init_dt_bias(rngs: nnx.Rngs, size: int, spec: ModelSpec) -> jax.Array:
 def conv_param(rngs: nnx.Rngs, channels: int, spec: ModelSpec) -> nnx.Param:
     """The depthwise convolution's weight [C, K] (channel first, as checkpoints store it)."""
     k = spec.ssm_conv_kernel
-    bound = k ** -0.5
+    bound = k**-0.5
     value = jax.random.uniform(rngs.params(), (channels, k), jnp.float32, -bound, bound)
     return nnx.Param(value.astype(spec.jnp_param_dtype), logical_axes=("ssm_conv", "ssm_state"))
 
@@ -55,25 +55,39 @@ class Mamba2Mixer(nnx.Module):
         d, di, h = spec.hidden_size, ssm_inner(spec), ssm_heads(spec)
         g, n = spec.ssm_n_groups, spec.ssm_state_size
         c = conv_channels(spec)
-        common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype)
-        self.in_proj = Dense((d,), (2 * di + 2 * g * n + h,), ("embed",), ("ssm_proj",),
-                             use_bias=spec.ssm_proj_bias, **common)
+        common = dict(
+            rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype
+        )
+        self.in_proj = Dense(
+            (d,),
+            (2 * di + 2 * g * n + h,),
+            ("embed",),
+            ("ssm_proj",),
+            use_bias=spec.ssm_proj_bias,
+            **common,
+        )
         self.conv_weight = conv_param(rngs, c, spec)
-        self.conv_bias = (make_param(rngs, (c,), ("ssm_conv",), 0.0, spec.jnp_param_dtype)
-                          if spec.ssm_conv_bias else None)
+        self.conv_bias = (
+            make_param(rngs, (c,), ("ssm_conv",), 0.0, spec.jnp_param_dtype)
+            if spec.ssm_conv_bias
+            else None
+        )
         pd = spec.jnp_param_dtype
-        self.dt_bias = nnx.Param(init_dt_bias(rngs, h, spec).astype(pd),
-                                 logical_axes=("ssm_heads",))
-        self.a_log = nnx.Param(jnp.log(jnp.arange(1, h + 1, dtype=jnp.float32)).astype(pd),
-                               logical_axes=("ssm_heads",))
+        self.dt_bias = nnx.Param(
+            init_dt_bias(rngs, h, spec).astype(pd), logical_axes=("ssm_heads",)
+        )
+        self.a_log = nnx.Param(
+            jnp.log(jnp.arange(1, h + 1, dtype=jnp.float32)).astype(pd), logical_axes=("ssm_heads",)
+        )
         self.d = nnx.Param(jnp.ones((h,), pd), logical_axes=("ssm_heads",))
         self.norm_scale = nnx.Param(jnp.ones((di,), pd), logical_axes=("ssm_inner",))
-        self.out_proj = Dense((di,), (d,), ("ssm_inner",), ("embed",),
-                              use_bias=spec.ssm_proj_bias, **common)
+        self.out_proj = Dense(
+            (di,), (d,), ("ssm_inner",), ("embed",), use_bias=spec.ssm_proj_bias, **common
+        )
 
-    def __call__(self, x_BLD: jax.Array, cache: SsmCache | None = None
-                 ) -> tuple[jax.Array, SsmCache | None]:
+    def __call__(
+        self, x_BLD: jax.Array, cache: SsmCache | None = None
+    ) -> tuple[jax.Array, SsmCache | None]:
         spec = self.spec
         b, l, _ = x_BLD.shape
         di, h, p = ssm_inner(spec), ssm_heads(spec), spec.ssm_head_dim
@@ -81,28 +95,36 @@ class Mamba2Mixer(nnx.Module):
         zxbcdt = self.in_proj(x_BLD)
         z_BLI, xbc_BLC, dt_BLH = jnp.split(zxbcdt, [di, 2 * di + 2 * g * n], axis=-1)
         conv_bias = None if self.conv_bias is None else self.conv_bias[...]
-        xbc_BLC, conv_state = causal_conv(xbc_BLC, self.conv_weight[...], conv_bias,
-                                          None if cache is None else cache["conv"])
+        xbc_BLC, conv_state = causal_conv(
+            xbc_BLC, self.conv_weight[...], conv_bias, None if cache is None else cache["conv"]
+        )
         xbc_BLC = jax.nn.silu(xbc_BLC)
         x_BLI, b_BLGN, c_BLGN = jnp.split(xbc_BLC, [di, di + g * n], axis=-1)
-        dt_BLH = jax.nn.softplus(dt_BLH.astype(jnp.float32)
-                                 + self.dt_bias[...].astype(jnp.float32))
+        dt_BLH = jax.nn.softplus(dt_BLH.astype(jnp.float32) + self.dt_bias[...].astype(jnp.float32))
         a_H = -jnp.exp(self.a_log[...].astype(jnp.float32))
-        y_BLHP, state = ssd_scan(x_BLI.reshape(b, l, h, p), clamp_dt(dt_BLH, spec), a_H,
-                                 b_BLGN.reshape(b, l, g, n), c_BLGN.reshape(b, l, g, n),
-                                 self.d[...], spec.ssm_chunk_size,
-                                 None if cache is None else cache["ssm"])
-        y_BLI = gated_norm(y_BLHP.reshape(b, l, di), z_BLI, self.norm_scale[...], g,
-                           spec.norm_eps)
+        y_BLHP, state = ssd_scan(
+            x_BLI.reshape(b, l, h, p),
+            clamp_dt(dt_BLH, spec),
+            a_H,
+            b_BLGN.reshape(b, l, g, n),
+            c_BLGN.reshape(b, l, g, n),
+            self.d[...],
+            spec.ssm_chunk_size,
+            None if cache is None else cache["ssm"],
+        )
+        y_BLI = gated_norm(y_BLHP.reshape(b, l, di), z_BLI, self.norm_scale[...], g, spec.norm_eps)
         out_BLD = self.out_proj(y_BLI.astype(spec.jnp_dtype))
         if cache is None:
             return out_BLD, None
-        return out_BLD, {"conv": conv_state.astype(cache["conv"].dtype),
-                         "ssm": state.astype(cache["ssm"].dtype)}
+        return out_BLD, {
+            "conv": conv_state.astype(cache["conv"].dtype),
+            "ssm": state.astype(cache["ssm"].dtype),
+        }
 
 
-def gated_norm(y_BLI: jax.Array, z_BLI: jax.Array, scale_I: jax.Array, groups: int,
-               eps: float) -> jax.Array:
+def gated_norm(
+    y_BLI: jax.Array, z_BLI: jax.Array, scale_I: jax.Array, groups: int, eps: float
+) -> jax.Array:
     """RMSNorm of y x silu(z) over each of `groups` equal slices of the channels, in float32,
     times the learned scale (Mamba-2's norm_before_gate=False)."""
     f32 = jnp.float32
@@ -120,5 +142,7 @@ def init_ssm_cache(spec: ModelSpec, batch: int) -> SsmCache:
         state = (batch, ssm_inner(spec), spec.ssm_state_size)
     else:
         state = (batch, ssm_heads(spec), spec.ssm_head_dim, spec.ssm_state_size)
-    return {"conv": jnp.zeros((batch, k - 1, conv_channels(spec)), jnp.float32),
-            "ssm": jnp.zeros(state, jnp.float32)}
+    return {
+        "conv": jnp.zeros((batch, k - 1, conv_channels(spec)), jnp.float32),
+        "ssm": jnp.zeros(state, jnp.float32),
+    }

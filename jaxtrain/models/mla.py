@@ -51,8 +51,13 @@ class MLAttention(nnx.Module):
         d, n, p = spec.hidden_size, spec.num_heads, spec.qk_rope_head_dim
         r, c = spec.kv_lora_rank, spec.q_lora_rank
         q_width = spec.qk_nope_head_dim + p
-        common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype, fp8=fp8.recipe(spec))
+        common = dict(
+            rngs=rngs,
+            std=spec.init_std,
+            dtype=spec.jnp_dtype,
+            param_dtype=spec.jnp_param_dtype,
+            fp8=fp8.recipe(spec),
+        )
         norm = dict(dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
         heads = ("heads", "head_dim")
         # Only the attributes in use exist, so the parameter tree matches the checkpoint's.
@@ -64,8 +69,9 @@ class MLAttention(nnx.Module):
             self.q_proj = Dense((d,), (n, q_width), ("embed",), heads, **common)
         self.kv_a_proj = Dense((d,), (r + p,), ("embed",), ("latent",), **common)
         self.kv_a_norm = RMSNorm(r, _LATENT_EPS, **norm)
-        self.kv_b_proj = Dense((r,), (n, spec.qk_nope_head_dim + spec.v_head_dim), ("latent",),
-                               heads, **common)
+        self.kv_b_proj = Dense(
+            (r,), (n, spec.qk_nope_head_dim + spec.v_head_dim), ("latent",), heads, **common
+        )
         self.o_proj = Dense((n, spec.v_head_dim), (d,), heads, ("embed",), **common)
 
     def _queries(self, x_BLD: jnp.ndarray) -> jnp.ndarray:
@@ -73,17 +79,23 @@ class MLAttention(nnx.Module):
             return self.q_proj(x_BLD)
         return self.q_b_proj(self.q_a_norm(self.q_a_proj(x_BLD)))
 
-    def __call__(self, x_BLD: jnp.ndarray, cos_BLP: jnp.ndarray, sin_BLP: jnp.ndarray,
-                 index_BL: jnp.ndarray, segment_BL: jnp.ndarray | None = None,
-                 cache: tuple[jnp.ndarray, jnp.ndarray] | None = None,
-                 ) -> tuple[jnp.ndarray, tuple[jnp.ndarray, jnp.ndarray] | None]:
+    def __call__(
+        self,
+        x_BLD: jnp.ndarray,
+        cos_BLP: jnp.ndarray,
+        sin_BLP: jnp.ndarray,
+        index_BL: jnp.ndarray,
+        segment_BL: jnp.ndarray | None = None,
+        cache: tuple[jnp.ndarray, jnp.ndarray] | None = None,
+    ) -> tuple[jnp.ndarray, tuple[jnp.ndarray, jnp.ndarray] | None]:
         """Attends x to itself, or to the cache it is appended to, as `Attention` does."""
         spec = self.spec
         nope, r = spec.qk_nope_head_dim, spec.kv_lora_rank
         rotate = apply_rope_interleaved if spec.rope_interleave else apply_rope
         q_BLNQ = sharding.constrain(self._queries(x_BLD), _HEADS)
-        q_BLNQ = jnp.concatenate([q_BLNQ[..., :nope],
-                                  rotate(q_BLNQ[..., nope:], cos_BLP, sin_BLP)], axis=-1)
+        q_BLNQ = jnp.concatenate(
+            [q_BLNQ[..., :nope], rotate(q_BLNQ[..., nope:], cos_BLP, sin_BLP)], axis=-1
+        )
 
         kv_a_BLW = self.kv_a_proj(x_BLD)
         kv_BLNX = sharding.constrain(self.kv_b_proj(self.kv_a_norm(kv_a_BLW[..., :r])), _HEADS)
@@ -94,10 +106,10 @@ class MLAttention(nnx.Module):
         v_BLNV = kv_BLNX[..., nope:]
 
         if cache is None:
-            out_BLNV = self_attention(spec, q_BLNQ, k_BLNQ, v_BLNV, segment_BL,
-                                      softmax_scale(spec))
+            out_BLNV = self_attention(spec, q_BLNQ, k_BLNQ, v_BLNV, segment_BL, softmax_scale(spec))
         else:
-            out_BLNV, cache = cached_attention(q_BLNQ, k_BLNQ, v_BLNV, cache, index_BL,
-                                               softmax_scale(spec))
+            out_BLNV, cache = cached_attention(
+                q_BLNQ, k_BLNQ, v_BLNV, cache, index_BL, softmax_scale(spec)
+            )
         out_BLNV = sharding.constrain(out_BLNV.astype(spec.jnp_dtype), _HEADS)
         return self.o_proj(out_BLNV), cache

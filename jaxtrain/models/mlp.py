@@ -57,13 +57,20 @@ class SwiGLU(nnx.Module):
     """Gated MLP with SiLU, as in Llama, Qwen and Mistral (GELU with `mlp_activation='geglu'`,
     Grok)."""
 
-    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, intermediate_size: int = 0,
-                 use_bias: bool = False):
+    def __init__(
+        self, spec: ModelSpec, *, rngs: nnx.Rngs, intermediate_size: int = 0, use_bias: bool = False
+    ):
         # intermediate_size overrides the spec's (a mixture of experts' shared experts);
         # use_bias adds biases to all three projections (Llama's mlp_bias).
         d, f = spec.hidden_size, intermediate_size or spec.intermediate_size
-        common = dict(rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype,
-                      param_dtype=spec.jnp_param_dtype, fp8=fp8.recipe(spec), use_bias=use_bias)
+        common = dict(
+            rngs=rngs,
+            std=spec.init_std,
+            dtype=spec.jnp_dtype,
+            param_dtype=spec.jnp_param_dtype,
+            fp8=fp8.recipe(spec),
+            use_bias=use_bias,
+        )
         self.gate_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)
@@ -71,6 +78,7 @@ class SwiGLU(nnx.Module):
 
     def __call__(self, x_BLD: jnp.ndarray) -> jnp.ndarray:
         h_BLF = self.activation(self.gate_proj(x_BLD), self.up_proj(x_BLD))
-        h_BLF = sharding.constrain(h_BLF, ("activation_batch", "activation_length",
-                                           "activation_mlp"))
+        h_BLF = sharding.constrain(
+            h_BLF, ("activation_batch", "activation_length", "activation_mlp")
+        )
         return self.down_proj(h_BLF)

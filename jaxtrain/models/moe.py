@@ -43,8 +43,7 @@ class RouterBias(nnx.Variable):
     gradient and the optimizer never sees it; the train step sets it from the expert load."""
 
 
-def limit_to_groups(choice_TE: jax.Array, method: str, n_group: int, topk_group: int
-                    ) -> jax.Array:
+def limit_to_groups(choice_TE: jax.Array, method: str, n_group: int, topk_group: int) -> jax.Array:
     """`choice` with every expert outside the token's `topk_group` best groups set to -inf.
 
     A group's score is its best expert's ("group_limited_greedy", DeepSeek V2) or the sum of
@@ -64,9 +63,18 @@ def limit_to_groups(choice_TE: jax.Array, method: str, n_group: int, topk_group:
     return jnp.where(keep_TE, choice_TE, -jnp.inf)
 
 
-def route(logits_TE: jax.Array, k: int, score: str, norm_topk: bool, *,
-          bias_E: jax.Array | None = None, topk_method: str = "greedy", n_group: int = 1,
-          topk_group: int = 1, scaling: float = 1.0) -> tuple[jax.Array, jax.Array, jax.Array]:
+def route(
+    logits_TE: jax.Array,
+    k: int,
+    score: str,
+    norm_topk: bool,
+    *,
+    bias_E: jax.Array | None = None,
+    topk_method: str = "greedy",
+    n_group: int = 1,
+    topk_group: int = 1,
+    scaling: float = 1.0,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(weights [T, K], experts [T, K], probs [T, E]) from float32 router logits.
 
     score "topk_softmax" (Mixtral) takes the k largest logits and softmaxes over them;
@@ -101,8 +109,7 @@ def route(logits_TE: jax.Array, k: int, score: str, norm_topk: bool, *,
     return weights_TK * scaling, experts_TK, probs_TE
 
 
-def load_balancing_loss(probs_TE: jax.Array, experts_TK: jax.Array) -> tuple[jax.Array,
-                                                                             jax.Array]:
+def load_balancing_loss(probs_TE: jax.Array, experts_TK: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(E x sum_e f_e x p_e, f [E]): f_e the fraction of the T x K assignments that go to
     expert e, p_e the mean router probability of e. A perfectly even router scores 1.
 
@@ -139,16 +146,32 @@ class MoE(nnx.Module):
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         d, f, e = spec.hidden_size, spec.moe_intermediate_size, spec.num_experts
-        self.k, self.score, self.norm_topk = (spec.num_experts_per_tok, spec.moe_score,
-                                              spec.moe_norm_topk)
-        self.groups = dict(topk_method=spec.moe_topk_method, n_group=spec.moe_n_group,
-                           topk_group=spec.moe_topk_group, scaling=spec.moe_routed_scaling)
+        self.k, self.score, self.norm_topk = (
+            spec.num_experts_per_tok,
+            spec.moe_score,
+            spec.moe_norm_topk,
+        )
+        self.groups = dict(
+            topk_method=spec.moe_topk_method,
+            n_group=spec.moe_n_group,
+            topk_group=spec.moe_topk_group,
+            scaling=spec.moe_routed_scaling,
+        )
         self.dtype = spec.jnp_dtype
         pdt = spec.jnp_param_dtype
         # Routing decisions are made in float32 whatever the compute dtype: near-ties in
         # bfloat16 would flip expert choices.
-        self.router = Dense((d,), (e,), ("embed",), ("exp",), rngs=rngs, std=spec.init_std,
-                            use_bias=spec.moe_router_bias, dtype=jnp.float32, param_dtype=pdt)
+        self.router = Dense(
+            (d,),
+            (e,),
+            ("embed",),
+            ("exp",),
+            rngs=rngs,
+            std=spec.init_std,
+            use_bias=spec.moe_router_bias,
+            dtype=jnp.float32,
+            param_dtype=pdt,
+        )
         self.gate_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
         self.up_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
         self.down_proj = make_param(rngs, (e, f, d), ("exp", "mlp", "embed"), spec.init_std, pdt)
@@ -166,8 +189,7 @@ class MoE(nnx.Module):
             self.down_bias = make_param(rngs, (e, d), ("exp", "embed"), 0.0, pdt)
         # Attributes only when used, so Mixtral / Qwen3-MoE keep their parameter tree.
         if spec.moe_shared_experts:
-            self.shared = SwiGLU(spec, rngs=rngs,
-                                 intermediate_size=spec.moe_shared_experts * f)
+            self.shared = SwiGLU(spec, rngs=rngs, intermediate_size=spec.moe_shared_experts * f)
         if spec.moe_residual_mlp:  # Grok-2: a dense MLP of intermediate_size beside the experts
             self.residual = SwiGLU(spec, rngs=rngs)
         self.router_softcap = spec.router_logit_softcap
@@ -182,13 +204,18 @@ class MoE(nnx.Module):
         if self.router_softcap:
             logits_TE = softcap(logits_TE, self.router_softcap)
         bias_E = self.score_bias[...] if hasattr(self, "score_bias") else None
-        weights_TK, experts_TK, probs_TE = route(logits_TE, self.k, self.score, self.norm_topk,
-                                                 bias_E=bias_E, **self.groups)
+        weights_TK, experts_TK, probs_TE = route(
+            logits_TE, self.k, self.score, self.norm_topk, bias_E=bias_E, **self.groups
+        )
         aux_loss, load_E = load_balancing_loss(probs_TE, experts_TK)
         # The mean probabilities too: a pipeline, which runs the batch in parts, forms the
         # balance loss of the whole batch from the parts' means (`balance_loss_of_means`).
-        stats = {"aux_loss": aux_loss, "z_loss": router_z_loss(logits_TE), "load": load_E,
-                 "prob": jnp.mean(probs_TE, axis=0)}
+        stats = {
+            "aux_loss": aux_loss,
+            "z_loss": router_z_loss(logits_TE),
+            "load": load_E,
+            "prob": jnp.mean(probs_TE, axis=0),
+        }
 
         # Sort the T x K assignments by expert; a stable sort keeps token order inside a group.
         num_experts = self.gate_proj.shape[0]
@@ -214,10 +241,10 @@ class MoE(nnx.Module):
         if hasattr(self, "shared"):
             y_TD = y_TD + self.shared(x_BLD).reshape(b * l, d)
         if hasattr(self, "residual"):
-            y_TD = (y_TD + self.residual(x_BLD).reshape(b * l, d)) * (0.5 ** 0.5)
-        y_BLD = sharding.constrain(y_TD.reshape(b, l, d), ("activation_batch",
-                                                           "activation_length",
-                                                           "activation_embed"))
+            y_TD = (y_TD + self.residual(x_BLD).reshape(b * l, d)) * (0.5**0.5)
+        y_BLD = sharding.constrain(
+            y_TD.reshape(b, l, d), ("activation_batch", "activation_length", "activation_embed")
+        )
         return y_BLD, stats
 
     def _ffn(self, x_RD: jax.Array, matmul) -> jax.Array:
@@ -234,32 +261,40 @@ class MoE(nnx.Module):
             h_RF = swiglu(gate_RF, up_RF)
         return matmul(h_RF, "down_proj", "down_bias")
 
-    def _product(self, kind: str, lhs: jax.Array, name: str, sizes: jax.Array | None = None
-                 ) -> jax.Array:
+    def _product(
+        self, kind: str, lhs: jax.Array, name: str, sizes: jax.Array | None = None
+    ) -> jax.Array:
         """lhs times expert weight `name`, in float8 when the spec asks (`models.fp8`)."""
         w = getattr(self, name)[...].astype(self.dtype)
         if self.fp8 is not None:
-            return fp8_lib.scaled_product(fp8_lib.Product(kind), lhs, w, self.fp8,
-                                          fp8_lib.history_of(self, f"{name}_fp8_amax"), sizes)
+            return fp8_lib.scaled_product(
+                fp8_lib.Product(kind),
+                lhs,
+                w,
+                self.fp8,
+                fp8_lib.history_of(self, f"{name}_fp8_amax"),
+                sizes,
+            )
         if kind == "ragged":
             return jax.lax.ragged_dot(lhs, w, sizes)
         return jnp.einsum("ecx,exy->ecy", lhs, w)
 
-    def _experts_dropless(self, x_AD: jax.Array, expert_A: jax.Array,
-                          sizes_E: jax.Array) -> jax.Array:
+    def _experts_dropless(
+        self, x_AD: jax.Array, expert_A: jax.Array, sizes_E: jax.Array
+    ) -> jax.Array:
         """Every assignment through its expert: one grouped matmul per weight."""
 
         def grouped(lhs, name, bias):
             out = self._product("ragged", lhs, name, sizes_E)
             if hasattr(self, bias):
-                out = out + jnp.take(getattr(self, bias)[...], expert_A, axis=0).astype(
-                    self.dtype)
+                out = out + jnp.take(getattr(self, bias)[...], expert_A, axis=0).astype(self.dtype)
             return out
 
         return self._ffn(x_AD, grouped)
 
-    def _experts_with_capacity(self, x_AD: jax.Array, expert_A: jax.Array, sizes_E: jax.Array
-                               ) -> tuple[jax.Array, jax.Array]:
+    def _experts_with_capacity(
+        self, x_AD: jax.Array, expert_A: jax.Array, sizes_E: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
         """Assignments (sorted by expert) packed into a fixed [E, C, D] buffer, C the capacity;
         an expert's assignments past C are dropped and give zeros. Returns (y_AD, fraction
         dropped). Static shapes let the expert axis shard without ragged sizes."""
@@ -282,13 +317,14 @@ class MoE(nnx.Module):
         y_AD = jnp.where(kept_A[:, None], y_AD, 0)
         return y_AD, 1.0 - jnp.mean(kept_A.astype(jnp.float32))
 
+
 # Train-step metrics of a mixture of experts: token-weighted means over the step.
-MOE_METRICS = ("moe_aux_loss", "moe_z_loss", "moe_load_max", "moe_load_min",
-               "moe_dropped")
+MOE_METRICS = ("moe_aux_loss", "moe_z_loss", "moe_load_max", "moe_load_min", "moe_dropped")
 
 
-def moe_losses(stats: MoeStats, aux_coef: float, z_coef: float
-               ) -> tuple[jax.Array, dict[str, jax.Array]]:
+def moe_losses(
+    stats: MoeStats, aux_coef: float, z_coef: float
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """(per-token penalty to add to the loss, metrics) from the per-layer stacked statistics.
 
     Both losses are averaged over layers, so a coefficient keeps its meaning at any depth.
@@ -296,9 +332,13 @@ def moe_losses(stats: MoeStats, aux_coef: float, z_coef: float
     """
     aux_loss = jnp.mean(stats["aux_loss"])
     z_loss = jnp.mean(stats["z_loss"])
-    metrics = {"moe_aux_loss": aux_loss, "moe_z_loss": z_loss,
-               "moe_load_max": jnp.max(stats["load"]), "moe_load_min": jnp.min(stats["load"]),
-               "moe_dropped": jnp.mean(stats["dropped"])}
+    metrics = {
+        "moe_aux_loss": aux_loss,
+        "moe_z_loss": z_loss,
+        "moe_load_max": jnp.max(stats["load"]),
+        "moe_load_min": jnp.min(stats["load"]),
+        "moe_dropped": jnp.mean(stats["dropped"]),
+    }
     return aux_coef * aux_loss + z_coef * z_loss, metrics
 
 

@@ -61,8 +61,11 @@ def default_microbatches(stages: int, rows: int, shards: int, repeats: int = 1) 
     still divisible by the `shards` of the batch (at least `stages` with repeats); 1 when
     none does. Four per stage keeps the idle share under 20%, and each part big enough to
     keep the device busy."""
-    fits = [m for m in range(1, 4 * stages + 1)
-            if rows % m == 0 and (rows // m) % shards == 0 and (repeats == 1 or m >= stages)]
+    fits = [
+        m
+        for m in range(1, 4 * stages + 1)
+        if rows % m == 0 and (rows // m) % shards == 0 and (repeats == 1 or m >= stages)
+    ]
     return max(fits, default=1)
 
 
@@ -108,9 +111,16 @@ def merge_rows(x_M: jax.Array) -> jax.Array:
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: Any,
-        x_BLD: jax.Array, rows: Any, *, remat: Callable | None = None,
-        unroll: int | bool = 1, newest: Any = None) -> tuple[jax.Array, Any]:
+def run(
+    unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]],
+    units: Any,
+    x_BLD: jax.Array,
+    rows: Any,
+    *,
+    remat: Callable | None = None,
+    unroll: int | bool = 1,
+    newest: Any = None,
+) -> tuple[jax.Array, Any]:
     """Runs the stack's U units over x, pipelined over the active mesh's `pipeline` axis.
 
     `unit_fn(x_bLD, unit, rows_b) -> (x_bLD, stats)` applies one unit (`units` leaves are
@@ -148,11 +158,14 @@ def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: 
     rows_M = jax.tree.map(lambda r: split_rows(r, micro), rows)
     # [U, ...] -> [R, S, K, ...]: model order is (r, s, k), stage s holds [:, s].
     weights = jax.tree.map(
-        lambda w: on_stages(w.reshape(repeats, stages, per_stage, *w.shape[1:]), 1), units)
+        lambda w: on_stages(w.reshape(repeats, stages, per_stage, *w.shape[1:]), 1), units
+    )
 
-    flags = jax.tree.leaves(jax.tree.map(lambda flag, sub: jax.tree.map(lambda _: flag, sub),
-                                         newest, units) if newest is not None else
-                            jax.tree.map(lambda _: False, units))
+    flags = jax.tree.leaves(
+        jax.tree.map(lambda flag, sub: jax.tree.map(lambda _: flag, sub), newest, units)
+        if newest is not None
+        else jax.tree.map(lambda _: False, units)
+    )
     leaves, treedef = jax.tree.flatten(weights)
     copies = [_copies_combined_by_max(w, total) for w, flag in zip(leaves, flags) if flag]
 
@@ -170,8 +183,12 @@ def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: 
     def rotate(x_S: jax.Array) -> jax.Array:
         # Stage s's output becomes stage s + 1's input (the last stage's, stage 0's).
         perm = [(i, (i + 1) % stages) for i in range(stages)]
-        return jax.shard_map(lambda x: jax.lax.ppermute(x, AXIS, perm), mesh=mesh,
-                             in_specs=stage_spec, out_specs=stage_spec)(x_S)
+        return jax.shard_map(
+            lambda x: jax.lax.ppermute(x, AXIS, perm),
+            mesh=mesh,
+            in_specs=stage_spec,
+            out_specs=stage_spec,
+        )(x_S)
 
     def iteration(carry: dict[str, jax.Array], xs: tuple[jax.Array, list[jax.Array]]):
         t, copies_t = xs
@@ -184,10 +201,11 @@ def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: 
         if repeats > 1:  # after the first M iterations stage 0 takes a returning micro batch
             back_S = jax.vmap(lambda buf: buf[jnp.mod(t, micro)])(carry["loop"])
             first_S = jnp.where(t < micro, first_S, back_S)
-        in_S = on_stages(jnp.where((stage_ids == 0)[:, None, None, None], first_S,
-                                   carry["state"]))
-        w_S = jax.tree.map(lambda w: on_stages(jax.vmap(lambda w_r, r: w_r[r], in_axes=(1, 0))(
-            w, repeat_S)), weights_at(copies_t))
+        in_S = on_stages(jnp.where((stage_ids == 0)[:, None, None, None], first_S, carry["state"]))
+        w_S = jax.tree.map(
+            lambda w: on_stages(jax.vmap(lambda w_r, r: w_r[r], in_axes=(1, 0))(w, repeat_S)),
+            weights_at(copies_t),
+        )
         rows_S = jax.tree.map(lambda r: on_stages(jax.vmap(lambda m: r[m])(micro_S)), rows_M)
         with sharding.use_mesh(mesh, inner):
             out_S, stats_S = jax.vmap(stage_fn, spmd_axis_name=AXIS)(w_S, in_S, rows_S)
@@ -198,8 +216,9 @@ def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: 
         new["state"] = rotate(out_S)
         if repeats > 1:  # an unfinished one waits at stage 0 for its next repeat
             back = (stage_ids == 0) & valid_S[-1] & (repeat_S[-1] < repeats - 1)
-            new["loop"] = jax.vmap(_put)(carry["loop"], jnp.broadcast_to(micro_S[-1], (stages,)),
-                                         new["state"], back)
+            new["loop"] = jax.vmap(_put)(
+                carry["loop"], jnp.broadcast_to(micro_S[-1], (stages,)), new["state"], back
+            )
         stats_S = jax.tree.map(lambda s: s * valid_S.reshape(-1, *[1] * (s.ndim - 1)), stats_S)
         return new, (stats_S, repeat_S)
 
@@ -209,8 +228,9 @@ def run(unit_fn: Callable[[jax.Array, Any, Any], tuple[jax.Array, Any]], units: 
     carry = {"state": zeros_S, "out": buffer}
     if repeats > 1:
         carry["loop"] = buffer
-    carry, (stats_TSK, repeat_TS) = jax.lax.scan(iteration, carry,
-                                                 (jnp.arange(total), copies), unroll=unroll)
+    carry, (stats_TSK, repeat_TS) = jax.lax.scan(
+        iteration, carry, (jnp.arange(total), copies), unroll=unroll
+    )
     out_MbLD = carry["out"][stages - 1]
     with sharding.use_mesh(mesh, outer):
         y_BLD = sharding.constrain(merge_rows(out_MbLD), _ACTIVATION)
@@ -243,6 +263,7 @@ def _put(buffer_M: jax.Array, m: jax.Array, value: jax.Array, write: jax.Array) 
 def _stats_per_unit(stats_TSK: Any, repeat_TS: jax.Array, repeats: int, micro: int) -> Any:
     """[T, S, K, ...] statistics of the valid iterations (others are zero) -> [U, ...] means
     over the micro batches, in model order."""
+
     def per_unit(s_TSK: jax.Array) -> jax.Array:
         onehot_TSR = jax.nn.one_hot(repeat_TS, repeats, dtype=s_TSK.dtype)
         s_RSK = jnp.einsum("tsr,tsk...->rsk...", onehot_TSR, s_TSK) / micro

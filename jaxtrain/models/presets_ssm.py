@@ -9,40 +9,116 @@ from __future__ import annotations
 
 from jaxtrain.models.block_pattern import NO_ATTENTION
 
-_DEBUG = dict(vocab_size=512, hidden_size=64, max_seq_len=512, norm_eps=1e-5, use_rope=False,
-              ssm_state_size=16, ssm_head_dim=16, ssm_expand=2, ssm_conv_kernel=4,
-              ssm_chunk_size=16)
+_DEBUG = dict(
+    vocab_size=512,
+    hidden_size=64,
+    max_seq_len=512,
+    norm_eps=1e-5,
+    use_rope=False,
+    ssm_state_size=16,
+    ssm_head_dim=16,
+    ssm_expand=2,
+    ssm_conv_kernel=4,
+    ssm_chunk_size=16,
+)
 # Mamba-2 as state-spaces/mamba2-* and Megatron's MambaModel publish it: tied embeddings,
 # expand 2, head width 64, a 4-wide convolution; Megatron pads the vocabulary to 128s.
-_MAMBA2 = dict(NO_ATTENTION, family="mamba2", max_seq_len=4096, norm_eps=1e-5, use_rope=False,
-               tie_embeddings=True, ssm_expand=2, ssm_head_dim=64, ssm_conv_kernel=4,
-               ssm_chunk_size=256)
+_MAMBA2 = dict(
+    NO_ATTENTION,
+    family="mamba2",
+    max_seq_len=4096,
+    norm_eps=1e-5,
+    use_rope=False,
+    tie_embeddings=True,
+    ssm_expand=2,
+    ssm_head_dim=64,
+    ssm_conv_kernel=4,
+    ssm_chunk_size=256,
+)
 
 SSM_PRESETS: dict[str, dict] = {
-    "mamba2-debug": dict(_DEBUG, **NO_ATTENTION, family="mamba2", num_layers=2,
-                         block_pattern="MM", ssm_num_heads=8, ssm_n_groups=2),
-    "mamba-debug": dict(_DEBUG, **NO_ATTENTION, family="mamba", num_layers=2,
-                        block_pattern="MM", mamba_version=1, ssm_dt_rank=4, ssm_head_dim=64,
-                        tie_embeddings=True),
+    "mamba2-debug": dict(
+        _DEBUG,
+        **NO_ATTENTION,
+        family="mamba2",
+        num_layers=2,
+        block_pattern="MM",
+        ssm_num_heads=8,
+        ssm_n_groups=2,
+    ),
+    "mamba-debug": dict(
+        _DEBUG,
+        **NO_ATTENTION,
+        family="mamba",
+        num_layers=2,
+        block_pattern="MM",
+        mamba_version=1,
+        ssm_dt_rank=4,
+        ssm_head_dim=64,
+        tie_embeddings=True,
+    ),
     # Mamba-2, no-RoPE attention and relu2 MLP sublayers in Megatron's pattern string.
-    "nemotron-h-debug": dict(_DEBUG, family="nemotron_h", num_layers=4, block_pattern="M*M-",
-                             num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=96,
-                             ssm_num_heads=8, ssm_n_groups=2, mlp_activation="relu2"),
+    "nemotron-h-debug": dict(
+        _DEBUG,
+        family="nemotron_h",
+        num_layers=4,
+        block_pattern="M*M-",
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        ssm_num_heads=8,
+        ssm_n_groups=2,
+        mlp_activation="relu2",
+    ),
     # Primus / Megatron mamba_370M.yaml: 48 Mamba-2 layers of 1024, state 16, 8 groups, the
     # GPT-NeoX tokenizer's 50277 ids padded to 50304.
-    "mamba-370m": dict(_MAMBA2, vocab_size=50304, hidden_size=1024, num_layers=48,
-                       block_pattern="M" * 48, ssm_state_size=16, ssm_n_groups=8,
-                       ssm_chunk_size=128),
+    "mamba-370m": dict(
+        _MAMBA2,
+        vocab_size=50304,
+        hidden_size=1024,
+        num_layers=48,
+        block_pattern="M" * 48,
+        ssm_state_size=16,
+        ssm_n_groups=8,
+        ssm_chunk_size=128,
+    ),
     # state-spaces/mamba2-130m and -370m (Mamba2ForCausalLM), vocabulary padded to 16s.
-    "mamba2-130m": dict(_MAMBA2, vocab_size=50288, hidden_size=768, num_layers=24,
-                        block_pattern="M" * 24, ssm_state_size=128, ssm_n_groups=1),
-    "mamba2-370m": dict(_MAMBA2, vocab_size=50288, hidden_size=1024, num_layers=48,
-                        block_pattern="M" * 48, ssm_state_size=128, ssm_n_groups=1),
+    "mamba2-130m": dict(
+        _MAMBA2,
+        vocab_size=50288,
+        hidden_size=768,
+        num_layers=24,
+        block_pattern="M" * 24,
+        ssm_state_size=128,
+        ssm_n_groups=1,
+    ),
+    "mamba2-370m": dict(
+        _MAMBA2,
+        vocab_size=50288,
+        hidden_size=1024,
+        num_layers=48,
+        block_pattern="M" * 48,
+        ssm_state_size=128,
+        ssm_n_groups=1,
+    ),
     # state-spaces/mamba-130m-hf (MambaForCausalLM).
-    "mamba-130m": dict(NO_ATTENTION, family="mamba", vocab_size=50280, hidden_size=768,
-                       num_layers=24, block_pattern="M" * 24, mamba_version=1,
-                       ssm_state_size=16, ssm_expand=2, ssm_conv_kernel=4, norm_eps=1e-5,
-                       use_rope=False, tie_embeddings=True, max_seq_len=4096),
+    "mamba-130m": dict(
+        NO_ATTENTION,
+        family="mamba",
+        vocab_size=50280,
+        hidden_size=768,
+        num_layers=24,
+        block_pattern="M" * 24,
+        mamba_version=1,
+        ssm_state_size=16,
+        ssm_expand=2,
+        ssm_conv_kernel=4,
+        norm_eps=1e-5,
+        use_rope=False,
+        tie_embeddings=True,
+        max_seq_len=4096,
+    ),
 }
 
 # transformers' parameter count of the same architecture (tied embeddings counted once).

@@ -33,8 +33,9 @@ def float32_operands(*operands: jax.Array) -> tuple[jax.Array, ...]:
     return tuple(x.astype(jnp.float32) if x.dtype in _NARROW else x for x in operands)
 
 
-def backward_operands(x: jax.Array, kernel: jax.Array, d_out: jax.Array
-                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def backward_operands(
+    x: jax.Array, kernel: jax.Array, d_out: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(x, kernel, d_out) for the backward products of `x @ kernel` taken with a float32 result
     (the logits), whose cotangent `d_out` is float32.
 

@@ -28,8 +28,9 @@ def attention_factor(spec: ModelSpec) -> float:
     if spec.rope_scaling != "yarn":
         return 1.0
     if spec.rope_mscale and spec.rope_mscale_all_dim:
-        return (yarn_mscale(spec.rope_factor, spec.rope_mscale)
-                / yarn_mscale(spec.rope_factor, spec.rope_mscale_all_dim))
+        return yarn_mscale(spec.rope_factor, spec.rope_mscale) / yarn_mscale(
+            spec.rope_factor, spec.rope_mscale_all_dim
+        )
     return yarn_mscale(spec.rope_factor)
 
 
@@ -120,8 +121,9 @@ def apply_rope(x_BLNH: jnp.ndarray, cos_BLH: jnp.ndarray, sin_BLH: jnp.ndarray) 
     return (x * cos + rotated * sin).astype(x_BLNH.dtype)
 
 
-def apply_rope_interleaved(x_BLNH: jnp.ndarray, cos_BLH: jnp.ndarray, sin_BLH: jnp.ndarray
-                           ) -> jnp.ndarray:
+def apply_rope_interleaved(
+    x_BLNH: jnp.ndarray, cos_BLH: jnp.ndarray, sin_BLH: jnp.ndarray
+) -> jnp.ndarray:
     """Rotates each (2i, 2i + 1) pair of x by pair i's angle (DeepSeek's layout), in float32.
 
     The result is laid out de-interleaved, [rotated evens, rotated odds]: queries and keys get

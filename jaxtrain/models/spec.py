@@ -40,7 +40,7 @@ FP8_AMAX_ALGOS = ("max", "most_recent")
 # Recipes other stacks offer that scale per block or per row: what each would need.
 _UNSUPPORTED_SCALING = {
     "mxfp8": "MXFP8 scales every 32 values by a shared power of two; jax.nn.scaled_matmul runs it "
-             "only through cuDNN on NVIDIA Blackwell, and jaxtrain has no block-scaled path",
+    "only through cuDNN on NVIDIA Blackwell, and jaxtrain has no block-scaled path",
     "blockwise": "block-wise (1x128 / 128x128) scaling is not implemented",
     "rowwise": "row-wise scaling is not implemented",
     "nvfp4": "FP4 training is not implemented",
@@ -231,8 +231,16 @@ class ModelSpec:
 
     def validate(self) -> None:
         """Raises ConfigError naming the first `model.*` key whose value cannot work."""
-        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                    "head_dim", "intermediate_size", "max_seq_len")
+        positive = (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "max_seq_len",
+        )
         for key in positive:
             if int(getattr(self, key)) <= 0:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must be a positive integer.")
@@ -240,24 +248,36 @@ class ModelSpec:
             raise ConfigError(
                 f"model.num_heads={self.num_heads} is not divisible by model.num_kv_heads="
                 f"{self.num_kv_heads}: grouped-query attention shares each kv head among a whole "
-                "number of query heads; pick num_kv_heads among the divisors of num_heads.")
+                "number of query heads; pick num_kv_heads among the divisors of num_heads."
+            )
         if self.head_dim % 2:
             raise ConfigError(f"model.head_dim={self.head_dim} must be even for rotary embeddings.")
-        for key, allowed in (("dtype", _DTYPES), ("param_dtype", _DTYPES),
-                             ("rope_scaling", ROPE_SCALINGS), ("remat", REMAT_POLICIES)):
+        for key, allowed in (
+            ("dtype", _DTYPES),
+            ("param_dtype", _DTYPES),
+            ("rope_scaling", ROPE_SCALINGS),
+            ("remat", REMAT_POLICIES),
+        ):
             if getattr(self, key) not in allowed:
-                raise ConfigError(f"model.{key}={getattr(self, key)!r} is not one of "
-                                  f"{sorted(allowed)}.")
+                raise ConfigError(
+                    f"model.{key}={getattr(self, key)!r} is not one of {sorted(allowed)}."
+                )
         if self.attention_impl not in ATTENTION_IMPLS:
-            raise ConfigError(f"model.attention_impl={self.attention_impl!r} is not one of "
-                              f"{list(ATTENTION_IMPLS)}.")
+            raise ConfigError(
+                f"model.attention_impl={self.attention_impl!r} is not one of "
+                f"{list(ATTENTION_IMPLS)}."
+            )
         if self.attention_block < 0:
-            raise ConfigError(f"model.attention_block={self.attention_block} must be a number "
-                              "of query positions per block, or 0 to choose by device and "
-                              "sequence length.")
+            raise ConfigError(
+                f"model.attention_block={self.attention_block} must be a number "
+                "of query positions per block, or 0 to choose by device and "
+                "sequence length."
+            )
         if self.sliding_window < 0:
-            raise ConfigError(f"model.sliding_window={self.sliding_window} must be >= 0 "
-                              "(0 means full causal attention).")
+            raise ConfigError(
+                f"model.sliding_window={self.sliding_window} must be >= 0 "
+                "(0 means full causal attention)."
+            )
         self._validate_rope()
         self._validate_grok()
         self._validate_fp8()
@@ -268,137 +288,198 @@ class ModelSpec:
         if self.num_experts:
             self._validate_moe()
             return
-        expert_only = {"num_dense_layers": self.num_dense_layers,
-                       "moe_layer_step": self.moe_layer_step != 1,
-                       "moe_router_bias": self.moe_router_bias,
-                       "moe_expert_bias": self.moe_expert_bias,
-                       "moe_weight_inputs": self.moe_weight_inputs,
-                       "moe_activation": self.moe_activation != "swiglu",
-                       "router_logit_softcap": self.router_logit_softcap,
-                       "moe_residual_mlp": self.moe_residual_mlp}
+        expert_only = {
+            "num_dense_layers": self.num_dense_layers,
+            "moe_layer_step": self.moe_layer_step != 1,
+            "moe_router_bias": self.moe_router_bias,
+            "moe_expert_bias": self.moe_expert_bias,
+            "moe_weight_inputs": self.moe_weight_inputs,
+            "moe_activation": self.moe_activation != "swiglu",
+            "router_logit_softcap": self.router_logit_softcap,
+            "moe_residual_mlp": self.moe_residual_mlp,
+        }
         for key, used in expert_only.items():
             if used:
-                raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to a mixture"
-                                  " of experts; set it to its default or set model.num_experts "
-                                  "> 0.")
+                raise ConfigError(
+                    f"model.{key}={getattr(self, key)!r} only applies to a mixture"
+                    " of experts; set it to its default or set model.num_experts "
+                    "> 0."
+                )
 
     def _validate_grok(self) -> None:
         """Soft-caps, multipliers and the dense MLP activation (Grok's switches)."""
         if self.mlp_activation not in MLP_ACTIVATIONS:
-            raise ConfigError(f"model.mlp_activation={self.mlp_activation!r} is not one of "
-                              f"{list(MLP_ACTIVATIONS)}.")
-        for key in ("attn_logit_softcap", "router_logit_softcap", "final_logit_softcap",
-                    "attn_temperature_len"):
+            raise ConfigError(
+                f"model.mlp_activation={self.mlp_activation!r} is not one of "
+                f"{list(MLP_ACTIVATIONS)}."
+            )
+        for key in (
+            "attn_logit_softcap",
+            "router_logit_softcap",
+            "final_logit_softcap",
+            "attn_temperature_len",
+        ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 (0: off).")
         for key in ("embed_multiplier", "output_multiplier"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must be > 0 (1: off).")
         if self.attention_impl == "cudnn" and self.attn_logit_softcap:
-            raise ConfigError(f"model.attention_impl='cudnn' cannot soft-cap attention scores "
-                              f"(model.attn_logit_softcap={self.attn_logit_softcap}); use "
-                              "'blockwise', 'dot' or 'auto'.")
+            raise ConfigError(
+                f"model.attention_impl='cudnn' cannot soft-cap attention scores "
+                f"(model.attn_logit_softcap={self.attn_logit_softcap}); use "
+                "'blockwise', 'dot' or 'auto'."
+            )
 
     def _validate_blocks(self) -> None:
         """The hybrid pattern and the state-space keys."""
         if not self.block_pattern:
             for key, hybrid_only in (("mlp_activation", "relu2"), ("use_rope", False)):
                 if getattr(self, key) == hybrid_only:
-                    raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to "
-                                      "hybrid stacks; set model.block_pattern or change it.")
+                    raise ConfigError(
+                        f"model.{key}={getattr(self, key)!r} only applies to "
+                        "hybrid stacks; set model.block_pattern or change it."
+                    )
             return
         try:
             kinds = blocks.pattern_kinds(self.block_pattern)
         except ValueError as e:
             raise ConfigError(f"model.block_pattern={self.block_pattern!r}: {e}.") from None
         if len(self.block_pattern) != self.num_layers:
-            raise ConfigError(f"model.block_pattern={self.block_pattern!r} has "
-                              f"{len(self.block_pattern)} sublayers but model.num_layers="
-                              f"{self.num_layers}; set num_layers to the pattern's length.")
+            raise ConfigError(
+                f"model.block_pattern={self.block_pattern!r} has "
+                f"{len(self.block_pattern)} sublayers but model.num_layers="
+                f"{self.num_layers}; set num_layers to the pattern's length."
+            )
         if "moe" in kinds and not self.num_experts:
-            raise ConfigError(f"model.block_pattern={self.block_pattern!r} has E sublayers; "
-                              "set model.num_experts > 0 (and moe_intermediate_size).")
+            raise ConfigError(
+                f"model.block_pattern={self.block_pattern!r} has E sublayers; "
+                "set model.num_experts > 0 (and moe_intermediate_size)."
+            )
         if self.num_experts and "moe" not in kinds:
-            raise ConfigError(f"model.num_experts={self.num_experts} but model.block_pattern="
-                              f"{self.block_pattern!r} has no E sublayer; add one or set "
-                              "num_experts=0.")
-        unsupported = {"quantization": self.quantization, "moe_score_bias":
-                       self.moe_score_bias, "num_dense_layers": self.num_dense_layers,
-                       "moe_layer_step": self.moe_layer_step != 1,
-                       "global_layer_step": self.global_layer_step}
+            raise ConfigError(
+                f"model.num_experts={self.num_experts} but model.block_pattern="
+                f"{self.block_pattern!r} has no E sublayer; add one or set "
+                "num_experts=0."
+            )
+        unsupported = {
+            "quantization": self.quantization,
+            "moe_score_bias": self.moe_score_bias,
+            "num_dense_layers": self.num_dense_layers,
+            "moe_layer_step": self.moe_layer_step != 1,
+            "global_layer_step": self.global_layer_step,
+        }
         for key, used in unsupported.items():
             if used:
-                raise ConfigError(f"model.{key}={getattr(self, key)!r} is not supported with "
-                                  "model.block_pattern (hybrid stacks); leave it at its "
-                                  "default.")
+                raise ConfigError(
+                    f"model.{key}={getattr(self, key)!r} is not supported with "
+                    "model.block_pattern (hybrid stacks); leave it at its "
+                    "default."
+                )
         if self.mamba_version not in (1, 2):
             raise ConfigError(f"model.mamba_version={self.mamba_version} must be 1 or 2.")
-        for key in ("ssm_state_size", "ssm_head_dim", "ssm_expand", "ssm_n_groups",
-                    "ssm_conv_kernel", "ssm_chunk_size"):
+        for key in (
+            "ssm_state_size",
+            "ssm_head_dim",
+            "ssm_expand",
+            "ssm_n_groups",
+            "ssm_conv_kernel",
+            "ssm_chunk_size",
+        ):
             if getattr(self, key) <= 0:
-                raise ConfigError(f"model.{key}={getattr(self, key)} must be a positive "
-                                  "integer.")
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be a positive integer.")
         for key in ("ssm_num_heads", "ssm_dt_rank"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 (0: derived).")
         if self.mamba_version == 2 and "mamba" in kinds:
             heads = blocks.ssm_heads(self)
-            if not self.ssm_num_heads and (self.ssm_expand * self.hidden_size
-                                           % self.ssm_head_dim):
-                raise ConfigError(f"model.ssm_expand x hidden_size = "
-                                  f"{self.ssm_expand * self.hidden_size} is not divisible by "
-                                  f"model.ssm_head_dim={self.ssm_head_dim}; set "
-                                  "model.ssm_num_heads or another head width.")
+            if not self.ssm_num_heads and (self.ssm_expand * self.hidden_size % self.ssm_head_dim):
+                raise ConfigError(
+                    f"model.ssm_expand x hidden_size = "
+                    f"{self.ssm_expand * self.hidden_size} is not divisible by "
+                    f"model.ssm_head_dim={self.ssm_head_dim}; set "
+                    "model.ssm_num_heads or another head width."
+                )
             if heads % self.ssm_n_groups:
-                raise ConfigError(f"model.ssm_n_groups={self.ssm_n_groups} must divide the "
-                                  f"{heads} Mamba-2 heads (model.ssm_num_heads).")
+                raise ConfigError(
+                    f"model.ssm_n_groups={self.ssm_n_groups} must divide the "
+                    f"{heads} Mamba-2 heads (model.ssm_num_heads)."
+                )
 
     def _validate_linear(self) -> None:
         """The delta-rule mixer keys, when linear_num_key_heads > 0 turns them on."""
         if not self.linear_num_key_heads:
             return
-        for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-                    "linear_value_head_dim", "linear_conv_kernel"):
+        for key in (
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel",
+        ):
             if int(getattr(self, key)) <= 0:
-                raise ConfigError(f"model.{key}={getattr(self, key)} must be a positive integer"
-                                  " for Gated DeltaNet / Kimi delta attention blocks.")
+                raise ConfigError(
+                    f"model.{key}={getattr(self, key)} must be a positive integer"
+                    " for Gated DeltaNet / Kimi delta attention blocks."
+                )
         if self.linear_num_value_heads % self.linear_num_key_heads:
             raise ConfigError(
                 f"model.linear_num_value_heads={self.linear_num_value_heads} is not a multiple "
                 f"of model.linear_num_key_heads={self.linear_num_key_heads}: each query/key head "
-                "serves a whole number of value heads.")
+                "serves a whole number of value heads."
+            )
         if self.linear_chunk < 0:
-            raise ConfigError(f"model.linear_chunk={self.linear_chunk} must be >= 0 (0: the "
-                              "mixer's default chunk).")
+            raise ConfigError(
+                f"model.linear_chunk={self.linear_chunk} must be >= 0 (0: the "
+                "mixer's default chunk)."
+            )
 
     def _validate_fp8(self) -> None:
         """The quantization keys: a known recipe, and no fp8 key set while fp8 is off."""
-        for key, allowed in (("quantization", QUANTIZATIONS), ("fp8_recipe", FP8_RECIPES),
-                             ("fp8_format", FP8_FORMATS), ("fp8_amax_algo", FP8_AMAX_ALGOS)):
+        for key, allowed in (
+            ("quantization", QUANTIZATIONS),
+            ("fp8_recipe", FP8_RECIPES),
+            ("fp8_format", FP8_FORMATS),
+            ("fp8_amax_algo", FP8_AMAX_ALGOS),
+        ):
             value = getattr(self, key)
             if value in allowed:
                 continue
             why = _UNSUPPORTED_SCALING.get(str(value).lower())
             if why:
-                raise ConfigError(f"model.{key}={value!r} is not supported: {why}. Use "
-                                  "model.quantization='fp8' with model.fp8_recipe='delayed' or "
-                                  "'current' (per-tensor scaling), or '' for model.dtype "
-                                  "matmuls.")
+                raise ConfigError(
+                    f"model.{key}={value!r} is not supported: {why}. Use "
+                    "model.quantization='fp8' with model.fp8_recipe='delayed' or "
+                    "'current' (per-tensor scaling), or '' for model.dtype "
+                    "matmuls."
+                )
             raise ConfigError(f"model.{key}={value!r} is not one of {list(allowed)}.")
         if self.fp8_amax_history < 1:
             raise ConfigError(f"model.fp8_amax_history={self.fp8_amax_history} must be >= 1.")
         if not 0 <= self.fp8_margin <= 8:
-            raise ConfigError(f"model.fp8_margin={self.fp8_margin} must be between 0 and 8 "
-                              "(powers of two of headroom).")
+            raise ConfigError(
+                f"model.fp8_margin={self.fp8_margin} must be between 0 and 8 "
+                "(powers of two of headroom)."
+            )
         if self.quantization:
             return
         defaults = {f.name: f.default for f in dataclasses.fields(ModelSpec)}
-        for key in ("fp8_recipe", "fp8_format", "fp8_amax_history", "fp8_amax_algo",
-                    "fp8_margin", "fp8_output_layer", "fp8_experts", "fp8_stats"):
+        for key in (
+            "fp8_recipe",
+            "fp8_format",
+            "fp8_amax_history",
+            "fp8_amax_algo",
+            "fp8_margin",
+            "fp8_output_layer",
+            "fp8_experts",
+            "fp8_stats",
+        ):
             if getattr(self, key) != defaults[key]:
-                raise ConfigError(f"model.{key}={getattr(self, key)!r} only applies to fp8 "
-                                  "matmuls; set model.quantization='fp8' or leave it at its "
-                                  "default.")
+                raise ConfigError(
+                    f"model.{key}={getattr(self, key)!r} only applies to fp8 "
+                    "matmuls; set model.quantization='fp8' or leave it at its "
+                    "default."
+                )
 
     def _validate_layer_pattern(self) -> None:
         """Local / global attention layers, chunks, NoPE and attention temperature keys."""
@@ -406,55 +487,80 @@ class ModelSpec:
             if getattr(self, key) < 0:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 (0: off).")
         if self.attention_chunk and self.sliding_window:
-            raise ConfigError(f"model.attention_chunk={self.attention_chunk} and model."
-                              f"sliding_window={self.sliding_window} are both set; local layers "
-                              "use one of them, so set the other to 0.")
+            raise ConfigError(
+                f"model.attention_chunk={self.attention_chunk} and model."
+                f"sliding_window={self.sliding_window} are both set; local layers "
+                "use one of them, so set the other to 0."
+            )
         if self.leading_global_layers < 0 or self.leading_global_layers >= self.num_layers:
-            raise ConfigError(f"model.leading_global_layers={self.leading_global_layers} must be "
-                              f"between 0 and model.num_layers - 1 = {self.num_layers - 1}: at "
-                              "least one block keeps the sliding window (set the window to 0 "
-                              "for global attention everywhere).")
+            raise ConfigError(
+                f"model.leading_global_layers={self.leading_global_layers} must be "
+                f"between 0 and model.num_layers - 1 = {self.num_layers - 1}: at "
+                "least one block keeps the sliding window (set the window to 0 "
+                "for global attention everywhere)."
+            )
         if self.leading_global_layers and not (self.sliding_window or self.attention_chunk):
-            raise ConfigError(f"model.leading_global_layers={self.leading_global_layers} needs "
-                              "local layers to follow: set model.sliding_window (or "
-                              "attention_chunk), or set it to 0.")
+            raise ConfigError(
+                f"model.leading_global_layers={self.leading_global_layers} needs "
+                "local layers to follow: set model.sliding_window (or "
+                "attention_chunk), or set it to 0."
+            )
         if self.global_layer_step == 1:
-            raise ConfigError("model.global_layer_step=1 makes every layer global; set it to 0 "
-                              "and model.sliding_window / attention_chunk to 0 instead.")
+            raise ConfigError(
+                "model.global_layer_step=1 makes every layer global; set it to 0 "
+                "and model.sliding_window / attention_chunk to 0 instead."
+            )
         if self.nope_global and not self.global_layer_step:
-            raise ConfigError("model.nope_global=True needs global layers: set "
-                              "model.global_layer_step > 1 (Llama 4: 4).")
+            raise ConfigError(
+                "model.nope_global=True needs global layers: set "
+                "model.global_layer_step > 1 (Llama 4: 4)."
+            )
         if self.attn_temperature_tuning and not self.nope_global:
-            raise ConfigError("model.attn_temperature_tuning=True applies to NoPE layers only; "
-                              "set model.nope_global=True (and global_layer_step) or turn it off.")
+            raise ConfigError(
+                "model.attn_temperature_tuning=True applies to NoPE layers only; "
+                "set model.nope_global=True (and global_layer_step) or turn it off."
+            )
         if self.attn_floor_scale <= 0:
             raise ConfigError(f"model.attn_floor_scale={self.attn_floor_scale} must be > 0.")
         if self.mla:
-            for key in ("attention_chunk", "global_layer_step", "leading_global_layers",
-                        "attention_sinks", "o_bias", "qk_l2_norm"):
+            for key in (
+                "attention_chunk",
+                "global_layer_step",
+                "leading_global_layers",
+                "attention_sinks",
+                "o_bias",
+                "qk_l2_norm",
+            ):
                 if getattr(self, key):
-                    raise ConfigError(f"model.{key}={getattr(self, key)!r} is not supported with"
-                                      " multi-head latent attention (model.kv_lora_rank > 0); "
-                                      "set it off.")
+                    raise ConfigError(
+                        f"model.{key}={getattr(self, key)!r} is not supported with"
+                        " multi-head latent attention (model.kv_lora_rank > 0); "
+                        "set it off."
+                    )
 
     def _validate_rope(self) -> None:
         """The context-extension keys of the chosen rope_scaling."""
         if self.rope_scaling == "none":
             return
         if self.rope_factor <= 0:
-            raise ConfigError(f"model.rope_factor={self.rope_factor} must be > 0 with "
-                              f"model.rope_scaling={self.rope_scaling!r}.")
+            raise ConfigError(
+                f"model.rope_factor={self.rope_factor} must be > 0 with "
+                f"model.rope_scaling={self.rope_scaling!r}."
+            )
         if self.rope_scaling == "yarn":
             if self.rope_original_max_len <= 0:
-                raise ConfigError(f"model.rope_original_max_len={self.rope_original_max_len} "
-                                  "must be the positive pretraining context length for yarn.")
+                raise ConfigError(
+                    f"model.rope_original_max_len={self.rope_original_max_len} "
+                    "must be the positive pretraining context length for yarn."
+                )
             for key in ("rope_beta_fast", "rope_beta_slow"):
                 if getattr(self, key) <= 0:
                     raise ConfigError(f"model.{key}={getattr(self, key)} must be > 0 for yarn.")
             for key in ("rope_mscale", "rope_mscale_all_dim"):
                 if getattr(self, key) < 0:
-                    raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0 "
-                                      "(0 means not set).")
+                    raise ConfigError(
+                        f"model.{key}={getattr(self, key)} must be >= 0 (0 means not set)."
+                    )
 
     def _validate_mla(self) -> None:
         """Multi-head latent attention keys: all set consistently, or all left at 0."""
@@ -467,96 +573,142 @@ class ModelSpec:
                 if getattr(self, key):
                     raise ConfigError(
                         f"model.{key}={getattr(self, key)} only applies to multi-head latent "
-                        "attention; set model.kv_lora_rank > 0 to use it, or set it to 0.")
+                        "attention; set model.kv_lora_rank > 0 to use it, or set it to 0."
+                    )
             return
         if self.qk_rope_head_dim <= 0 or self.qk_rope_head_dim % 2:
-            raise ConfigError(f"model.qk_rope_head_dim={self.qk_rope_head_dim} must be a "
-                              "positive even number with model.kv_lora_rank > 0: every head's "
-                              "query and the shared key carry that many rotary dims.")
+            raise ConfigError(
+                f"model.qk_rope_head_dim={self.qk_rope_head_dim} must be a "
+                "positive even number with model.kv_lora_rank > 0: every head's "
+                "query and the shared key carry that many rotary dims."
+            )
         if self.v_head_dim <= 0:
-            raise ConfigError(f"model.v_head_dim={self.v_head_dim} must be a positive integer "
-                              "with model.kv_lora_rank > 0.")
-        for key, value in (("qkv_bias", self.qkv_bias), ("qk_norm", self.qk_norm),
-                           ("sliding_window", self.sliding_window)):
+            raise ConfigError(
+                f"model.v_head_dim={self.v_head_dim} must be a positive integer "
+                "with model.kv_lora_rank > 0."
+            )
+        for key, value in (
+            ("qkv_bias", self.qkv_bias),
+            ("qk_norm", self.qk_norm),
+            ("sliding_window", self.sliding_window),
+        ):
             if value:
-                raise ConfigError(f"model.{key}={value} is not supported with multi-head latent "
-                                  "attention (model.kv_lora_rank > 0); set it off.")
+                raise ConfigError(
+                    f"model.{key}={value} is not supported with multi-head latent "
+                    "attention (model.kv_lora_rank > 0); set it off."
+                )
 
     def _validate_moe(self) -> None:
         """The mixture-of-experts keys, checked only when num_experts > 0."""
         if self.moe_capacity_factor < 0:
-            raise ConfigError(f"model.moe_capacity_factor={self.moe_capacity_factor} must be >= 0 "
-                              "(0: dropless routing; 1.25 is a common capacity).")
+            raise ConfigError(
+                f"model.moe_capacity_factor={self.moe_capacity_factor} must be >= 0 "
+                "(0: dropless routing; 1.25 is a common capacity)."
+            )
         if self.num_experts < 0:
             raise ConfigError(f"model.num_experts={self.num_experts} must be >= 0 (0: dense).")
         if not 0 < self.num_experts_per_tok <= self.num_experts:
-            raise ConfigError(f"model.num_experts_per_tok={self.num_experts_per_tok} must be "
-                              f"between 1 and model.num_experts={self.num_experts}.")
+            raise ConfigError(
+                f"model.num_experts_per_tok={self.num_experts_per_tok} must be "
+                f"between 1 and model.num_experts={self.num_experts}."
+            )
         if self.moe_intermediate_size <= 0:
-            raise ConfigError(f"model.moe_intermediate_size={self.moe_intermediate_size} must "
-                              "be a positive integer when model.num_experts > 0.")
+            raise ConfigError(
+                f"model.moe_intermediate_size={self.moe_intermediate_size} must "
+                "be a positive integer when model.num_experts > 0."
+            )
         if self.moe_score not in MOE_SCORES:
-            raise ConfigError(f"model.moe_score={self.moe_score!r} is not one of "
-                              f"{list(MOE_SCORES)}.")
-        for key in ("moe_aux_loss_coef", "moe_z_loss_coef", "moe_shared_experts",
-                    "moe_bias_update_rate"):
+            raise ConfigError(
+                f"model.moe_score={self.moe_score!r} is not one of {list(MOE_SCORES)}."
+            )
+        for key in (
+            "moe_aux_loss_coef",
+            "moe_z_loss_coef",
+            "moe_shared_experts",
+            "moe_bias_update_rate",
+        ):
             if getattr(self, key) < 0:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must be >= 0.")
         if self.moe_routed_scaling <= 0:
             raise ConfigError(f"model.moe_routed_scaling={self.moe_routed_scaling} must be > 0.")
         if not 0 <= self.num_dense_layers < self.num_layers:
-            raise ConfigError(f"model.num_dense_layers={self.num_dense_layers} must be between 0 "
-                              f"and model.num_layers - 1 = {self.num_layers - 1}: at least one "
-                              "block keeps its experts.")
+            raise ConfigError(
+                f"model.num_dense_layers={self.num_dense_layers} must be between 0 "
+                f"and model.num_layers - 1 = {self.num_layers - 1}: at least one "
+                "block keeps its experts."
+            )
         if self.moe_activation not in MOE_ACTIVATIONS:
-            raise ConfigError(f"model.moe_activation={self.moe_activation!r} is not one of "
-                              f"{list(MOE_ACTIVATIONS)}.")
+            raise ConfigError(
+                f"model.moe_activation={self.moe_activation!r} is not one of "
+                f"{list(MOE_ACTIVATIONS)}."
+            )
         for key in ("moe_swiglu_alpha", "moe_swiglu_limit"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must be > 0.")
         step = self.moe_layer_step
         if step < 1 or self.num_layers % step:
-            raise ConfigError(f"model.moe_layer_step={step} must be a positive divisor of "
-                              f"model.num_layers={self.num_layers}: the blocks form whole groups "
-                              "of step - 1 dense blocks and one expert block.")
+            raise ConfigError(
+                f"model.moe_layer_step={step} must be a positive divisor of "
+                f"model.num_layers={self.num_layers}: the blocks form whole groups "
+                "of step - 1 dense blocks and one expert block."
+            )
         if step > 1 and self.num_dense_layers:
-            raise ConfigError(f"model.moe_layer_step={step} and model.num_dense_layers="
-                              f"{self.num_dense_layers} are both set; use leading dense blocks "
-                              "or interleaved ones, not both.")
-        if self.moe_score == "topk_sigmoid" and (self.moe_score_bias or
-                                                 self.moe_topk_method != "greedy"):
-            raise ConfigError("model.moe_score='topk_sigmoid' ranks raw logits; it takes no "
-                              "model.moe_score_bias and only moe_topk_method='greedy'.")
+            raise ConfigError(
+                f"model.moe_layer_step={step} and model.num_dense_layers="
+                f"{self.num_dense_layers} are both set; use leading dense blocks "
+                "or interleaved ones, not both."
+            )
+        if self.moe_score == "topk_sigmoid" and (
+            self.moe_score_bias or self.moe_topk_method != "greedy"
+        ):
+            raise ConfigError(
+                "model.moe_score='topk_sigmoid' ranks raw logits; it takes no "
+                "model.moe_score_bias and only moe_topk_method='greedy'."
+            )
         if self.moe_bias_update_rate and not self.moe_score_bias:
-            raise ConfigError(f"model.moe_bias_update_rate={self.moe_bias_update_rate} needs the "
-                              "expert bias it updates; set model.moe_score_bias=True or the "
-                              "rate to 0.")
+            raise ConfigError(
+                f"model.moe_bias_update_rate={self.moe_bias_update_rate} needs the "
+                "expert bias it updates; set model.moe_score_bias=True or the "
+                "rate to 0."
+            )
         self._validate_groups()
 
     def _validate_groups(self) -> None:
         """Group-limited top-k: groups split the experts evenly and hold k experts between them."""
         if self.moe_topk_method not in MOE_TOPK_METHODS:
-            raise ConfigError(f"model.moe_topk_method={self.moe_topk_method!r} is not one of "
-                              f"{list(MOE_TOPK_METHODS)}.")
+            raise ConfigError(
+                f"model.moe_topk_method={self.moe_topk_method!r} is not one of "
+                f"{list(MOE_TOPK_METHODS)}."
+            )
         e, n, g = self.num_experts, self.moe_n_group, self.moe_topk_group
         if n < 1 or e % n:
-            raise ConfigError(f"model.moe_n_group={n} must divide model.num_experts={e}: groups "
-                              "hold equal shares of the experts; pick a divisor of num_experts.")
+            raise ConfigError(
+                f"model.moe_n_group={n} must divide model.num_experts={e}: groups "
+                "hold equal shares of the experts; pick a divisor of num_experts."
+            )
         if not 1 <= g <= n:
-            raise ConfigError(f"model.moe_topk_group={g} must be between 1 and model.moe_n_group"
-                              f"={n}: a token picks that many groups.")
+            raise ConfigError(
+                f"model.moe_topk_group={g} must be between 1 and model.moe_n_group"
+                f"={n}: a token picks that many groups."
+            )
         if self.moe_topk_method == "greedy" and n != 1:
-            raise ConfigError(f"model.moe_n_group={n} has no effect with model.moe_topk_method="
-                              "'greedy'; use 'group_limited_greedy' or 'noaux_tc', or set "
-                              "moe_n_group=moe_topk_group=1.")
+            raise ConfigError(
+                f"model.moe_n_group={n} has no effect with model.moe_topk_method="
+                "'greedy'; use 'group_limited_greedy' or 'noaux_tc', or set "
+                "moe_n_group=moe_topk_group=1."
+            )
         if self.num_experts_per_tok > g * (e // n):
-            raise ConfigError(f"model.num_experts_per_tok={self.num_experts_per_tok} exceeds the "
-                              f"{g * (e // n)} experts of model.moe_topk_group={g} groups of "
-                              f"{e // n}; raise moe_topk_group or lower num_experts_per_tok.")
+            raise ConfigError(
+                f"model.num_experts_per_tok={self.num_experts_per_tok} exceeds the "
+                f"{g * (e // n)} experts of model.moe_topk_group={g} groups of "
+                f"{e // n}; raise moe_topk_group or lower num_experts_per_tok."
+            )
         if self.moe_topk_method == "noaux_tc" and e // n < 2:
-            raise ConfigError(f"model.moe_n_group={n} leaves {e // n} expert per group, but "
-                              "moe_topk_method='noaux_tc' ranks groups by their two best experts;"
-                              " use at most num_experts / 2 groups.")
+            raise ConfigError(
+                f"model.moe_n_group={n} leaves {e // n} expert per group, but "
+                "moe_topk_method='noaux_tc' ranks groups by their two best experts;"
+                " use at most num_experts / 2 groups."
+            )
 
     def _attn_matmul_params(self) -> int:
         """One block's attention projection weights (what matmuls multiply by)."""
@@ -565,8 +717,9 @@ class ModelSpec:
             qk = self.qk_nope_head_dim + self.qk_rope_head_dim
             qr, kvr = self.q_lora_rank, self.kv_lora_rank
             q = d * qr + qr * h * qk if qr else d * h * qk
-            kv = d * (kvr + self.qk_rope_head_dim) + kvr * h * (self.qk_nope_head_dim
-                                                                 + self.v_head_dim)
+            kv = d * (kvr + self.qk_rope_head_dim) + kvr * h * (
+                self.qk_nope_head_dim + self.v_head_dim
+            )
             return q + kv + h * self.v_head_dim * d
         kv, hd = self.num_kv_heads, self.head_dim
         return d * h * hd + 2 * d * kv * hd + h * hd * d
@@ -618,8 +771,14 @@ class ModelSpec:
         d = self.hidden_size
         embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
         if self.block_pattern:
-            return embed + d + sum(blocks.kind_params(self, kind) for kind in
-                                   blocks.pattern_kinds(self.block_pattern))
+            return (
+                embed
+                + d
+                + sum(
+                    blocks.kind_params(self, kind)
+                    for kind in blocks.pattern_kinds(self.block_pattern)
+                )
+            )
         layer = self._attn_params() + (4 if self.post_norms else 2) * d
         return self.num_layers * layer + self._ffn_params(self.num_experts) + embed + d
 
@@ -643,8 +802,10 @@ class ModelSpec:
         """
         if self.block_pattern:  # per sublayer kind, see blocks.kind_flops
             head = 6.0 * self.vocab_size * self.hidden_size
-            return head + sum(blocks.kind_flops(self, kind, seq_len) for kind in
-                              blocks.pattern_kinds(self.block_pattern))
+            return head + sum(
+                blocks.kind_flops(self, kind, seq_len)
+                for kind in blocks.pattern_kinds(self.block_pattern)
+            )
         matmul = self.num_layers * self._attn_matmul_params()
         matmul += self._ffn_params(self.num_experts_per_tok, with_biases=False)
         matmul += self.vocab_size * self.hidden_size  # the output projection

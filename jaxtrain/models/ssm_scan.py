@@ -16,8 +16,9 @@ import jax
 import jax.numpy as jnp
 
 
-def causal_conv(x_BLC: jax.Array, w_CK: jax.Array, b_C: jax.Array | None,
-                state_BSC: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+def causal_conv(
+    x_BLC: jax.Array, w_CK: jax.Array, b_C: jax.Array | None, state_BSC: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
     """Depthwise causal convolution: out[t] = sum_j w[:, j] x[t - K + 1 + j] (+ bias), the
     inputs before the sequence coming from `state_BSC` (the previous K - 1 inputs; zeros when
     None). Returns (output [B, L, C], the last K - 1 inputs as the next state)."""
@@ -27,7 +28,7 @@ def causal_conv(x_BLC: jax.Array, w_CK: jax.Array, b_C: jax.Array | None,
         state_BSC = jnp.zeros((b, k - 1, c), x_BLC.dtype)
     xp = jnp.concatenate([state_BSC.astype(x_BLC.dtype), x_BLC], axis=1)
     w_CK = w_CK.astype(x_BLC.dtype)
-    out = sum(xp[:, j:j + l] * w_CK[:, j] for j in range(k))
+    out = sum(xp[:, j : j + l] * w_CK[:, j] for j in range(k))
     if b_C is not None:
         out = out + b_C.astype(x_BLC.dtype)
     return out, xp[:, l:]
@@ -41,9 +42,16 @@ def _chunks(x: jax.Array, q: int) -> jax.Array:
     return x.reshape(x.shape[0], -1, q, *x.shape[2:])
 
 
-def ssd_scan(x_BLHP: jax.Array, dt_BLH: jax.Array, a_H: jax.Array, b_BLGN: jax.Array,
-             c_BLGN: jax.Array, d_H: jax.Array, chunk: int,
-             state_BHPN: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+def ssd_scan(
+    x_BLHP: jax.Array,
+    dt_BLH: jax.Array,
+    a_H: jax.Array,
+    b_BLGN: jax.Array,
+    c_BLGN: jax.Array,
+    d_H: jax.Array,
+    chunk: int,
+    state_BHPN: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """Mamba-2's scan h_t = exp(dt_t a) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t, in
     float32, by chunks of `chunk` tokens (Dao & Gu 2024, the SSD "minimal" form).
 
@@ -79,8 +87,9 @@ def ssd_scan(x_BLHP: jax.Array, dt_BLH: jax.Array, a_H: jax.Array, b_BLGN: jax.A
         new, decay = inputs
         return state * decay[..., None, None] + new, state
 
-    final, starts = jax.lax.scan(step, init, (jnp.moveaxis(chunk_states, 1, 0),
-                                              jnp.moveaxis(chunk_decay, 1, 0)))
+    final, starts = jax.lax.scan(
+        step, init, (jnp.moveaxis(chunk_states, 1, 0), jnp.moveaxis(chunk_decay, 1, 0))
+    )
     starts = jnp.moveaxis(starts, 0, 1)  # [B,Z,G,R,P,N]: the state before each chunk
     y_off = jnp.einsum("bzlgn,bzgrpn,bzlgr->bzlgrp", cc, starts, jnp.exp(cs))
     y = (y_diag + y_off).reshape(b, -1, h, p)[:, :l]
@@ -88,9 +97,16 @@ def ssd_scan(x_BLHP: jax.Array, dt_BLH: jax.Array, a_H: jax.Array, b_BLGN: jax.A
     return y, final.reshape(b, h, p, n)
 
 
-def selective_scan(u_BLD: jax.Array, dt_BLD: jax.Array, a_DN: jax.Array, b_BLN: jax.Array,
-                   c_BLN: jax.Array, d_D: jax.Array, chunk: int,
-                   state_BDN: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+def selective_scan(
+    u_BLD: jax.Array,
+    dt_BLD: jax.Array,
+    a_DN: jax.Array,
+    b_BLN: jax.Array,
+    c_BLN: jax.Array,
+    d_D: jax.Array,
+    chunk: int,
+    state_BDN: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """Mamba-1's scan h_t = exp(dt_t a) h_{t-1} + dt_t u_t B_t, y_t = h_t C_t + D u_t with a
     decay per channel and state dimension, in float32: an associative scan inside chunks of
     `chunk` tokens, a `lax.scan` carrying the state across them (memory [B, Q, D, N] per

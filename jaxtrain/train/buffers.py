@@ -43,8 +43,9 @@ def accumulate(graphdef: nnx.GraphDef, total: Any, grads: Any) -> Any:
     """`total` plus a micro batch's float32 gradients; the amax histories instead take the
     elementwise maximum, so the step's newest amax is the largest of its micro batches'."""
     summed = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), total, grads)
-    histories = jax.tree.map(jnp.maximum, fp8_histories(graphdef, total),
-                             fp8_histories(graphdef, grads))
+    histories = jax.tree.map(
+        jnp.maximum, fp8_histories(graphdef, total), fp8_histories(graphdef, grads)
+    )
     return replace(summed, histories)
 
 
@@ -52,8 +53,7 @@ def replace(tree: Any, part: Any) -> Any:
     """`tree` with the leaves `part` holds (a pure dict whose paths all exist in `tree`)."""
     if not isinstance(part, dict):
         return part
-    return {key: replace(value, part[key]) if key in part else value
-            for key, value in tree.items()}
+    return {key: replace(value, part[key]) if key in part else value for key, value in tree.items()}
 
 
 def drop(tree: Any, part: Any) -> Any:

@@ -40,9 +40,15 @@ _LOGITS_AXES = ("activation_batch", "activation_length", "activation_vocab")
 _HIDDEN_AXES = ("activation_batch", "activation_length", "activation_embed")
 
 
-def head_losses(x_BLD: jax.Array, kernel_DV: jax.Array, targets_BL: jax.Array,
-                weights_BL: jax.Array, *, chunks: int, z_loss: float
-                ) -> tuple[jax.Array, jax.Array]:
+def head_losses(
+    x_BLD: jax.Array,
+    kernel_DV: jax.Array,
+    targets_BL: jax.Array,
+    weights_BL: jax.Array,
+    *,
+    chunks: int,
+    z_loss: float,
+) -> tuple[jax.Array, jax.Array]:
     """(sum of w x (ce + z_loss x log(Z)^2), sum of w x ce) over all tokens, float32.
 
     `x_BLD` the final hidden states and `kernel_DV` the output projection, both in the compute
@@ -52,10 +58,13 @@ def head_losses(x_BLD: jax.Array, kernel_DV: jax.Array, targets_BL: jax.Array,
     """
     length = x_BLD.shape[1]
     if chunks < 1 or length % chunks:
-        raise ValueError(f"train.loss_chunks={chunks} must be a positive divisor of the "
-                         f"sequence length {length}.")
-    loss, ce = _head_losses(x_BLD, kernel_DV, targets_BL, weights_BL.astype(jnp.float32),
-                            chunks, float(z_loss))
+        raise ValueError(
+            f"train.loss_chunks={chunks} must be a positive divisor of the "
+            f"sequence length {length}."
+        )
+    loss, ce = _head_losses(
+        x_BLD, kernel_DV, targets_BL, weights_BL.astype(jnp.float32), chunks, float(z_loss)
+    )
     return loss, jax.lax.stop_gradient(ce)
 
 
@@ -69,8 +78,11 @@ def _by_chunk(t_BL, chunks):
 def _chunk_terms(x_BCD, kernel_DV, targets_BC, weights_BC, z_loss, with_grads):
     """One chunk's loss sums, and with `with_grads` its hidden-state and kernel gradients."""
     x_BCD = sharding.constrain(x_BCD, _HIDDEN_AXES)
-    logits = jax.lax.dot_general(*float32_operands(x_BCD, kernel_DV), (((2,), (0,)), ((), ())),
-                                 preferred_element_type=jnp.float32)
+    logits = jax.lax.dot_general(
+        *float32_operands(x_BCD, kernel_DV),
+        (((2,), (0,)), ((), ())),
+        preferred_element_type=jnp.float32,
+    )
     logits = sharding.constrain(logits, _LOGITS_AXES)
     peak = jnp.max(logits, axis=-1, keepdims=True)
     exp = jnp.exp(logits - peak)
@@ -86,14 +98,18 @@ def _chunk_terms(x_BCD, kernel_DV, targets_BC, weights_BC, z_loss, with_grads):
         return loss_sum, ce_sum
     # The loss's cotangents: w for the cross-entropy, 2 z log Z w for log Z; in the operand
     # dtype the plain path's backward products use.
-    d_logits = logits_gradient(exp * (1.0 / total), is_target, weights_BC,
-                               2.0 * z_loss * log_z * weights_BC)
+    d_logits = logits_gradient(
+        exp * (1.0 / total), is_target, weights_BC, 2.0 * z_loss * log_z * weights_BC
+    )
     x_op, kernel_op, d_logits = backward_operands(x_BCD, kernel_DV, d_logits)
     d_logits = sharding.constrain(d_logits, _LOGITS_AXES)
-    dx_BCD = jax.lax.dot_general(d_logits, kernel_op, (((2,), (1,)), ((), ()))).astype(
-        x_BCD.dtype)
-    return loss_sum, ce_sum, sharding.constrain(dx_BCD, _HIDDEN_AXES), _kernel_grad_by_shard(
-        x_op, d_logits)
+    dx_BCD = jax.lax.dot_general(d_logits, kernel_op, (((2,), (1,)), ((), ()))).astype(x_BCD.dtype)
+    return (
+        loss_sum,
+        ce_sum,
+        sharding.constrain(dx_BCD, _HIDDEN_AXES),
+        _kernel_grad_by_shard(x_op, d_logits),
+    )
 
 
 def _batch_shards(batch: int) -> int:
@@ -111,12 +127,17 @@ def _kernel_grad_by_shard(x_BCD, d_logits_BCV):
     b, c, d = x_BCD.shape
     shards = _batch_shards(b)
     by_shard = _partial_kernel_axes(shards)[0]
-    x = sharding.constrain(x_BCD.reshape(shards, b // shards, c, d),
-                           (by_shard, None, "activation_length", "activation_embed"))
-    g = sharding.constrain(d_logits_BCV.reshape(shards, b // shards, c, -1),
-                           (by_shard, None, "activation_length", "activation_vocab"))
-    grad = jax.lax.dot_general(x, g, (((1, 2), (1, 2)), ((0,), (0,))),
-                               preferred_element_type=jnp.float32)
+    x = sharding.constrain(
+        x_BCD.reshape(shards, b // shards, c, d),
+        (by_shard, None, "activation_length", "activation_embed"),
+    )
+    g = sharding.constrain(
+        d_logits_BCV.reshape(shards, b // shards, c, -1),
+        (by_shard, None, "activation_length", "activation_vocab"),
+    )
+    grad = jax.lax.dot_general(
+        x, g, (((1, 2), (1, 2)), ((0,), (0,))), preferred_element_type=jnp.float32
+    )
     return sharding.constrain(grad, _partial_kernel_axes(shards))
 
 
@@ -154,8 +175,9 @@ def _head_losses(x_BLD, kernel_DV, targets_BL, weights_BL, chunks, z_loss):
 
 
 def _head_losses_fwd(x_BLD, kernel_DV, targets_BL, weights_BL, chunks, z_loss):
-    loss, ce, dx_BLD, dkernel_DV = _scan_chunks(x_BLD, kernel_DV, targets_BL, weights_BL, chunks,
-                                                z_loss, True)
+    loss, ce, dx_BLD, dkernel_DV = _scan_chunks(
+        x_BLD, kernel_DV, targets_BL, weights_BL, chunks, z_loss, True
+    )
     return (loss, ce), (dx_BLD, dkernel_DV.astype(kernel_DV.dtype))
 
 
@@ -165,8 +187,12 @@ def _head_losses_bwd(chunks, z_loss, residuals, cotangents):
     # The ce sum reaches callers through stop_gradient (see `head_losses`): only the loss's
     # cotangent can be nonzero. Targets and weights are data: no gradient.
     d_loss, _ = cotangents
-    return ((dx_BLD * d_loss).astype(dx_BLD.dtype),
-            (dkernel_DV * d_loss).astype(dkernel_DV.dtype), None, None)
+    return (
+        (dx_BLD * d_loss).astype(dx_BLD.dtype),
+        (dkernel_DV * d_loss).astype(dkernel_DV.dtype),
+        None,
+        None,
+    )
 
 
 _head_losses.defvjp(_head_losses_fwd, _head_losses_bwd)

@@ -15,8 +15,9 @@ import jax.numpy as jnp
 
 
 @jax.custom_vjp
-def cross_entropy_and_log_z(logits_TV: jax.Array, targets_T: jax.Array
-                            ) -> tuple[jax.Array, jax.Array]:
+def cross_entropy_and_log_z(
+    logits_TV: jax.Array, targets_T: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """(cross-entropy [T], log-partition log Z [T]) in float32; integer targets index V."""
     return _forward(logits_TV, targets_T)[0]
 
@@ -41,9 +42,11 @@ def _backward(residuals, cotangents):
 cross_entropy_and_log_z.defvjp(_forward, _backward)
 
 
-def logits_gradient(softmax_TV: jax.Array, is_target_TV: jax.Array, d_ce_T: jax.Array,
-                    d_log_z_T: jax.Array) -> jax.Array:
+def logits_gradient(
+    softmax_TV: jax.Array, is_target_TV: jax.Array, d_ce_T: jax.Array, d_log_z_T: jax.Array
+) -> jax.Array:
     """The logits' gradient from the cotangents of the cross-entropy and of log Z, float32:
     d ce / d logits = softmax - onehot(target), d log Z / d logits = softmax."""
-    return (softmax_TV * (d_ce_T + d_log_z_T)[..., None]
-            - jnp.where(is_target_TV, d_ce_T[..., None], 0.0))
+    return softmax_TV * (d_ce_T + d_log_z_T)[..., None] - jnp.where(
+        is_target_TV, d_ce_T[..., None], 0.0
+    )

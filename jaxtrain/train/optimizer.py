@@ -82,8 +82,14 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
 
 def make_optimizer(optim: ConfigDict, total_steps: int) -> optax.GradientTransformation:
     """Clip by global norm, then AdamW on the schedule above."""
-    adamw = optax.adamw(learning_rate_schedule(optim, total_steps), b1=optim.b1, b2=optim.b2,
-                        eps=optim.eps, weight_decay=optim.weight_decay, mask=weight_decay_mask)
+    adamw = optax.adamw(
+        learning_rate_schedule(optim, total_steps),
+        b1=optim.b1,
+        b2=optim.b2,
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+        mask=weight_decay_mask,
+    )
     if optim.clip_grad_norm > 0:
         return optax.chain(clip_by_global_norm(optim.clip_grad_norm), adamw)
     return adamw

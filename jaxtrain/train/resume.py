@@ -24,8 +24,9 @@ def _steps(steps: list[int], limit: int = 6) -> str:
     return shown + (f", ... {steps[-1]}" if len(steps) > limit else "")
 
 
-def start_step(directory: Path, steps: list[int], resume: bool,
-               resume_step: int = LATEST) -> int | None:
+def start_step(
+    directory: Path, steps: list[int], resume: bool, resume_step: int = LATEST
+) -> int | None:
     """The step to restore (None: initialise afresh), given the folder's complete `steps`.
 
     Raises CheckpointError when following the settings would overwrite a checkpoint, or when
@@ -40,7 +41,8 @@ def start_step(directory: Path, steps: list[int], resume: bool,
                 f"overwrite. To resume from step {steps[-1]}, run with "
                 "checkpoint.resume=true (the default); to start over, point checkpoint.dir (or "
                 f"run.dir) at another folder, or move the old one away: mv {directory} "
-                f"{directory}.old")
+                f"{directory}.old"
+            )
         return None
     if resume_step == LATEST:
         return steps[-1] if steps else None
@@ -49,12 +51,14 @@ def start_step(directory: Path, steps: list[int], resume: bool,
         raise CheckpointError(
             f"checkpoint.resume_step={resume_step}: {directory} holds no complete checkpoint "
             f"of step {resume_step} ({held}). Name one of its steps, or "
-            "checkpoint.resume_step=-1 for the latest.")
+            "checkpoint.resume_step=-1 for the latest."
+        )
     later = [s for s in steps if s > resume_step]
     if later:
         raise CheckpointError(
             f"checkpoint.resume_step={resume_step}: {directory} also holds later checkpoints "
             f"(steps {_steps(later)}), which training on from step {resume_step} would "
             f"overwrite. Resume from the latest (checkpoint.resume_step=-1: step {later[-1]}), "
-            f"or move the later step folders out of {directory} first.")
+            f"or move the later step folders out of {directory} first."
+        )
     return resume_step

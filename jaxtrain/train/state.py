@@ -42,8 +42,9 @@ def _pure(state: Any) -> Any:
     return nnx.to_pure_dict(state)
 
 
-def state_layout(spec: ModelSpec, tx: optax.GradientTransformation, mesh: Mesh,
-                 rules: Any) -> StateLayout:
+def state_layout(
+    spec: ModelSpec, tx: optax.GradientTransformation, mesh: Mesh, rules: Any
+) -> StateLayout:
     """Abstract train state and its shardings, computed without allocating anything.
 
     `params` is the model's whole state (buffers such as the aux-free expert bias included);
@@ -57,26 +58,37 @@ def state_layout(spec: ModelSpec, tx: optax.GradientTransformation, mesh: Mesh,
     abstract_opt = jax.eval_shape(tx.init, _pure(trainable))
     replicated = NamedSharding(mesh, PartitionSpec())
     opt_shardings = optax.tree_map_params(
-        tx, lambda _, s: s, abstract_opt,
+        tx,
+        lambda _, s: s,
+        abstract_opt,
         sharding.shardings_for(_pure(sharding.param_logical_axes(trainable)), mesh, rules),
-        transform_non_params=lambda _: replicated)
+        transform_non_params=lambda _: replicated,
+    )
     shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
-    abstract = {"step": jax.ShapeDtypeStruct((), jnp.int32), "params": abstract_params,
-                "opt_state": abstract_opt}
-    abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                            abstract, shardings)
+    abstract = {
+        "step": jax.ShapeDtypeStruct((), jnp.int32),
+        "params": abstract_params,
+        "opt_state": abstract_opt,
+    }
+    abstract = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+    )
     return StateLayout(graphdef, abstract, shardings, param_axes)
 
 
-def init_state(spec: ModelSpec, tx: optax.GradientTransformation, layout: StateLayout,
-               seed: int) -> dict[str, Any]:
+def init_state(
+    spec: ModelSpec, tx: optax.GradientTransformation, layout: StateLayout, seed: int
+) -> dict[str, Any]:
     """A freshly initialised, sharded train state."""
 
     def init() -> dict[str, Any]:
         model = Decoder(spec, rngs=nnx.Rngs(params=seed))
         state = nnx.state(model)
-        return {"step": jnp.zeros((), jnp.int32), "params": _pure(state),
-                "opt_state": tx.init(_pure(buffers.trainable(state)))}
+        return {
+            "step": jnp.zeros((), jnp.int32),
+            "params": _pure(state),
+            "opt_state": tx.init(_pure(buffers.trainable(state))),
+        }
 
     return jax.jit(init, out_shardings=layout.shardings)()
 

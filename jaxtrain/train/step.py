@@ -24,16 +24,22 @@ from jaxtrain.train.cross_entropy import cross_entropy_and_log_z
 TrainState = dict[str, Any]  # {"step": int32[], "params": pure dict, "opt_state": optax state}
 
 
-def token_losses(logits_BLV: jax.Array, targets_BL: jax.Array,
-                 z_loss: float) -> tuple[jax.Array, jax.Array]:
+def token_losses(
+    logits_BLV: jax.Array, targets_BL: jax.Array, z_loss: float
+) -> tuple[jax.Array, jax.Array]:
     """Per-token cross-entropy in float32, plus z_loss * log(Z)^2 when z_loss > 0."""
     ce_BL, log_z_BL = cross_entropy_and_log_z(logits_BLV, targets_BL)
     total_BL = ce_BL + z_loss * jnp.square(log_z_BL) if z_loss else ce_BL
     return total_BL, ce_BL
 
 
-def loss_sums(graphdef: nnx.GraphDef, params: Any, batch: dict[str, jax.Array],
-              z_loss: float, loss_chunks: int = 0) -> tuple[jax.Array, dict[str, jax.Array]]:
+def loss_sums(
+    graphdef: nnx.GraphDef,
+    params: Any,
+    batch: dict[str, jax.Array],
+    z_loss: float,
+    loss_chunks: int = 0,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Summed (not averaged) losses over the masked tokens, so micro batches add up exactly.
 
     `loss_chunks` > 0 computes the output projection and the cross-entropy together, that many
@@ -48,8 +54,14 @@ def loss_sums(graphdef: nnx.GraphDef, params: Any, batch: dict[str, jax.Array],
     mask_BL = batch["loss_mask"].astype(jnp.float32)
     if loss_chunks:
         x_BLD, moe_stats = model.hidden_with_stats(*inputs)
-        loss, ce_sum = head_losses(x_BLD, model.output_kernel(), batch["targets"], mask_BL,
-                                   chunks=loss_chunks, z_loss=z_loss)
+        loss, ce_sum = head_losses(
+            x_BLD,
+            model.output_kernel(),
+            batch["targets"],
+            mask_BL,
+            chunks=loss_chunks,
+            z_loss=z_loss,
+        )
     else:
         logits_BLV, moe_stats = model.forward_with_stats(*inputs)
         total_BL, ce_BL = token_losses(logits_BLV, batch["targets"], z_loss)
@@ -57,8 +69,7 @@ def loss_sums(graphdef: nnx.GraphDef, params: Any, batch: dict[str, jax.Array],
     aux = {"ce_sum": ce_sum, "tokens": jnp.sum(mask_BL)}
     if moe_stats:
         spec = model.spec
-        penalty, moe_metrics = moe_losses(moe_stats, spec.moe_aux_loss_coef,
-                                          spec.moe_z_loss_coef)
+        penalty, moe_metrics = moe_losses(moe_stats, spec.moe_aux_loss_coef, spec.moe_z_loss_coef)
         loss = loss + penalty * aux["tokens"]
         aux.update({f"{k}_sum": v * aux["tokens"] for k, v in moe_metrics.items()})
         if spec.moe_score_bias:  # per-layer load [layers, E] for the aux-free bias update
@@ -78,9 +89,17 @@ def _split_micro_batches(batch: dict[str, jax.Array], num_micro: int) -> dict[st
     return {k: split(v) for k, v in batch.items()}
 
 
-def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.GraphDef,
-               tx: optax.GradientTransformation, schedule: optax.Schedule, num_micro: int,
-               z_loss: float, loss_chunks: int = 0) -> tuple[TrainState, dict[str, jax.Array]]:
+def train_step(
+    state: TrainState,
+    batch: dict[str, jax.Array],
+    *,
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    num_micro: int,
+    z_loss: float,
+    loss_chunks: int = 0,
+) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer step over a global batch made of `num_micro` micro batches
     (`loss_chunks`: see `loss_sums`)."""
     grad_fn = jax.value_and_grad(loss_sums, argnums=1, has_aux=True)
@@ -90,6 +109,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
     if num_micro == 1:
         (_, aux), grads = grad_fn(graphdef, params, batch, z_loss, loss_chunks)
     else:
+
         def accumulate(carry, micro):
             grads_acc, aux_acc = carry
             (_, aux), grads = grad_fn(graphdef, params, micro, z_loss, loss_chunks)
@@ -105,7 +125,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
         if spec.moe_score_bias:
             init["moe_layer_load_sum"] = jnp.zeros((spec.num_moe_layers, spec.num_experts))
         (grads, aux), _ = jax.lax.scan(
-            accumulate, (zeros, init), _split_micro_batches(batch, num_micro))
+            accumulate, (zeros, init), _split_micro_batches(batch, num_micro)
+        )
 
     # Gradients of the summed loss, normalised once by the step's token count: the same
     # update whatever the micro batching.
@@ -119,8 +140,9 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
     updates, opt_state = tx.update(grads, state["opt_state"], trainable)
     new_params = optax.apply_updates(trainable, updates)
     if frozen and spec.moe_bias_update_rate:
-        frozen = buffers.update_router_bias(frozen, aux["moe_layer_load_sum"] / denom,
-                                            spec.moe_bias_update_rate)
+        frozen = buffers.update_router_bias(
+            frozen, aux["moe_layer_load_sum"] / denom, spec.moe_bias_update_rate
+        )
     new_params = buffers.merge(buffers.merge(new_params, frozen), fp8_amax)
     metrics = {
         "loss": aux["ce_sum"] / denom,
@@ -137,12 +159,12 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, graphdef: nnx.
 
 def fp8_statistics(histories: dict, spec: Any) -> dict[str, jax.Array]:
     """`model.fp8_stats` metrics from the step's updated amax histories (`models.fp8`)."""
+
     def name(path: tuple) -> str:  # layers/attn/q_proj/fp8_amax -> layers/attn/q_proj
         dotted = "/".join(str(getattr(k, "key", k)) for k in path)
         return dotted.removesuffix("/fp8_amax").removesuffix("_fp8_amax")
 
-    flat = {name(path): leaf
-            for path, leaf in jax.tree_util.tree_flatten_with_path(histories)[0]}
+    flat = {name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(histories)[0]}
     return fp8.statistics(flat, fp8.recipe(spec))
 
 
@@ -153,12 +175,12 @@ def loss_options(train_cfg: Any) -> dict[str, Any]:
     `eval_step` takes `loss_chunks` only (validation reports the cross-entropy).
     """
     # Configs saved before `loss_chunks` existed compute the logits at once.
-    return {"z_loss": float(train_cfg.z_loss),
-            "loss_chunks": int(train_cfg.get("loss_chunks", 0))}
+    return {"z_loss": float(train_cfg.z_loss), "loss_chunks": int(train_cfg.get("loss_chunks", 0))}
 
 
-def eval_step(params: Any, batch: dict[str, jax.Array], *, graphdef: nnx.GraphDef,
-              loss_chunks: int = 0) -> dict[str, jax.Array]:
+def eval_step(
+    params: Any, batch: dict[str, jax.Array], *, graphdef: nnx.GraphDef, loss_chunks: int = 0
+) -> dict[str, jax.Array]:
     """Summed cross-entropy and token count of one validation batch."""
     _, aux = loss_sums(graphdef, params, batch, 0.0, loss_chunks)
     return aux

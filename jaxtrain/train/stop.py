@@ -98,8 +98,9 @@ class StopRequests:
 
     def stop_after(self, step: int) -> bool:
         """Whether to stop after `step` (call once per dispatched step, on every process)."""
-        if self.stopped_at is None and (self._agreed(step) if self.coordinated
-                                        else self.signal is not None):
+        if self.stopped_at is None and (
+            self._agreed(step) if self.coordinated else self.signal is not None
+        ):
             self.stopped_at = step
         return self.stopped_at is not None
 
