@@ -38,6 +38,7 @@ FAMILIES = (
     "mamba",
     "mamba2",
     "nemotron_h",
+    "zebra_llama",
 )
 
 

@@ -19,7 +19,15 @@ from jaxtrain.models.block_pattern import HYBRID_PIPELINE_ERROR
 from jaxtrain.models.presets import PRESETS, PUBLISHED_PARAMS, model_spec
 from jaxtrain.sample import generate
 
-SSM_PRESETS = sorted(name for name, p in PRESETS.items() if p.get("block_pattern"))
+# Zebra-Llama has no transformers model to count against: tests/test_compat_linear.py counts it.
+SSM_PRESETS = sorted(
+    name
+    for name, p in PRESETS.items()
+    if p.get("block_pattern") and p.get("family") != "zebra_llama"
+)
+# Two sublayers, one Gated DeltaNet and one Kimi delta attention, short chunks so the chunked
+# delta rule runs more than one chunk at these lengths.
+DELTA_DEBUG = dict(num_layers=2, block_pattern="GK", linear_chunk=4)
 
 
 def _hf_count(**config) -> int:
@@ -60,9 +68,17 @@ def test_published_ssm_counts_from_independent_configs():
     assert round(PUBLISHED_PARAMS["mamba-370m"] / 1e6) == 368
 
 
-@pytest.mark.parametrize("name", ["mamba2-debug", "mamba-debug", "nemotron-h-debug"])
-def test_incremental_decoding_equals_the_full_forward(name):
-    spec = model_spec(name, ssm_chunk_size=4, init_std=0.1)
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("mamba2-debug", {}),
+        ("mamba-debug", {}),
+        ("nemotron-h-debug", {}),
+        ("zebra-llama-debug", DELTA_DEBUG),
+    ],
+)
+def test_incremental_decoding_equals_the_full_forward(name, extra):
+    spec = model_spec(name, ssm_chunk_size=4, init_std=0.1, **extra)
     model = build_model(spec, seed=1)
     toks = jnp.asarray(np.random.default_rng(0).integers(0, spec.vocab_size, (2, 11)), jnp.int32)
     full = model(toks)
@@ -98,11 +114,8 @@ def test_pattern_repeats_are_scanned_not_unrolled():
 @pytest.mark.parametrize(
     "pattern, message",
     [
-        (
-            "M*G-",
-            "character 'G' is a gated delta net \\(GDN\\) mixer, which jaxtrain does not build",
-        ),
-        ("M*K-", "Kimi delta attention"),
+        ("M*G-", "has G \\(gated delta net / Kimi delta attention\\) sublayers but "),
+        ("M*K-", "model.linear_num_key_heads=0; set the model.linear_\\* sizes"),
         ("M*x-", "character 'x' is not one of"),
         ("M*M", "has 3 sublayers but model.num_layers=4"),
     ],
@@ -158,6 +171,29 @@ def test_megatron_hybrid_allocation():
     assert allocate_layers(9, 0.0, 0.0) == "M" * 9
     # The 48-sublayer example in Megatron's mamba_hybrid_layer_allocation.py.
     assert allocate_layers(48, 0.25, 0.25) == "MM-*MM-*MM*-MM*-MM*-MM*-M*M-M*M-M*M-M*M-*MM-*MM-"
+
+
+def test_delta_rule_sublayers_are_scanned_and_counted():
+    spec = model_spec("zebra-llama-debug", num_layers=16, block_pattern="*-G-K-M-" * 2)
+    model = nnx.eval_shape(lambda: build_model(spec))
+    stacks = model.blocks.positions()
+    assert [s.kind for s in stacks][2:6] == ["gdn", "mlp", "kda", "mlp"]
+    assert stacks[2].mixer.q_proj.kernel.shape[0] == 2  # two repeats of the period
+    assert spec.num_params() == sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    # Their delta rule is priced: more FLOPs than the projections alone.
+    gk = model_spec("zebra-llama-debug", **DELTA_DEBUG)
+    head = 6.0 * gk.vocab_size * gk.hidden_size
+    weights = 6.0 * (gk.num_params() - gk.vocab_size * gk.hidden_size)
+    assert gk.flops_per_token(2048) - head > weights
+
+
+@pytest.mark.parametrize("rules, sizes", [("fsdp", dict(ici_fsdp=8))])
+def test_sharded_delta_rule_training_matches_one_device(rules, sizes):
+    spec = model_spec("zebra-llama-debug", **DELTA_DEBUG)
+    one = training_helpers.train(spec, training_helpers.mesh(), 3, rules=rules)[0]
+    sharded = training_helpers.train(spec, training_helpers.mesh(**sizes), 3, rules=rules)[0]
+    np.testing.assert_allclose(sharded, one, rtol=1e-4)
+    assert one[-1] < one[0]
 
 
 def test_megatron_gdn_hybrid_is_refused_naming_the_mixer(compat_samples):

@@ -3,9 +3,12 @@ character stands for, how a pattern is scanned, and what each kind costs (parame
 
 A pattern holds one character per sublayer; every sublayer is `x + mixer(norm(x))` with its own
 pre-norm. `M` is a Mamba mixer (Mamba-2, or Mamba-1 with `mamba_version=1`), `*` attention (MLA
-when the spec has `kv_lora_rank`), `-` an MLP, `E` a mixture of experts. Megatron's `MambaModel`
-and transformers' `NemotronHForCausalLM` (`hybrid_override_pattern` / `layers_block_type`) use
-the same characters; a pure Mamba model is `M` repeated.
+when the spec has `kv_lora_rank`), `-` an MLP, `E` a mixture of experts, `G` a Gated DeltaNet
+and `K` a Kimi delta attention mixer (both sized by the spec's `linear_*` keys). Megatron's
+`MambaModel` and transformers' `NemotronHForCausalLM` (`hybrid_override_pattern` /
+`layers_block_type`) use the same characters for M * - E; a pure Mamba model is `M` repeated.
+Primus' Zebra-Llama layer specs build their GDN / KDA blocks where Megatron's pattern says `M`;
+`jaxtrain.compat.megatron_mamba` writes those as `G` / `K`.
 
 The stack is scanned over repeats of the pattern's shortest period (`period`), so a model of
 48 `M*-` groups compiles one group. A pattern with no shorter period runs unrolled.
@@ -22,14 +25,14 @@ import math
 from typing import Any
 
 # Pattern character -> sublayer kind.
-KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe", "G": "gdn", "K": "kda"}
 HYBRID_PIPELINE_ERROR = (
     "model.block_pattern={pattern!r} (a hybrid / state-space stack) does not run as a pipeline "
     "yet; set mesh.ici_pipeline=1 and mesh.dcn_pipeline=1 and split the model over fsdp / "
     "data instead."
 )
 # Characters other stacks' patterns use for mixers jaxtrain does not build yet.
-NOT_BUILT = {"G": "gated delta net (GDN)", "K": "Kimi delta attention (KDA)"}
+NOT_BUILT: dict[str, str] = {}
 
 
 def pattern_kinds(pattern: str) -> list[str]:
@@ -42,7 +45,7 @@ def pattern_kinds(pattern: str) -> list[str]:
         if ch not in KINDS:
             raise ValueError(
                 f"character {ch!r} is not one of {sorted(KINDS)} "
-                "(M mamba, * attention, - mlp, E moe)"
+                "(M mamba, * attention, - mlp, E moe, G gated delta net, K Kimi delta attention)"
             )
     return [KINDS[ch] for ch in pattern]
 
@@ -125,7 +128,17 @@ def kind_params(spec: Any, kind: str) -> int:
             + d * e
             + d
         )
+    if kind in ("gdn", "kda"):
+        return _delta_module(kind).num_params(spec) + d
     raise KeyError(kind)
+
+
+def _delta_module(kind: str) -> Any:
+    """The delta-rule mixer module of `kind` (imported here: it imports the spec, which
+    imports this file)."""
+    from jaxtrain.models import gated_delta, kda
+
+    return gated_delta if kind == "gdn" else kda
 
 
 def kind_flops(spec: Any, kind: str, seq_len: int) -> float:
@@ -136,7 +149,8 @@ def kind_flops(spec: Any, kind: str, seq_len: int) -> float:
     inside chunks (the causal half of C B^T and of its product with x), 2 H P N to fold a token
     into its chunk's state and 2 H P N to read the previous state out; Mamba-1's per-channel
     recurrence about 5 x inner x N (decay, update, read-out); the convolution 2 x kernel per
-    channel.
+    channel. Gated DeltaNet and KDA count their chunked delta rule as `delta_rule` does (per
+    token, independent of the sequence length).
     """
     if kind == "mamba":
         conv = 2 * spec.ssm_conv_kernel * conv_channels(spec)
@@ -165,6 +179,8 @@ def kind_flops(spec: Any, kind: str, seq_len: int) -> float:
             + d * spec.num_experts
         )
         return 6.0 * matmul
+    if kind in ("gdn", "kda"):
+        return _delta_module(kind).flops_per_token(spec)
     raise KeyError(kind)
 
 

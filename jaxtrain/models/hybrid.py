@@ -21,8 +21,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
+from jaxtrain.models import linear_mixer
 from jaxtrain.models.attention import Attention
 from jaxtrain.models.block_pattern import pattern_kinds, period
+from jaxtrain.models.gated_delta import GatedDeltaNet
+from jaxtrain.models.kda import KimiDeltaAttention
 from jaxtrain.models.layers import Dense, RMSNorm
 from jaxtrain.models.mamba import MambaMixer
 from jaxtrain.models.mamba2 import Mamba2Mixer, init_ssm_cache
@@ -108,6 +111,19 @@ def _build_mlp(spec: ModelSpec, rngs: nnx.Rngs) -> nnx.Module:
     return SwiGLU(spec, rngs=rngs)
 
 
+def _call_delta(mixer, x_BLD, ctx, cache):
+    # Gated DeltaNet / KDA: the whole sequence (packed documents kept apart), or a continuation
+    # from the conv inputs and recurrent state in `cache`.
+    if cache is None:
+        return mixer(x_BLD, ctx.segment_BL), None, {}
+    y, cache = mixer.decode(x_BLD, cache)
+    return y, cache, {}
+
+
+def _delta_cache(spec: ModelSpec, batch: int, max_len: int, dtype: Any) -> dict:
+    return linear_mixer.init_cache(spec, batch, dtype)
+
+
 def _no_cache(spec: ModelSpec, batch: int, max_len: int, dtype: Any) -> dict:
     return {}
 
@@ -120,6 +136,10 @@ MIXERS: dict[str, MixerType] = {
     "mlp": MixerType(_build_mlp, lambda mlp, x, ctx, cache: (mlp(x), None, {}), _no_cache),
     "moe": MixerType(
         lambda spec, rngs: MoE(spec, rngs=rngs), lambda moe, x, ctx, cache: _pair(moe(x)), _no_cache
+    ),
+    "gdn": MixerType(lambda spec, rngs: GatedDeltaNet(spec, rngs=rngs), _call_delta, _delta_cache),
+    "kda": MixerType(
+        lambda spec, rngs: KimiDeltaAttention(spec, rngs=rngs), _call_delta, _delta_cache
     ),
 }
 

@@ -1,4 +1,5 @@
-"""Presets of the state-space and hybrid families (Mamba-1, Mamba-2, Nemotron-H-style hybrids);
+"""Presets of the state-space and hybrid families (Mamba-1, Mamba-2, Nemotron-H-style hybrids,
+Zebra-Llama's MLA / Gated DeltaNet / KDA / Mamba-2 hybrids);
 `jaxtrain.models.presets` registers them with the rest.
 
 Attention-free models carry placeholder attention sizes (`NO_ATTENTION`, never built), the
@@ -70,6 +71,34 @@ SSM_PRESETS: dict[str, dict] = {
         ssm_num_heads=8,
         ssm_n_groups=2,
         mlp_activation="relu2",
+    ),
+    # Zebra-Llama's block kinds at debug size (Primus' HybridStack: every mixer followed by a
+    # SwiGLU MLP): latent attention with RoPE, Gated DeltaNet, Kimi delta attention, Mamba-2.
+    "zebra-llama-debug": dict(
+        _DEBUG,
+        family="zebra_llama",
+        num_layers=8,
+        block_pattern="*-G-K-M-",
+        use_rope=True,
+        rope_theta=500000.0,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=16,
+        intermediate_size=128,
+        kv_lora_rank=32,
+        q_lora_rank=48,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        ssm_num_heads=8,
+        ssm_n_groups=2,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_chunk=8,
+        linear_gate_bias=True,
+        tie_embeddings=True,
     ),
     # Primus / Megatron mamba_370M.yaml: 48 Mamba-2 layers of 1024, state 16, 8 groups, the
     # GPT-NeoX tokenizer's 50277 ids padded to 50304.

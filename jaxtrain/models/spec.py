@@ -376,6 +376,13 @@ class ModelSpec:
                     "model.block_pattern (hybrid stacks); leave it at its "
                     "default."
                 )
+        delta = sorted({ch for ch in self.block_pattern if ch in "GK"})
+        if delta and not self.linear_num_key_heads:
+            raise ConfigError(
+                f"model.block_pattern={self.block_pattern!r} has {' and '.join(delta)} "
+                "(gated delta net / Kimi delta attention) sublayers but "
+                "model.linear_num_key_heads=0; set the model.linear_* sizes."
+            )
         if self.mamba_version not in (1, 2):
             raise ConfigError(f"model.mamba_version={self.mamba_version} must be 1 or 2.")
         for key in (
