@@ -1,6 +1,6 @@
-"""Primus' Zebra-Llama GDN / KDA experiments: their linear_* settings map to jaxtrain's delta-rule
-mixers (with FLA's defaults for what they leave out), and the hybrids themselves stay refused by
-name until jaxtrain builds hybrid block stacks."""
+"""Primus' Zebra-Llama experiments: their linear_* settings map to jaxtrain's delta-rule mixers
+(with FLA's defaults for what they leave out, Megatron's for unset sizes), and every file
+resolves to a `zebra_llama` hybrid with Primus' block layout and the size its comments state."""
 
 import dataclasses
 
@@ -10,9 +10,8 @@ from flax import nnx
 
 from jaxtrain import compat
 from jaxtrain.compat import primus_yaml
-from jaxtrain.compat.megatron_linear import mixer_kind, mixer_settings
-from jaxtrain.errors import ConfigError
-from jaxtrain.models import gated_delta, kda
+from jaxtrain.compat.megatron_linear import mixer_kind, mixer_settings, primus_allocate_layers
+from jaxtrain.models import build_model, gated_delta, kda
 from jaxtrain.models.spec import ModelSpec
 
 MI300X = "Primus/examples/megatron/configs/MI300X/{}-pretrain.yaml"
@@ -124,29 +123,123 @@ def test_mamba_hybrids_have_no_delta_rule_settings(compat_samples):
     assert mixer_kind(r) == "mamba" and mixer_settings(r) == {}
 
 
-def test_kda_without_sizes_is_refused_naming_the_keys(compat_samples):
+def test_kda_without_sizes_takes_megatron_defaults(compat_samples):
     # zebra_llama_1B_kda-pretrain pairs the KDA layer spec with the Mamba preset
-    # zebra_llama_1B.yaml, which sets no linear_* size.
+    # zebra_llama_1B.yaml, which sets no linear_* size: Primus' KDA layer then reads Megatron's
+    # TransformerConfig defaults.
     r = _report(compat_samples, "zebra_llama_1B_kda")
-    with pytest.raises(ConfigError, match="builds KDA blocks but linear_num_key_heads"):
-        mixer_settings(r)
+    assert mixer_settings(r) == dict(
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel=4,
+        linear_short_conv=True,
+        linear_gate_bias=True,
+    )
+    assert any("TransformerConfig defaults" in line for line in r.notes)
+
+
+def test_primus_allocation():
+    # Primus' HybridStack: (mixer, MLP) pairs, int(pairs x ratio) attention pairs leading evenly
+    # spaced groups; the 300M files' explicit pattern is the same layout.
+    assert primus_allocate_layers(24, 0.25) == "*-M-M-M-" * 3
+    assert primus_allocate_layers(56, 0.25) == "*-M-M-M-" * 7
+    assert primus_allocate_layers(32, 0.0) == "M-" * 16
+    assert primus_allocate_layers(20, 0.2) == "*-M-M-M-M-" * 2
+    assert primus_allocate_layers(12, 0.7) == "*-" * 2 + "*-M-" * 2
+
+
+MLA_300M = (
+    1024 * 672
+    + 672
+    + 672 * 16 * 64  # q down, latent norm, up
+    + 1024 * (64 + 32)
+    + 64
+    + 64 * 16 * (32 + 64)  # kv down (+ rope key), latent norm, up
+    + 16 * 64 * 1024  # output
+)
+
+
+def _gdn_300m() -> int:
+    # FLA GatedDeltaNet(hidden 1024, num_heads 4, num_v_heads 8, head_dim 64, expand_v 1).
+    k, v = 4 * 64, 8 * 64
+    # q, k; v, output gate, output; a, b; convs; A_log, dt_bias; the gated norm.
+    return 1024 * (2 * k + 3 * v + 2 * 8) + 4 * (2 * k + v) + 2 * 8 + 64
+
+
+def _kda_300m() -> int:
+    # FLA KimiDeltaAttention(hidden 1024, num_heads 8, head_dim 32, expand_v 2): R = V = 64.
+    k, v = 8 * 32, 8 * 64
+    gates = (1024 * 64 + 64 * k) + (1024 * 64 + 64 * v + v) + 1024 * 8
+    return 1024 * (2 * k + v) + 4 * (2 * k + v) + gates + 8 + k + 64 + v * 1024
+
+
+SWIGLU_300M = 3 * 1024 * 4096
+EMBED_300M = LLAMA3_VOCAB * 1024
 
 
 @pytest.mark.parametrize(
-    "name",
+    "name, pattern, expected, stated, rel",
     [
-        "zebra_llama_300M_gdn_pure",
-        "zebra_llama_300M_kda_pure",
-        "zebra_llama_300M_gdn_hybrid",
-        "zebra_llama_1B_kda_pure",
+        # "~1.20B params (tied embeddings)": 16 GDN + 16 SwiGLU sublayers.
+        ("zebra_llama_1B_gdn_pure", "G-" * 16, None, 1.20e9, 0.01),
+        # "~300M params": 12 (mixer, MLP) pairs of width 1024; 300M is the size's round name.
+        (
+            "zebra_llama_300M_gdn_pure",
+            "G-" * 12,
+            EMBED_300M + 12 * (_gdn_300m() + SWIGLU_300M + 2 * 1024) + 1024,
+            300e6,
+            0.03,
+        ),
+        (
+            "zebra_llama_300M_kda_pure",
+            "K-" * 12,
+            EMBED_300M + 12 * (_kda_300m() + SWIGLU_300M + 2 * 1024) + 1024,
+            300e6,
+            0.02,
+        ),
+        # The file says "~338M (+38M vs pure 300M because of the 3 MLA blocks)"; three MLA
+        # blocks in place of three GDN ones add 1.5M at these sizes (+38M is three SwiGLU
+        # MLPs' worth), and Primus builds the 24 sublayers its pattern lists: 309M.
+        (
+            "zebra_llama_300M_gdn_hybrid",
+            "*-G-G-G-" * 3,
+            EMBED_300M
+            + 3 * (MLA_300M + 1024)
+            + 9 * (_gdn_300m() + 1024)
+            + 12 * (SWIGLU_300M + 1024)
+            + 1024,
+            None,
+            0,
+        ),
+        ("zebra_llama_300M_mamba_hybrid", "*-M-M-M-" * 3, None, None, 0),
+        ("zebra_llama_1B_kda", "*-K-K-K-" * 4, None, None, 0),
+        ("zebra_llama_1B", "*-M-M-M-" * 4, None, None, 0),
+        ("zebra_llama_3B", "*-M-M-M-" * 7, None, None, 0),
+        ("zebra_llama_8B", "*-M-M-M-" * 8, None, None, 0),
     ],
 )
-def test_hybrid_files_are_still_refused_by_name(compat_samples, name):
-    # The hybrid stack does not run these mixers yet: the file is refused naming the mixer.
-    with pytest.raises(
-        ConfigError,
-        match=r"a hybrid with (gated delta net \(GDN\)|Kimi delta "
-        r"attention \(KDA\)) mixers, which jaxtrain does not "
-        "build yet",
-    ):
-        compat.load_foreign(compat_samples / MI300X.format(name))
+def test_zebra_llama_files_resolve_with_their_size(
+    compat_samples, name, pattern, expected, stated, rel
+):
+    cfg, report = compat.load_foreign(compat_samples / MI300X.format(name), env={})
+    spec = ModelSpec.from_config(cfg.model)
+    assert (spec.family, spec.block_pattern) == ("zebra_llama", pattern)
+    assert not report.by_status("unsupported")
+    abstract = nnx.eval_shape(lambda: build_model(spec))
+    assert spec.num_params() == sum(x.size for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+    if expected is not None:
+        assert spec.num_params() == expected
+    if stated is not None:
+        assert spec.num_params() == pytest.approx(stated, rel=rel)
+
+
+def test_zebra_llama_mamba_blocks_are_primus_expand_1(compat_samples):
+    # Primus' hybrid_stack_spec builds MambaMixer(expand=1); the 300M Mamba hybrid sets 2.
+    one = compat.load_foreign(compat_samples / MI300X.format("zebra_llama_1B"), env={})[0]
+    assert (one.model.ssm_expand, one.model.use_rope, one.model.kv_lora_rank) == (1, True, 128)
+    two = compat.load_foreign(
+        compat_samples / MI300X.format("zebra_llama_300M_mamba_hybrid"), env={}
+    )
+    assert two[0].model.ssm_expand == 2

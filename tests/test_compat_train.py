@@ -227,3 +227,59 @@ def test_primus_megatron_mamba_370m_trains_three_steps(compat_samples, tmp_path)
     )
     step, history = train(cfg)
     assert step == 3 and all(math.isfinite(h["loss"]) for h in history)
+
+
+ZEBRA = "Primus/examples/megatron/configs/MI300X/zebra_llama_{}-pretrain.yaml"
+ZEBRA_SHRINK = [
+    "num_layers=4",
+    "hidden_size=64",
+    "ffn_hidden_size=128",
+    "linear_num_key_heads=2",
+    "linear_num_value_heads=4",
+    "linear_key_head_dim=16",
+    "linear_value_head_dim=16",
+    "mamba_state_dim=8",
+    "mamba_head_dim=16",
+    "mamba_num_groups=2",
+    "num_attention_heads=4",
+    "q_lora_rank=32",
+    "kv_lora_rank=16",
+    "qk_head_dim=16",
+    "qk_pos_emb_head_dim=8",
+    "v_head_dim=16",
+    "seq_length=32",
+    "max_position_embeddings=32",
+    "global_batch_size=8",
+    "micro_batch_size=1",
+    "train_iters=2",
+    "lr_warmup_iters=0",
+    "save=null",  # the files save under ./output
+]
+
+
+@pytest.mark.parametrize(
+    "name, pattern",
+    [
+        ("300M_gdn_pure", "G-G-"),
+        ("300M_kda_pure", "K-K-"),
+        ("300M_gdn_hybrid", "*-G-"),
+        ("300M_mamba_hybrid", "*-M-"),
+    ],
+)
+def test_primus_zebra_llama_trains_two_steps(compat_samples, tmp_path, name, pattern):
+    # Each block kind of Zebra-Llama, shrunk: pure GDN, pure KDA, and GDN / Mamba-2 with MLA.
+    overrides = ZEBRA_SHRINK + (["hybrid_override_pattern=" + pattern] if "*" in pattern else [])
+    cfg, _ = compat.load_foreign(
+        compat_samples / ZEBRA.format(name),
+        {
+            "run.dir": str(tmp_path / "run"),
+            "train.progress": False,
+            "model.ssm_chunk_size": 8,
+            "model.linear_chunk": 8,
+        },
+        env={},
+        native_overrides=overrides,
+    )
+    assert (cfg.model.family, cfg.model.block_pattern) == ("zebra_llama", pattern)
+    step, history = train(cfg)
+    assert step == 2 and all(math.isfinite(h["loss"]) for h in history)

@@ -196,21 +196,16 @@ def test_sharded_delta_rule_training_matches_one_device(rules, sizes):
     assert one[-1] < one[0]
 
 
-def test_megatron_gdn_hybrid_is_refused_naming_the_mixer(compat_samples):
+def test_megatron_linear_keys_of_a_mamba_spec_are_reported_unused(compat_samples):
     from jaxtrain import compat
 
     path = compat_samples / "Primus/examples/megatron/configs/MI300X/mamba_370M-pretrain.yaml"
-    # Zebra-Llama's GDN variants: a hybrid with linear-attention head settings.
-    with pytest.raises(
-        ConfigError, match="gated delta net \\(GDN\\) mixers, which jaxtrain does not build yet"
-    ):
-        compat.load_foreign(
-            path,
-            env={},
-            allow_unsupported=True,
-            native_overrides=[
-                "is_hybrid_model=true",
-                "linear_num_key_heads=8",
-                "linear_key_head_dim=64",
-            ],
-        )
+    # linear_* sizes with a layer spec that builds Mamba-2 blocks: they size nothing.
+    cfg, report = compat.load_foreign(
+        path,
+        env={},
+        allow_unsupported=True,
+        native_overrides=["linear_num_key_heads=8", "linear_key_head_dim=64"],
+    )
+    assert cfg.model.block_pattern == "M" * 48 and not cfg.model.linear_num_key_heads
+    assert report.entries["linear_num_key_heads"].status == "ignored"

@@ -16,7 +16,12 @@ DeltaNet blocks, `kda_hybrid_stack_spec[_no_te]` Kimi delta attention blocks, an
 and FLA's layer defaults give the rest: Gated DeltaNet with its silu output gate, KDA with a
 bias on its output gate's second projection.
 
-`mixer_settings` reads them; the hybrid stack that would use them reads the block pattern.
+Keys a file leaves out take Megatron's TransformerConfig defaults, which Primus' layers read
+then (`zebra_llama_1B_kda-pretrain.yaml` pairs the KDA spec with a Mamba preset that sets none).
+
+Primus' `HybridStack` places its blocks itself (`primus_allocate_layers`): every mixer (M, or
+* for attention) is followed by an MLP, attention blocks head evenly spaced groups.
+`jaxtrain.compat.megatron_mamba` writes the mixer as `G` (GDN) or `K` (KDA) in the pattern.
 """
 
 from __future__ import annotations
@@ -34,6 +39,34 @@ SIZE_KEYS = {
     "linear_conv_kernel_dim": "linear_conv_kernel",
 }
 LINEAR_KEYS = (*SIZE_KEYS, "use_short_conv")
+# Megatron's TransformerConfig defaults for these keys (its Qwen3-Next-sized gated delta net),
+# what Primus' GDN / KDA layers read when a file leaves them out.
+MEGATRON_DEFAULTS = {
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+}
+# Primus' FLA runtime knobs (mamba_base.yaml: which Triton kernel or fused loss computes the
+# same numbers, and cache flushing): speed and memory only.
+FLA_RUNTIME_KEYS = (
+    "use_fla_fused_swiglu",
+    "use_fla_fused_rmsnorm",
+    "use_fla_fused_gated_norm",
+    "use_fla_short_conv",
+    "use_fla_data",
+    "use_fla_triton_kda",
+    "use_fla_kda_in_kernel_gate",
+    "use_fla_fused_norm_gated",
+    "fla_cache_dir",
+    "fla_mla_attn",
+    "fused_ce_mode",
+    "fused_ce_chunks",
+    "empty_cache_interval",
+)
+# The layer-spec module of Primus' Zebra-Llama hybrids (Mamba-2 / GDN / KDA blocks with MLA).
+PRIMUS_HYBRID_SPECS = "hybrid_mamba_mla_layer_specs"
 
 
 def mixer_kind(r: KeyReport) -> str:
@@ -54,14 +87,17 @@ def mixer_settings(r: KeyReport) -> dict[str, Any]:
     if kind == "mamba":
         return {}
     missing = [key for key in SIZE_KEYS if is_off(r.get(key))]
+    model = {
+        target: int(MEGATRON_DEFAULTS[key] if key in missing else r.get(key))
+        for key, target in SIZE_KEYS.items()
+    }
     if missing:
-        raise ConfigError(
-            f"{r.source}: spec {r.get('spec')!r} builds {kind.upper()} blocks but "
-            f"{', '.join(missing)} are not set; Primus then sizes them inside its layer spec, "
-            "which jaxtrain does not read. Set the linear_* sizes in the model YAML (as "
-            "zebra_llama_1B_kda_pure.yaml does)."
+        r.note(
+            f"spec {r.get('spec')!r} builds {kind.upper()} blocks but {', '.join(missing)} "
+            "are not set: Megatron's TransformerConfig defaults size them ("
+            + ", ".join(f"{key}={MEGATRON_DEFAULTS[key]}" for key in missing)
+            + ")"
         )
-    model = {target: int(r.get(key)) for key, target in SIZE_KEYS.items()}
     if model["linear_num_value_heads"] % model["linear_num_key_heads"]:
         raise ConfigError(
             f"{r.source}: linear_num_value_heads={model['linear_num_value_heads']} is not a "
@@ -69,7 +105,8 @@ def mixer_settings(r: KeyReport) -> dict[str, Any]:
             "head must serve a whole number of value heads."
         )
     for key, target in SIZE_KEYS.items():
-        r.mapped(key, f"model.{target}", f"{kind.upper()} blocks")
+        if r.has(key):
+            r.mapped(key, f"model.{target}", f"{kind.upper()} blocks")
     short_conv = r.get("use_short_conv")
     model["linear_short_conv"] = True if short_conv is None else bool(short_conv)
     if r.has("use_short_conv"):
@@ -79,3 +116,46 @@ def mixer_settings(r: KeyReport) -> dict[str, Any]:
     else:
         model["linear_gate_bias"] = True  # FLA KimiDeltaAttention's g_proj bias
     return model
+
+
+def primus_hybrid(r: KeyReport) -> bool:
+    """Whether the experiment's layer spec is one of Primus' Zebra-Llama hybrid stacks."""
+    spec = r.get("spec")
+    module = str(spec[0] if isinstance(spec, (list, tuple)) and spec else spec or "")
+    return module.endswith(PRIMUS_HYBRID_SPECS)
+
+
+def primus_allocate_layers(total: int, attention_ratio: float) -> str:
+    """Primus `HybridStack.allocate_layers`: `total` sublayers as total / 2 (mixer, MLP) pairs,
+    int(pairs x ratio) of them attention, each attention pair followed by as many Mamba pairs
+    as divide evenly, the remainder at the end."""
+    pairs = total // 2
+    attention = int(pairs * attention_ratio)
+    mamba = pairs - attention
+    if attention == 0:
+        return "M-" * mamba
+    if mamba == 0:
+        return "*-" * attention
+    if attention_ratio <= 0.5:
+        return ("*-" + "M-" * (mamba // attention)) * attention + "M-" * (mamba % attention)
+    return "*-" * (attention - mamba) + "*-M-" * mamba
+
+
+def map_primus_hybrid(r: KeyReport, model: dict[str, Any]) -> None:
+    """What Primus' hybrid experiments set beside the block layout: the FLA runtime knobs
+    (ignored: kernels), `layernorm_epsilon` (the TransformerConfig field itself, which Primus
+    sets over norm_epsilon), and `qk_layernorm` (its MLA layers normalize the latents always:
+    the norm is fused into the up projections, or a separate RMSNorm without Transformer
+    Engine)."""
+    for key in FLA_RUNTIME_KEYS:
+        if r.has(key):
+            r.ignored(key, "Primus' FLA kernel / fused-loss choice (speed and memory only)")
+    if not is_off(r.get("layernorm_epsilon")):
+        model["norm_eps"] = float(r.get("layernorm_epsilon"))
+        r.mapped("layernorm_epsilon", "model.norm_eps")
+    if model.get("kv_lora_rank"):  # unset means off, which map_mla reports as unbuildable
+        r.mapped(
+            "qk_layernorm",
+            "model.kv_lora_rank",
+            "Primus' hybrid MLA layers normalize the q / kv latents whatever it says",
+        )

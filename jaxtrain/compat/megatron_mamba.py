@@ -4,14 +4,20 @@ sizes and the hybrid layer pattern, as Megatron's `MambaModel` builds them.
 The pattern is `hybrid_override_pattern` when given, else Megatron's allocation from
 `hybrid_attention_ratio` / `hybrid_mlp_ratio` (`allocate_layers`: attention sublayers spread
 evenly between Mamba runs that start and end the stack, then MLPs right-justified among the
-Mamba ones); a pure Mamba model (`is_hybrid_model: false`) is `M` repeated. Files whose
-mixers jaxtrain does not build yet (gated delta net, Kimi delta attention) are refused by name.
+Mamba ones); a pure Mamba model (`is_hybrid_model: false`) is `M` repeated.
+
+Primus' Zebra-Llama experiments name their own layer specs (`spec: [...hybrid_mamba_mla_layer_specs,
+name]`): Primus' `HybridStack` then pairs every mixer with an MLP (`primus_allocate_layers`), and
+the spec's name says whether its mixer blocks are Mamba-2 (with Primus' expand 1), Gated
+DeltaNet (`G`) or Kimi delta attention (`K`), sized by the `linear_*` keys
+(`jaxtrain.compat.megatron_linear`). Such files resolve to family `zebra_llama`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from jaxtrain.compat import megatron_linear
 from jaxtrain.compat.architectures import unbuildable
 from jaxtrain.compat.report import KeyReport, is_off
 from jaxtrain.errors import ConfigError
@@ -53,26 +59,22 @@ def allocate_layers(total: int, attention_ratio: float, mlp_ratio: float) -> str
     return "".join(kinds)
 
 
-def linear_mixer(r: KeyReport) -> str | None:
-    """What a file's linear-attention mixer is (None when it has none)."""
-    if not any(r.has(key) for key in _LINEAR_KEYS):
-        return None
-    spec = str(r.get("spec") or "").lower()
-    return (
-        "Kimi delta attention (KDA)" if "kda" in spec or "kimi" in spec else "gated delta net (GDN)"
-    )
-
-
 def map_mamba(r: KeyReport, model: dict[str, Any]) -> None:
     """Turns the transformer settings `_model` mapped into a Mamba / hybrid model."""
-    mixer = linear_mixer(r)
-    if mixer:
+    kind = megatron_linear.mixer_kind(r)
+    primus = megatron_linear.primus_hybrid(r)
+    if kind != "mamba" and not primus:
         raise unbuildable(
             r.source,
-            "linear_num_key_heads",
-            r.get("linear_num_key_heads"),
-            f"a hybrid with {mixer} mixers, which jaxtrain does not build yet",
+            "spec",
+            r.get("spec"),
+            f"{kind.upper()} blocks from a layer spec outside Primus' "
+            f"{megatron_linear.PRIMUS_HYBRID_SPECS} (whose block layout jaxtrain knows)",
         )
+    if any(r.has(key) for key in _LINEAR_KEYS) and kind == "mamba":
+        for key in _LINEAR_KEYS:
+            if r.has(key):
+                r.ignored(key, "the layer spec builds Mamba-2 blocks, not GDN / KDA")
     layers = model["num_layers"]
     hybrid = not is_off(r.get("is_hybrid_model"))
     override = r.get("hybrid_override_pattern")
@@ -87,13 +89,33 @@ def map_mamba(r: KeyReport, model: dict[str, Any]) -> None:
                 "needs them equal."
             )
         r.mapped("hybrid_override_pattern", "model.block_pattern")
+        if (
+            primus
+            and hybrid
+            and pattern != megatron_linear.primus_allocate_layers(layers, attn_ratio)
+        ):
+            r.note(
+                f"hybrid_override_pattern={pattern!r} differs from the layout Primus' HybridStack "
+                "allocates from hybrid_attention_ratio "
+                f"({megatron_linear.primus_allocate_layers(layers, attn_ratio)!r}); jaxtrain "
+                "builds the pattern as written"
+            )
+    elif hybrid and primus:
+        pattern = megatron_linear.primus_allocate_layers(layers, attn_ratio)
     elif hybrid:
         pattern = allocate_layers(layers, attn_ratio, mlp_ratio)
     else:
         pattern = "M" * layers
     for key in ("is_hybrid_model", "hybrid_attention_ratio", "hybrid_mlp_ratio"):
         if r.has(key):
-            r.mapped(key, "model.block_pattern", f"Megatron's allocation: {pattern}")
+            who = "Primus'" if primus else "Megatron's"
+            r.mapped(key, "model.block_pattern", f"{who} allocation: {pattern}")
+    if kind != "mamba":
+        pattern = pattern.replace("M", "G" if kind == "gdn" else "K")
+        model.update(megatron_linear.mixer_settings(r))
+    if primus:
+        r.mapped("spec", "model.block_pattern", f"Primus' hybrid stack, {kind} mixer blocks")
+        megatron_linear.map_primus_hybrid(r, model)
     heads = r.get("mamba_num_heads")
     model.update(
         block_pattern=pattern,
@@ -102,16 +124,22 @@ def map_mamba(r: KeyReport, model: dict[str, Any]) -> None:
         ssm_head_dim=int(r.get("mamba_head_dim") or 64),
         ssm_n_groups=int(r.get("mamba_num_groups") or 8),
         ssm_num_heads=int(heads) if heads else 0,
-        ssm_expand=2,
+        # Primus' hybrid_stack_spec builds its Mamba mixers with expand 1.
+        ssm_expand=int(r.get("mamba_expand") or (1 if primus else 2)),
         ssm_conv_kernel=4,
         ssm_chunk_size=128,
-        use_rope=r.get("position_embedding_type", "none") == "rope" and "*" in pattern,
+        # Megatron's latent attention rotates its rope dims whatever position_embedding_type says.
+        use_rope=(
+            r.get("position_embedding_type", "none") == "rope" or bool(model.get("kv_lora_rank"))
+        )
+        and "*" in pattern,
     )
     for key, target in (
         ("mamba_state_dim", "ssm_state_size"),
         ("mamba_head_dim", "ssm_head_dim"),
         ("mamba_num_groups", "ssm_n_groups"),
         ("mamba_num_heads", "ssm_num_heads"),
+        ("mamba_expand", "ssm_expand"),
     ):
         if r.has(key):
             r.mapped(key, f"model.{target}")
@@ -131,7 +159,9 @@ def map_mamba(r: KeyReport, model: dict[str, Any]) -> None:
         r.mapped("position_embedding_type", "model.use_rope")
     if "*" not in pattern:
         r.note("no attention sublayers: the attention settings size nothing")
-    if "E" in pattern:
+    if primus:
+        model["family"] = "zebra_llama"
+    elif "E" in pattern:
         model["family"] = "hybrid"
     elif "*" in pattern or "-" in pattern:
         model["family"] = "hybrid" if model.get("kv_lora_rank") else "nemotron_h"
