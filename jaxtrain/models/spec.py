@@ -161,8 +161,9 @@ class ModelSpec:
     moe_residual_mlp: bool = False  # a dense MLP beside the experts, (mlp + moe) / sqrt(2)
     # Hybrid and state-space models (jaxtrain/models/hybrid.py, docs/models.md): one pre-norm
     # residual sublayer per character, M mamba, * attention (MLA with kv_lora_rank), - MLP,
-    # E mixture of experts (Megatron's hybrid_override_pattern); "" = transformer blocks.
-    block_pattern: str = ""  # len == num_layers when set; Mamba-2 LM: "MMMM..."
+    # E mixture of experts (Megatron's hybrid_override_pattern), G Gated DeltaNet, K Kimi
+    # delta attention (sized by linear_*); "" = transformer blocks.
+    block_pattern: str = ""  # len == num_layers when set; Mamba-2 LM: "MMMM..."; "*-G-": MLA, GDN
     mamba_version: int = 2  # M sublayers: 2 (Mamba-2, SSD) | 1 (Mamba-1, selective scan)
     ssm_state_size: int = 128  # N: state width per head (Mamba-2) / per channel (Mamba-1)
     ssm_head_dim: int = 64  # Mamba-2 head width P
