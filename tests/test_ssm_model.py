@@ -187,7 +187,9 @@ def test_delta_rule_sublayers_are_scanned_and_counted():
     assert gk.flops_per_token(2048) - head > weights
 
 
-@pytest.mark.parametrize("rules, sizes", [("fsdp", dict(ici_fsdp=8))])
+@pytest.mark.parametrize(
+    "rules, sizes", [("fsdp", dict(ici_fsdp=8)), ("fsdp_tensor", dict(ici_fsdp=4, ici_tensor=2))]
+)
 def test_sharded_delta_rule_training_matches_one_device(rules, sizes):
     spec = model_spec("zebra-llama-debug", **DELTA_DEBUG)
     one = training_helpers.train(spec, training_helpers.mesh(), 3, rules=rules)[0]
