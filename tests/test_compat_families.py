@@ -363,6 +363,25 @@ RESOLVES = [
         "mamba2",
         model_spec("mamba-370m", tie_embeddings=False),
     ),
+    # Primus' Zebra-Llama hybrids (Megatron model_type mamba, Primus' hybrid layer specs).
+    (
+        MEGATRON.format("MI300X/zebra_llama_1B_gdn_pure-pretrain"),
+        [],
+        "zebra_llama",
+        model_spec("zebra-llama-1b-gdn"),
+    ),
+    (
+        MEGATRON.format("MI300X/zebra_llama_300M_kda_pure-pretrain"),
+        [],
+        "zebra_llama",
+        model_spec("zebra-llama-300m-kda"),
+    ),
+    (
+        MEGATRON.format("MI300X/zebra_llama_300M_gdn_hybrid-pretrain"),
+        [],
+        "zebra_llama",
+        model_spec("zebra-llama-300m-gdn-hybrid"),
+    ),
 ]
 
 # (file, native overrides, the key=value the refusal names)

@@ -12,6 +12,7 @@ from jaxtrain import compat
 from jaxtrain.compat import primus_yaml
 from jaxtrain.compat.megatron_linear import mixer_kind, mixer_settings, primus_allocate_layers
 from jaxtrain.models import build_model, gated_delta, kda
+from jaxtrain.models.presets import model_spec
 from jaxtrain.models.spec import ModelSpec
 
 MI300X = "Primus/examples/megatron/configs/MI300X/{}-pretrain.yaml"
@@ -243,3 +244,19 @@ def test_zebra_llama_mamba_blocks_are_primus_expand_1(compat_samples):
         compat_samples / MI300X.format("zebra_llama_300M_mamba_hybrid"), env={}
     )
     assert two[0].model.ssm_expand == 2
+
+
+@pytest.mark.parametrize(
+    "name, preset",
+    [
+        ("zebra_llama_1B_gdn_pure", "zebra-llama-1b-gdn"),
+        ("zebra_llama_300M_kda_pure", "zebra-llama-300m-kda"),
+        ("zebra_llama_300M_gdn_hybrid", "zebra-llama-300m-gdn-hybrid"),
+    ],
+)
+def test_zebra_llama_presets_are_the_primus_files(compat_samples, name, preset):
+    cfg, _ = compat.load_foreign(compat_samples / MI300X.format(name), env={})
+    spec, expected = ModelSpec.from_config(cfg.model), model_spec(preset)
+    assert spec.block_pattern == expected.block_pattern
+    assert spec.num_params() == expected.num_params()
+    assert spec.flops_per_token(2048) == pytest.approx(expected.flops_per_token(2048))

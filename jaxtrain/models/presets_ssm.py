@@ -37,6 +37,17 @@ _MAMBA2 = dict(
     ssm_chunk_size=256,
 )
 
+_ZEBRA = dict(
+    NO_ATTENTION,
+    family="zebra_llama",
+    vocab_size=128256,
+    max_seq_len=2048,
+    norm_eps=1e-6,
+    use_rope=False,
+    rope_theta=500000.0,
+    tie_embeddings=True,
+)
+
 SSM_PRESETS: dict[str, dict] = {
     "mamba2-debug": dict(
         _DEBUG,
@@ -99,6 +110,53 @@ SSM_PRESETS: dict[str, dict] = {
         linear_chunk=8,
         linear_gate_bias=True,
         tie_embeddings=True,
+    ),
+    # Primus' Zebra-Llama sizes (FLA's gated_deltanet_* / kda_* configs, which its YAMLs match):
+    # Llama 3's tokenizer, tied embeddings, (mixer, SwiGLU MLP) pairs.
+    "zebra-llama-1b-gdn": dict(
+        _ZEBRA,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_layers=32,
+        block_pattern="G-" * 16,
+        linear_num_key_heads=8,
+        linear_num_value_heads=16,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+    ),
+    "zebra-llama-300m-kda": dict(
+        _ZEBRA,
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_layers=24,
+        block_pattern="K-" * 12,
+        linear_num_key_heads=8,
+        linear_num_value_heads=8,
+        linear_key_head_dim=32,
+        linear_value_head_dim=64,
+        linear_gate_bias=True,
+    ),
+    # Three MLA and nine Gated DeltaNet mixers (FLA's attn.layers [0, 4, 8]).
+    "zebra-llama-300m-gdn-hybrid": dict(
+        _ZEBRA,
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_layers=24,
+        block_pattern="*-G-G-G-" * 3,
+        use_rope=True,
+        num_heads=16,
+        num_kv_heads=16,
+        head_dim=64,
+        q_lora_rank=672,
+        kv_lora_rank=64,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=32,
+        v_head_dim=64,
+        rope_interleave=True,
+        linear_num_key_heads=4,
+        linear_num_value_heads=8,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
     ),
     # Primus / Megatron mamba_370M.yaml: 48 Mamba-2 layers of 1024, state 16, 8 groups, the
     # GPT-NeoX tokenizer's 50277 ids padded to 50304.
