@@ -11,6 +11,7 @@ from flax import nnx
 from jaxtrain import compat
 from jaxtrain.compat import primus_yaml
 from jaxtrain.compat.megatron_linear import mixer_kind, mixer_settings, primus_allocate_layers
+from jaxtrain.errors import ConfigError
 from jaxtrain.models import build_model, gated_delta, kda
 from jaxtrain.models.presets import model_spec
 from jaxtrain.models.spec import ModelSpec
@@ -260,3 +261,13 @@ def test_zebra_llama_presets_are_the_primus_files(compat_samples, name, preset):
     assert spec.block_pattern == expected.block_pattern
     assert spec.num_params() == expected.num_params()
     assert spec.flops_per_token(2048) == pytest.approx(expected.flops_per_token(2048))
+
+
+def test_delta_rule_spec_outside_primus_hybrids_is_refused_by_name(compat_samples):
+    # Only Primus' HybridStack layout (mixer, MLP pairs) is known for GDN / KDA layer specs.
+    from jaxtrain.compat.megatron_mamba import map_mamba
+
+    r = _report(compat_samples, "zebra_llama_300M_gdn_pure")
+    r.values["spec"] = ["my_project.layer_specs", "gdn_hybrid_stack_spec"]
+    with pytest.raises(ConfigError, match="GDN blocks from a layer spec outside Primus'"):
+        map_mamba(r, {"num_layers": 24})
