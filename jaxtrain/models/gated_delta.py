@@ -59,7 +59,7 @@ def log_uniform_a(rngs: nnx.Rngs, heads: int, dtype) -> nnx.Param:
     return nnx.Param(jnp.log(a).astype(dtype), logical_axes=("heads",))
 
 
-class GatedDeltaNet(nnx.Module):
+class GatedDeltaNet(linear_mixer.DeltaRuleMixer):
     """Gated DeltaNet token mixer: x [B, L, D] -> [B, L, D], plus a decoding cache."""
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
@@ -100,20 +100,6 @@ class GatedDeltaNet(nnx.Module):
         gate = self.g_proj(x_BLD) if hasattr(self, "g_proj") else None
         o_BLHV = self.o_norm(o_BLHV, gate, jax.nn.silu).astype(self.spec.jnp_dtype)
         return self.o_proj(o_BLHV), LinearCache(*conv_states, state)
-
-    def __call__(self, x_BLD: jax.Array, segment_BL: jax.Array | None = None) -> jax.Array:
-        """The mixer's output [B, L, D] for a whole sequence (training, evaluation); packed
-        documents in `segment_BL` do not see each other."""
-        return self._mix(x_BLD, None, segment_BL)[0]
-
-    def init_cache(self, batch_size: int) -> LinearCache:
-        """An empty decoding cache (conv inputs and recurrent state of nothing seen yet)."""
-        return linear_mixer.init_cache(self.spec, batch_size, self.spec.jnp_dtype)
-
-    def decode(self, x_BLD: jax.Array, cache: LinearCache) -> tuple[jax.Array, LinearCache]:
-        """Continues from `cache`: a prompt (L > 1, chunked) or one sampled token (L = 1, the
-        recurrent step); returns the output and the cache after x."""
-        return self._mix(x_BLD, cache, None)
 
 
 def matmul_params(spec: ModelSpec) -> int:

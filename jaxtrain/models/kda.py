@@ -40,7 +40,7 @@ DEFAULT_CHUNK = 16
 _HEADS = ("heads", "head_dim")
 
 
-class KimiDeltaAttention(nnx.Module):
+class KimiDeltaAttention(linear_mixer.DeltaRuleMixer):
     """Kimi delta attention token mixer: x [B, L, D] -> [B, L, D], plus a decoding cache."""
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
@@ -91,20 +91,6 @@ class KimiDeltaAttention(nnx.Module):
         gate_BLHV = self.g_b_proj(self.g_a_proj(x_BLD))
         o_BLHV = self.o_norm(o_BLHV, gate_BLHV, jax.nn.sigmoid).astype(self.spec.jnp_dtype)
         return self.o_proj(o_BLHV), LinearCache(*conv_states, state)
-
-    def __call__(self, x_BLD: jax.Array, segment_BL: jax.Array | None = None) -> jax.Array:
-        """The mixer's output [B, L, D] for a whole sequence (training, evaluation); packed
-        documents in `segment_BL` do not see each other."""
-        return self._mix(x_BLD, None, segment_BL)[0]
-
-    def init_cache(self, batch_size: int) -> LinearCache:
-        """An empty decoding cache (conv inputs and recurrent state of nothing seen yet)."""
-        return linear_mixer.init_cache(self.spec, batch_size, self.spec.jnp_dtype)
-
-    def decode(self, x_BLD: jax.Array, cache: LinearCache) -> tuple[jax.Array, LinearCache]:
-        """Continues from `cache`: a prompt (L > 1, chunked) or one sampled token (L = 1, the
-        recurrent step); returns the output and the cache after x."""
-        return self._mix(x_BLD, cache, None)
 
 
 def matmul_params(spec: ModelSpec) -> int:

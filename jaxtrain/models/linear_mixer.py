@@ -28,6 +28,31 @@ class LinearCache(NamedTuple):
     state: jax.Array
 
 
+class DeltaRuleMixer(nnx.Module):
+    """What every delta-rule mixer (Gated DeltaNet, KDA) offers the hybrid stack: a whole-sequence
+    call, an empty decoding cache, and decoding from a cache. Subclasses set `self.spec` and
+    implement `_mix(x_BLD, cache, segment_BL) -> (y_BLD, cache after x)`."""
+
+    def __call__(self, x_BLD: jax.Array, segment_BL: jax.Array | None = None) -> jax.Array:
+        """The mixer's output [B, L, D] for a whole sequence (training, evaluation); packed
+        documents in `segment_BL` do not see each other."""
+        return self._mix(x_BLD, None, segment_BL)[0]
+
+    def init_cache(self, batch_size: int) -> LinearCache:
+        """An empty decoding cache (conv inputs and recurrent state of nothing seen yet)."""
+        return init_cache(self.spec, batch_size, self.spec.jnp_dtype)
+
+    def decode(self, x_BLD: jax.Array, cache: LinearCache) -> tuple[jax.Array, LinearCache]:
+        """Continues from `cache`: a prompt (L > 1, chunked) or one sampled token (L = 1, the
+        recurrent step); returns the output and the cache after x."""
+        return self._mix(x_BLD, cache, None)
+
+    def _mix(
+        self, x_BLD: jax.Array, cache: LinearCache | None, segment_BL: jax.Array | None
+    ) -> tuple[jax.Array, LinearCache]:
+        raise NotImplementedError
+
+
 class ShortConv(nnx.Module):
     """Causal depthwise conv over time with W taps, then silu: y_t = silu(sum_w c_w x_{t-W+1+w}).
 
