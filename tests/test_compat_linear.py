@@ -12,7 +12,7 @@ from jaxtrain import compat
 from jaxtrain.compat import primus_yaml
 from jaxtrain.compat.megatron_linear import mixer_kind, mixer_settings, primus_allocate_layers
 from jaxtrain.errors import ConfigError
-from jaxtrain.models import build_model, gated_delta, kda
+from jaxtrain.models import build_model, delta_sizes, gated_delta, kda
 from jaxtrain.models.presets import model_spec
 from jaxtrain.models.spec import ModelSpec
 
@@ -106,7 +106,7 @@ def test_linear_settings_map_to_the_mixer(compat_samples, name, kind, expected):
     module = gated_delta.GatedDeltaNet if kind == "gdn" else kda.KimiDeltaAttention
     abstract = nnx.eval_shape(lambda: module(spec, rngs=nnx.Rngs(params=0)))
     count = sum(v.size for v in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
-    assert count == (gated_delta if kind == "gdn" else kda).num_params(spec)
+    assert count == (delta_sizes.gdn_params if kind == "gdn" else delta_sizes.kda_params)(spec)
 
 
 def test_pure_gdn_1b_has_the_size_its_file_states(compat_samples):
@@ -115,7 +115,7 @@ def test_pure_gdn_1b_has_the_size_its_file_states(compat_samples):
     d, ffn = int(r.get("hidden_size")), int(r.get("ffn_hidden_size"))
     spec = dataclasses.replace(ModelSpec(hidden_size=d), **mixer_settings(r))
     blocks = int(r.get("num_layers")) // 2
-    total = blocks * (gated_delta.num_params(spec) + 3 * d * ffn + 2 * d) + LLAMA3_VOCAB * d + d
+    total = blocks * (delta_sizes.gdn_params(spec) + 3 * d * ffn + 2 * d) + LLAMA3_VOCAB * d + d
     assert abs(total / 1.20e9 - 1) < 0.01, total
 
 

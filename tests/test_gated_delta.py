@@ -24,7 +24,7 @@ from delta_reference import (
 from flax import nnx
 
 from jaxtrain.errors import ConfigError
-from jaxtrain.models import delta_rule, gated_delta
+from jaxtrain.models import delta_rule, delta_sizes, gated_delta
 from jaxtrain.models.spec import ModelSpec
 
 SPEC = ModelSpec(
@@ -261,10 +261,10 @@ def test_weights_name_their_head_axes_and_counts_match():
     assert axes["o_proj/kernel"] == ("heads", "head_dim", "embed")
     assert axes["A_log"] == ("heads",) and axes["q_conv/weight"] == (None, "heads", "head_dim")
     count = sum(np.size(v) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    assert gated_delta.num_params(SPEC) == count
+    assert delta_sizes.gdn_params(SPEC) == count
     layer = _qwen3_next_layer(SPEC)
-    assert gated_delta.num_params(SPEC) == sum(p.numel() for p in layer.parameters())
-    assert gated_delta.flops_per_token(SPEC) > 6 * gated_delta.matmul_params(SPEC)
+    assert delta_sizes.gdn_params(SPEC) == sum(p.numel() for p in layer.parameters())
+    assert delta_sizes.gdn_flops_per_token(SPEC) > 6 * delta_sizes.gdn_matmul_params(SPEC)
 
 
 def test_value_heads_must_group_the_key_heads():

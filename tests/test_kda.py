@@ -23,7 +23,7 @@ from delta_reference import (
 )
 from flax import nnx
 
-from jaxtrain.models import kda
+from jaxtrain.models import delta_sizes, kda
 from jaxtrain.models.spec import ModelSpec
 
 # Zebra-Llama's shape in small: keys narrower than values (K = 16, V = 32 there 32 / 64).
@@ -174,7 +174,7 @@ def test_mixer_matches_transformers_kimi_linear():
     got = np.asarray(_run(model, jnp.asarray(x, jnp.float32)))
     assert np.abs(want).max() > 0.1
     np.testing.assert_allclose(got, want, atol=1e-4)
-    assert kda.num_params(KIMI_SPEC) == sum(p.numel() for p in layer.parameters())
+    assert delta_sizes.kda_params(KIMI_SPEC) == sum(p.numel() for p in layer.parameters())
 
 
 def test_decoding_matches_whole_sequence():
@@ -207,8 +207,8 @@ def test_parameter_count_and_head_axes():
     assert flat[("dt_bias",)].logical_axes == ("heads", "head_dim")
     assert flat[("f_b_proj", "kernel")].logical_axes == ("latent", "heads", "head_dim")
     count = sum(np.size(v) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    assert kda.num_params(SPEC) == count
-    assert kda.flops_per_token(SPEC) > 6 * kda.matmul_params(SPEC)
+    assert delta_sizes.kda_params(SPEC) == count
+    assert delta_sizes.kda_flops_per_token(SPEC) > 6 * delta_sizes.kda_matmul_params(SPEC)
 
 
 def test_gradients_are_finite():

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from jaxtrain.models import delta_sizes as sizes
+
 # Pattern character -> sublayer kind.
 KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe", "G": "gdn", "K": "kda"}
 HYBRID_PIPELINE_ERROR = (
@@ -129,16 +131,8 @@ def kind_params(spec: Any, kind: str) -> int:
             + d
         )
     if kind in ("gdn", "kda"):
-        return _delta_module(kind).num_params(spec) + d
+        return (sizes.gdn_params(spec) if kind == "gdn" else sizes.kda_params(spec)) + d
     raise KeyError(kind)
-
-
-def _delta_module(kind: str) -> Any:
-    """The delta-rule mixer module of `kind` (imported here: it imports the spec, which
-    imports this file)."""
-    from jaxtrain.models import gated_delta, kda
-
-    return gated_delta if kind == "gdn" else kda
 
 
 def kind_flops(spec: Any, kind: str, seq_len: int) -> float:
@@ -180,7 +174,7 @@ def kind_flops(spec: Any, kind: str, seq_len: int) -> float:
         )
         return 6.0 * matmul
     if kind in ("gdn", "kda"):
-        return _delta_module(kind).flops_per_token(spec)
+        return sizes.gdn_flops_per_token(spec) if kind == "gdn" else sizes.kda_flops_per_token(spec)
     raise KeyError(kind)
 
 

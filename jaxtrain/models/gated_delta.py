@@ -35,12 +35,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxtrain.models import delta_rule, linear_mixer
+from jaxtrain.models import linear_mixer
+from jaxtrain.models.delta_sizes import GDN_DEFAULT_CHUNK
 from jaxtrain.models.layers import Dense
 from jaxtrain.models.linear_mixer import LinearCache
 from jaxtrain.models.spec import ModelSpec
 
-DEFAULT_CHUNK = 64
 _HEADS = ("heads", "head_dim")
 
 
@@ -64,7 +64,7 @@ class GatedDeltaNet(linear_mixer.DeltaRuleMixer):
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         self.spec = spec
-        self.chunk = spec.linear_chunk or DEFAULT_CHUNK
+        self.chunk = spec.linear_chunk or GDN_DEFAULT_CHUNK
         d, n, h = spec.hidden_size, spec.linear_num_key_heads, spec.linear_num_value_heads
         kd, vd = spec.linear_key_head_dim, spec.linear_value_head_dim
         common = dict(
@@ -100,34 +100,3 @@ class GatedDeltaNet(linear_mixer.DeltaRuleMixer):
         gate = self.g_proj(x_BLD) if hasattr(self, "g_proj") else None
         o_BLHV = self.o_norm(o_BLHV, gate, jax.nn.silu).astype(self.spec.jnp_dtype)
         return self.o_proj(o_BLHV), LinearCache(*conv_states, state)
-
-
-def matmul_params(spec: ModelSpec) -> int:
-    """One Gated DeltaNet mixer's projection weights (what matmuls multiply by)."""
-    d, n, h = spec.hidden_size, spec.linear_num_key_heads, spec.linear_num_value_heads
-    kd, vd = spec.linear_key_head_dim, spec.linear_value_head_dim
-    gate = h * vd if spec.linear_output_gate else 0
-    return d * (2 * n * kd + 2 * h * vd + 2 * h + gate)
-
-
-def num_params(spec: ModelSpec) -> int:
-    """One Gated DeltaNet mixer's parameters: projections, convs, A_log, dt_bias, norm."""
-    return (
-        matmul_params(spec)
-        + linear_mixer.conv_params(spec)
-        + 2 * spec.linear_num_value_heads
-        + spec.linear_value_head_dim
-    )
-
-
-def flops_per_token(spec: ModelSpec) -> float:
-    """Training FLOPs per token of one mixer: 6 x projection weights + 3 x the forward FLOPs of
-    the chunked delta rule (which do not grow with the sequence length)."""
-    kernel = delta_rule.flops_per_token(
-        spec.linear_num_value_heads,
-        spec.linear_key_head_dim,
-        spec.linear_value_head_dim,
-        spec.linear_chunk or DEFAULT_CHUNK,
-        per_channel=False,
-    )
-    return 6.0 * matmul_params(spec) + 3.0 * kernel

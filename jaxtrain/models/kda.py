@@ -28,15 +28,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxtrain.models import delta_rule, linear_mixer
+from jaxtrain.models import linear_mixer
+from jaxtrain.models.delta_sizes import KDA_DEFAULT_CHUNK
 from jaxtrain.models.gated_delta import inverse_softplus_dt, log_uniform_a
 from jaxtrain.models.layers import Dense
 from jaxtrain.models.linear_mixer import LinearCache
 from jaxtrain.models.spec import ModelSpec
 
-# The within-chunk decays are [C, C, K] per head (one per key channel), so KDA's chunks are
-# shorter than Gated DeltaNet's: C = 16 keeps that tensor at 16 K floats per token and head.
-DEFAULT_CHUNK = 16
 _HEADS = ("heads", "head_dim")
 
 
@@ -45,7 +43,7 @@ class KimiDeltaAttention(linear_mixer.DeltaRuleMixer):
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         self.spec = spec
-        self.chunk = spec.linear_chunk or DEFAULT_CHUNK
+        self.chunk = spec.linear_chunk or KDA_DEFAULT_CHUNK
         d, n, h = spec.hidden_size, spec.linear_num_key_heads, spec.linear_num_value_heads
         kd, vd = spec.linear_key_head_dim, spec.linear_value_head_dim
         common = dict(
@@ -91,32 +89,3 @@ class KimiDeltaAttention(linear_mixer.DeltaRuleMixer):
         gate_BLHV = self.g_b_proj(self.g_a_proj(x_BLD))
         o_BLHV = self.o_norm(o_BLHV, gate_BLHV, jax.nn.sigmoid).astype(self.spec.jnp_dtype)
         return self.o_proj(o_BLHV), LinearCache(*conv_states, state)
-
-
-def matmul_params(spec: ModelSpec) -> int:
-    """One KDA mixer's projection weights (what matmuls multiply by)."""
-    d, n, h = spec.hidden_size, spec.linear_num_key_heads, spec.linear_num_value_heads
-    kd, vd = spec.linear_key_head_dim, spec.linear_value_head_dim
-    qkv = d * (2 * n * kd + h * vd)
-    gates = (d * vd + vd * h * kd) + (d * vd + vd * h * vd) + d * h
-    return qkv + gates + h * vd * d
-
-
-def num_params(spec: ModelSpec) -> int:
-    """One KDA mixer's parameters: projections, convs, A_log, dt_bias, norm, gate bias."""
-    h, kd, vd = spec.linear_num_value_heads, spec.linear_key_head_dim, spec.linear_value_head_dim
-    bias = h * vd if spec.linear_gate_bias else 0
-    return matmul_params(spec) + linear_mixer.conv_params(spec) + h + h * kd + vd + bias
-
-
-def flops_per_token(spec: ModelSpec) -> float:
-    """Training FLOPs per token of one mixer: 6 x projection weights + 3 x the forward FLOPs of
-    the chunked delta rule with per-channel decays."""
-    kernel = delta_rule.flops_per_token(
-        spec.linear_num_value_heads,
-        spec.linear_key_head_dim,
-        spec.linear_value_head_dim,
-        spec.linear_chunk or DEFAULT_CHUNK,
-        per_channel=True,
-    )
-    return 6.0 * matmul_params(spec) + 3.0 * kernel

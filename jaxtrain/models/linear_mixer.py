@@ -185,14 +185,3 @@ def init_cache(spec: ModelSpec, batch_size: int, dtype=jnp.float32) -> LinearCac
         v_conv=jnp.zeros((batch_size, taps, hv, vd), dtype),
         state=jnp.zeros((batch_size, hv, kd, vd), jnp.float32),
     )
-
-
-def conv_params(spec: ModelSpec) -> int:
-    """Weights of the three short convs (0 without them)."""
-    if not spec.linear_short_conv:
-        return 0
-    channels = (
-        2 * spec.linear_num_key_heads * spec.linear_key_head_dim
-        + spec.linear_num_value_heads * spec.linear_value_head_dim
-    )
-    return spec.linear_conv_kernel * channels
