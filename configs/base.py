@@ -70,7 +70,7 @@ def get_config() -> ConfigDict:
     #                    "99,1,0"; "" = every document trains
     c.data.windowing = "pool"  # pool (one pool over all shards, stride seq_len) | per_file
     #                            (each file cut alone into seq_len+1 windows, as datatrove does)
-    c.data.reset_attention_mask = False  # batch gets segment_ids: no attention across documents
+    c.data.reset_attention_mask = False  # batch gets segment_ids: nothing mixes across documents
     c.data.reset_position_ids = False  # batch gets positions restarting at every document start
     c.data.eod_mask_loss = False  # no loss where the input is a document's last token (its EOS)
     c.data.tokenizer = ""  # Hugging Face tokenizer folder, for sampling and .ds.metadata checks

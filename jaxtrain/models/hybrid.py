@@ -80,7 +80,7 @@ def _build_mamba(spec: ModelSpec, rngs: nnx.Rngs) -> nnx.Module:
 
 
 def _call_mamba(mixer, x_BLD, ctx, cache):
-    y, cache = mixer(x_BLD, cache)
+    y, cache = mixer(x_BLD, cache, ctx.segment_BL if cache is None else None)
     return y, cache, {}
 
 

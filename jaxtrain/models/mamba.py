@@ -61,14 +61,23 @@ class MambaMixer(nnx.Module):
         )
 
     def __call__(
-        self, x_BLD: jax.Array, cache: SsmCache | None = None
+        self,
+        x_BLD: jax.Array,
+        cache: SsmCache | None = None,
+        segment_BL: jax.Array | None = None,
     ) -> tuple[jax.Array, SsmCache | None]:
+        """(output, the cache after x when one is given); the conv and the scan restart at each
+        document of `segment_BL` (packed documents)."""
         spec = self.spec
         di, r, n = ssm_inner(spec), ssm_dt_rank(spec), spec.ssm_state_size
         x_BLI, z_BLI = jnp.split(self.in_proj(x_BLD), [di], axis=-1)
         conv_bias = None if self.conv_bias is None else self.conv_bias[...]
         x_BLI, conv_state = causal_conv(
-            x_BLI, self.conv_weight[...], conv_bias, None if cache is None else cache["conv"]
+            x_BLI,
+            self.conv_weight[...],
+            conv_bias,
+            None if cache is None else cache["conv"],
+            segment_BL,
         )
         x_BLI = jax.nn.silu(x_BLI)
         dt_BLR, b_BLN, c_BLN = jnp.split(self.x_proj(x_BLI), [r, r + n], axis=-1)
@@ -83,6 +92,7 @@ class MambaMixer(nnx.Module):
             self.d[...],
             spec.ssm_chunk_size,
             None if cache is None else cache["ssm"],
+            segment_BL,
         )
         y_BLI = y_BLI * jax.nn.silu(z_BLI.astype(jnp.float32))
         out_BLD = self.out_proj(y_BLI.astype(spec.jnp_dtype))

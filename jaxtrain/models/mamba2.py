@@ -86,8 +86,13 @@ class Mamba2Mixer(nnx.Module):
         )
 
     def __call__(
-        self, x_BLD: jax.Array, cache: SsmCache | None = None
+        self,
+        x_BLD: jax.Array,
+        cache: SsmCache | None = None,
+        segment_BL: jax.Array | None = None,
     ) -> tuple[jax.Array, SsmCache | None]:
+        """(output, the cache after x when one is given); the conv and the scan restart at each
+        document of `segment_BL` (packed documents)."""
         spec = self.spec
         b, l, _ = x_BLD.shape
         di, h, p = ssm_inner(spec), ssm_heads(spec), spec.ssm_head_dim
@@ -96,7 +101,11 @@ class Mamba2Mixer(nnx.Module):
         z_BLI, xbc_BLC, dt_BLH = jnp.split(zxbcdt, [di, 2 * di + 2 * g * n], axis=-1)
         conv_bias = None if self.conv_bias is None else self.conv_bias[...]
         xbc_BLC, conv_state = causal_conv(
-            xbc_BLC, self.conv_weight[...], conv_bias, None if cache is None else cache["conv"]
+            xbc_BLC,
+            self.conv_weight[...],
+            conv_bias,
+            None if cache is None else cache["conv"],
+            segment_BL,
         )
         xbc_BLC = jax.nn.silu(xbc_BLC)
         x_BLI, b_BLGN, c_BLGN = jnp.split(xbc_BLC, [di, di + g * n], axis=-1)
@@ -111,6 +120,7 @@ class Mamba2Mixer(nnx.Module):
             self.d[...],
             spec.ssm_chunk_size,
             None if cache is None else cache["ssm"],
+            segment_BL,
         )
         y_BLI = gated_norm(y_BLHP.reshape(b, l, di), z_BLI, self.norm_scale[...], g, spec.norm_eps)
         out_BLD = self.out_proj(y_BLI.astype(spec.jnp_dtype))
