@@ -15,6 +15,7 @@ from training_helpers import mesh, train
 from jaxtrain import backend, perf
 from jaxtrain.errors import ConfigError
 from jaxtrain.models import fp8
+from jaxtrain.models.presets import model_spec
 from jaxtrain.models.spec import ModelSpec
 from jaxtrain.train import buffers, state
 
@@ -172,6 +173,46 @@ def test_every_projection_keeps_a_history_and_the_optimizer_none():
     assert metrics["fp8/layers/attn/q_proj/0/input_scale"] == pytest.approx(
         float(amax["q_proj"][0, 0, 0]) / 448.0
     )
+
+
+def test_hybrid_stacks_keep_histories_where_megatron_runs_fp8():
+    # Mamba, attention, relu2 MLP, Gated DeltaNet and KDA sublayers: the Mamba in/out
+    # projections (Transformer Engine linears in Megatron) and attention and MLP are fp8; the
+    # delta-rule mixers (plain nn.Linear in FLA) and Mamba's x/dt projections are not.
+    spec = model_spec(
+        "zebra-llama-debug",
+        num_layers=6,
+        block_pattern="M*-GKM",
+        mamba_version=2,
+        linear_chunk=4,
+        ssm_chunk_size=4,
+        quantization="fp8",
+        max_seq_len=32,
+    )
+    losses, _, trained, _, _ = train(spec, mesh(ici_fsdp=2), steps=2)
+    assert losses[-1] < losses[0]
+    histories = {
+        jax.tree_util.keystr(path): leaf
+        for path, leaf in jax.tree_util.tree_flatten_with_path(trained["params"])[0]
+        if "fp8_amax" in jax.tree_util.keystr(path)
+    }
+    owners = sorted({k.split("['fp8_amax']")[0].split("['mixer']")[1] for k in histories})
+    # Zebra-Llama's attention is latent (MLA) and its MLP SwiGLU; no q/k/v/a/b/g projection of
+    # the delta-rule mixers is among them.
+    assert owners == [
+        "['down_proj']",
+        "['gate_proj']",
+        "['in_proj']",
+        "['kv_a_proj']",
+        "['kv_b_proj']",
+        "['o_proj']",
+        "['out_proj']",
+        "['q_a_proj']",
+        "['q_b_proj']",
+        "['up_proj']",
+    ]
+    for name, history in histories.items():
+        assert np.all(np.asarray(history)[..., :2] > 0), name  # two steps of amaxes
 
 
 def test_micro_batches_combine_their_amaxes_by_maximum():

@@ -96,7 +96,7 @@ def _learnable_shards(folder: Path, vocab: int = 512) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["llama_debug.py", "mixtral_debug.py"])
+@pytest.mark.parametrize("config", ["llama_debug.py", "mixtral_debug.py", "nemotron_h_debug.py"])
 def test_sixty_fp8_steps_end_within_two_percent_of_bfloat16(tmp_path, config):
     data = _learnable_shards(tmp_path / "data")
     final = {}

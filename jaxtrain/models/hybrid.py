@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
-from jaxtrain.models import linear_mixer
+from jaxtrain.models import fp8, linear_mixer
 from jaxtrain.models.attention import Attention
 from jaxtrain.models.block_pattern import pattern_kinds, period
 from jaxtrain.models.gated_delta import GatedDeltaNet
@@ -51,7 +51,11 @@ class ReluSquaredMLP(nnx.Module):
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         d, f = spec.hidden_size, spec.intermediate_size
         common = dict(
-            rngs=rngs, std=spec.init_std, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype
+            rngs=rngs,
+            std=spec.init_std,
+            dtype=spec.jnp_dtype,
+            param_dtype=spec.jnp_param_dtype,
+            fp8=fp8.recipe(spec),
         )
         self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)

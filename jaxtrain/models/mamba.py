@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxtrain.models import fp8
 from jaxtrain.models.block_pattern import ssm_dt_rank, ssm_inner
 from jaxtrain.models.layers import Dense, make_param
 from jaxtrain.models.mamba2 import SsmCache, clamp_dt, conv_param, init_dt_bias
@@ -34,6 +35,7 @@ class MambaMixer(nnx.Module):
             ("ssm_proj",),
             std=spec.init_std,
             use_bias=spec.ssm_proj_bias,
+            fp8=fp8.recipe(spec),
             **common,
         )
         self.conv_weight = conv_param(rngs, di, spec)
@@ -57,6 +59,7 @@ class MambaMixer(nnx.Module):
             ("embed",),
             std=spec.init_std,
             use_bias=spec.ssm_proj_bias,
+            fp8=fp8.recipe(spec),
             **common,
         )
 

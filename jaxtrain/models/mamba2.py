@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxtrain.models import fp8
 from jaxtrain.models.block_pattern import conv_channels, ssm_heads, ssm_inner
 from jaxtrain.models.layers import Dense, make_param
 from jaxtrain.models.spec import ModelSpec
@@ -64,6 +65,7 @@ class Mamba2Mixer(nnx.Module):
             ("embed",),
             ("ssm_proj",),
             use_bias=spec.ssm_proj_bias,
+            fp8=fp8.recipe(spec),
             **common,
         )
         self.conv_weight = conv_param(rngs, c, spec)
@@ -82,7 +84,13 @@ class Mamba2Mixer(nnx.Module):
         self.d = nnx.Param(jnp.ones((h,), pd), logical_axes=("ssm_heads",))
         self.norm_scale = nnx.Param(jnp.ones((di,), pd), logical_axes=("ssm_inner",))
         self.out_proj = Dense(
-            (di,), (d,), ("ssm_inner",), ("embed",), use_bias=spec.ssm_proj_bias, **common
+            (di,),
+            (d,),
+            ("ssm_inner",),
+            ("embed",),
+            use_bias=spec.ssm_proj_bias,
+            fp8=fp8.recipe(spec),
+            **common,
         )
 
     def __call__(

@@ -364,7 +364,6 @@ class ModelSpec:
                 "num_experts=0."
             )
         unsupported = {
-            "quantization": self.quantization,
             "moe_score_bias": self.moe_score_bias,
             "num_dense_layers": self.num_dense_layers,
             "moe_layer_step": self.moe_layer_step != 1,
