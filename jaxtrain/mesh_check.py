@@ -19,7 +19,7 @@ from typing import Any
 from jax.sharding import Mesh
 
 from jaxtrain.config import micro_batch_size
-from jaxtrain.models.block_pattern import HYBRID_PIPELINE_ERROR
+from jaxtrain.models.block_pattern import period
 from jaxtrain.models.layer_pattern import stack_layer_indices
 from jaxtrain.models.pipeline import Schedule, bubble_fraction
 from jaxtrain.models.spec import ModelSpec
@@ -86,6 +86,13 @@ def pipeline_units(spec: ModelSpec) -> tuple[int, str]:
     """(the units a pipeline splits into stages, what they are in words): the blocks, the
     expert blocks after leading dense ones (which run before the pipeline), or the groups of
     interleaved dense and expert blocks."""
+    if spec.block_pattern:  # a unit is one repeat of the pattern's period
+        every = period(spec.block_pattern)
+        units = spec.num_layers // every
+        return units, (
+            f"{units} repeats of model.block_pattern's {every}-sublayer period "
+            f"{spec.block_pattern[:every]!r}"
+        )
     units = len(stack_layer_indices(spec)["layers"])
     if spec.num_experts and spec.moe_layer_step > 1:
         return units, (
@@ -106,8 +113,6 @@ def check_stages(spec: ModelSpec, stages: int, schedule: Schedule, mesh_cfg: Any
     repeats)."""
     if stages <= 1:
         return
-    if spec.block_pattern:
-        raise MeshError(HYBRID_PIPELINE_ERROR.format(pattern=spec.block_pattern))
     origin = _axis_origin(mesh_cfg, "pipeline", stages)
     units, what = pipeline_units(spec)
     parts, repeats = stages * schedule.repeats, schedule.repeats

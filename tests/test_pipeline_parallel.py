@@ -17,6 +17,7 @@ from training_helpers import mesh_config
 from jaxtrain import mesh_check, sharding
 from jaxtrain.models import ModelSpec, pipeline
 from jaxtrain.models.pipeline import Schedule
+from jaxtrain.models.presets import model_spec
 from jaxtrain.sharding import MeshError
 
 # Eight blocks: four stages of two. Grouped-query attention, dims <= 64.
@@ -111,6 +112,53 @@ def _amax_histories(params: dict) -> dict[str, np.ndarray]:
         for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
         if "fp8_amax" in str(path)
     }
+
+
+# Hybrid stacks: a unit is one repeat of the pattern's period. Mamba-2, attention and relu2 MLP
+# sublayers, four repeats; and Mamba with expert sublayers (router losses on), two repeats.
+HYBRID = model_spec("nemotron-h-debug", num_layers=16, block_pattern="M*M-" * 4, ssm_chunk_size=8)
+HYBRID_MOE = model_spec(
+    "nemotron-h-debug",
+    num_layers=4,
+    block_pattern="ME" * 2,
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=16,
+    moe_aux_loss_coef=0.01,
+    moe_z_loss_coef=1e-3,
+    ssm_chunk_size=8,
+)
+# Zebra-Llama's kinds (latent attention, Gated DeltaNet, KDA, Mamba-2, SwiGLU), rematerialised.
+HYBRID_DELTA = model_spec(
+    "zebra-llama-debug",
+    num_layers=16,
+    block_pattern="*-G-K-M-" * 2,
+    linear_chunk=4,
+    ssm_chunk_size=8,
+    remat="full",
+)
+
+
+@pytest.mark.parametrize(
+    "spec, sizes",
+    [
+        (HYBRID, dict(ici_pipeline=4, ici_fsdp=2)),
+        (HYBRID_MOE, dict(ici_pipeline=2, ici_fsdp=2)),
+        (HYBRID_DELTA, dict(ici_pipeline=2, ici_fsdp=2)),
+    ],
+)
+def test_hybrid_stacks_train_as_a_pipeline_like_one_device(spec, sizes, monkeypatch):
+    runs = []
+    real = pipeline.run
+    monkeypatch.setattr(pipeline, "run", lambda *a, **k: runs.append(1) or real(*a, **k))
+    got = losses(spec, sizes)
+    assert runs
+    np.testing.assert_allclose(got, one_device(spec), rtol=1e-4)
+
+
+def test_a_hybrid_period_that_does_not_split_into_stages_is_refused():
+    with pytest.raises(MeshError, match=r"4 repeats of model.block_pattern's 4-sublayer period"):
+        mesh_check.check_stages(HYBRID, 3, Schedule())
 
 
 def test_fp8_amax_histories_of_a_pipeline_are_one_devices():

@@ -15,7 +15,6 @@ from flax import nnx
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_config import hf_config_from_spec
 from jaxtrain.models import build_model
-from jaxtrain.models.block_pattern import HYBRID_PIPELINE_ERROR
 from jaxtrain.models.presets import PRESETS, PUBLISHED_PARAMS, model_spec
 from jaxtrain.sample import generate
 
@@ -158,16 +157,6 @@ def test_pattern_repeats_are_scanned_not_unrolled():
 def test_pattern_errors_name_the_character(pattern, message):
     with pytest.raises(ConfigError, match=message):
         model_spec("nemotron-h-debug", block_pattern=pattern)
-
-
-def test_hybrid_pipeline_is_refused_by_name():
-    from jaxtrain import mesh_check
-    from jaxtrain.models.pipeline import Schedule
-    from jaxtrain.sharding import MeshError
-
-    with pytest.raises(MeshError, match="does not run as a pipeline yet"):
-        mesh_check.check_stages(model_spec("mamba2-debug"), 2, Schedule())
-    assert "mesh.ici_pipeline=1" in HYBRID_PIPELINE_ERROR
 
 
 @pytest.mark.parametrize("name", ["mamba2-debug", "nemotron-h-debug"])

@@ -28,11 +28,6 @@ from jaxtrain.models import delta_sizes as sizes
 
 # Pattern character -> sublayer kind.
 KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe", "G": "gdn", "K": "kda"}
-HYBRID_PIPELINE_ERROR = (
-    "model.block_pattern={pattern!r} (a hybrid / state-space stack) does not run as a pipeline "
-    "yet; set mesh.ici_pipeline=1 and mesh.dcn_pipeline=1 and split the model over fsdp / "
-    "data instead."
-)
 # Characters other stacks' patterns use for mixers jaxtrain does not build yet.
 NOT_BUILT: dict[str, str] = {}
 

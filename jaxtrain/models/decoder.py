@@ -33,10 +33,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
-from jaxtrain.errors import ConfigError
 from jaxtrain.models import fp8, pipeline
 from jaxtrain.models.attention import Attention
-from jaxtrain.models.block_pattern import HYBRID_PIPELINE_ERROR
 from jaxtrain.models.hybrid import Context as HybridContext
 from jaxtrain.models.hybrid import HybridStack
 from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices
@@ -200,8 +198,6 @@ class Decoder(nnx.Module):
             x_BLD = x_BLD * jnp.asarray(spec.embed_multiplier, x_BLD.dtype)
         unroll = True if not spec.scan_layers else 1
         if spec.block_pattern:
-            if cache is None and sharding.axis_size(pipeline.AXIS) > 1:
-                raise ConfigError(HYBRID_PIPELINE_ERROR.format(pattern=spec.block_pattern))
             ctx = HybridContext(cos, sin, index_BL, segment_ids_BL)
             x_BLD, new_cache, stats = self.blocks(
                 x_BLD,

@@ -13,6 +13,7 @@ state it keeps); adding one is the short list in `block_pattern`'s docstring.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
-from jaxtrain.models import fp8, linear_mixer
+from jaxtrain.models import fp8, linear_mixer, pipeline
 from jaxtrain.models.attention import Attention
 from jaxtrain.models.block_pattern import pattern_kinds, period
 from jaxtrain.models.gated_delta import GatedDeltaNet
@@ -31,7 +32,7 @@ from jaxtrain.models.mamba import MambaMixer
 from jaxtrain.models.mamba2 import Mamba2Mixer, init_ssm_cache
 from jaxtrain.models.mla import MLAttention
 from jaxtrain.models.mlp import SwiGLU
-from jaxtrain.models.moe import MoE
+from jaxtrain.models.moe import MoE, balance_loss_of_means
 from jaxtrain.models.spec import ModelSpec
 
 
@@ -213,6 +214,10 @@ class HybridStack(nnx.Module):
         every expert sublayer concatenated over sublayers)."""
         if not self.spec.use_rope:  # rotating by angle 0 keeps q and k as they are
             ctx = dataclasses.replace(ctx, cos=jnp.ones_like(ctx.cos), sin=jnp.zeros_like(ctx.sin))
+        if cache is None and sharding.axis_size(pipeline.AXIS) > 1:
+            remat_fn = functools.partial(jax.checkpoint, policy=remat_policy) if remat else None
+            x_BLD, stats = self._pipelined(x_BLD, ctx, remat_fn, unroll)
+            return x_BLD, None, stats
         split = [nnx.split(stack) for stack in self.positions()]
         graphdefs = [g for g, _ in split]
         xs: dict[str, Any] = {"params": [s for _, s in split]}
@@ -239,6 +244,47 @@ class HybridStack(nnx.Module):
         if found:
             merged = {k: jnp.concatenate([s[k] for s in found]) for k in found[0]}
         return x_BLD, new_cache, merged
+
+    def _pipelined(
+        self, x_BLD: jax.Array, ctx: Context, remat: Any, unroll: int | bool
+    ) -> tuple[jax.Array, dict]:
+        """The training forward as a pipeline over the `pipeline` mesh axis
+        (`jaxtrain.models.pipeline`): a unit is one repeat of the period, its sublayers in
+        order, so the stages hold contiguous runs of repeats."""
+        split = [nnx.split(stack) for stack in self.positions()]
+        graphdefs = [g for g, _ in split]
+        units = [s for _, s in split]  # leaves [repeats, ...]
+        rows = {"index": ctx.index_BL}
+        if ctx.segment_BL is not None:
+            rows["segment"] = ctx.segment_BL
+        if ctx.cos.shape[0] == x_BLD.shape[0] and ctx.cos.ndim == 3:  # per-row tables
+            rows["cos"], rows["sin"] = ctx.cos, ctx.sin
+
+        def unit_fn(x, unit, rows_b):
+            cos, sin = (rows_b["cos"], rows_b["sin"]) if "cos" in rows_b else (ctx.cos, ctx.sin)
+            ctx_b = Context(cos, sin, rows_b["index"], rows_b.get("segment"))
+            stats = []
+            for graphdef, state in zip(graphdefs, unit, strict=True):
+                x, _, s = nnx.merge(graphdef, state)(x, ctx_b, None)
+                if s:
+                    stats.append(s)
+            # [expert sublayers of the period, ...] per unit
+            return x, {k: jnp.stack([s[k] for s in stats]) for k in stats[0]} if stats else {}
+
+        newest = jax.tree.map(
+            lambda v: isinstance(v, fp8.Fp8Amax),
+            units,
+            is_leaf=lambda v: isinstance(v, nnx.Variable),
+        )
+        x_BLD, stats = pipeline.run(
+            unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll, newest=newest
+        )
+        if not stats:
+            return x_BLD, {}
+        # [repeats, positions, ...] -> position-major, as the scan above concatenates them.
+        stats = {k: jnp.swapaxes(v, 0, 1).reshape(-1, *v.shape[2:]) for k, v in stats.items()}
+        # The balance loss of the whole batch, from the per-sublayer means over micro batches.
+        return x_BLD, dict(stats, aux_loss=balance_loss_of_means(stats["load"], stats["prob"]))
 
     def init_cache(self, batch: int, max_len: int, dtype: Any) -> dict:
         """An empty decoding state: per position, each kind's cache stacked over repeats."""
