@@ -90,8 +90,8 @@ def pipeline_units(spec: ModelSpec) -> tuple[int, str]:
         every = period(spec.block_pattern)
         units = spec.num_layers // every
         return units, (
-            f"{units} repeats of model.block_pattern's {every}-sublayer period "
-            f"{spec.block_pattern[:every]!r}"
+            f"{units} repeat{'' if units == 1 else 's'} of model.block_pattern's {every}-sublayer "
+            f"period {spec.block_pattern[:every]!r}"
         )
     units = len(stack_layer_indices(spec)["layers"])
     if spec.num_experts and spec.moe_layer_step > 1:
