@@ -73,6 +73,7 @@ def test_published_ssm_counts_from_independent_configs():
         ("mamba2-debug", {}),
         ("mamba-debug", {}),
         ("nemotron-h-debug", {}),
+        ("nemotron-h-moe-debug", {}),
         ("zebra-llama-debug", DELTA_DEBUG),
     ],
 )
@@ -159,7 +160,7 @@ def test_pattern_errors_name_the_character(pattern, message):
         model_spec("nemotron-h-debug", block_pattern=pattern)
 
 
-@pytest.mark.parametrize("name", ["mamba2-debug", "nemotron-h-debug"])
+@pytest.mark.parametrize("name", ["mamba2-debug", "nemotron-h-debug", "nemotron-h-moe-debug"])
 @pytest.mark.parametrize(
     "sizes, rules", [(dict(ici_fsdp=8), "fsdp"), (dict(ici_fsdp=4, ici_tensor=2), "fsdp_tensor")]
 )
@@ -235,3 +236,32 @@ def test_megatron_linear_keys_of_a_mamba_spec_are_reported_unused(compat_samples
     )
     assert cfg.model.block_pattern == "M" * 48 and not cfg.model.linear_num_key_heads
     assert report.entries["linear_num_key_heads"].status == "ignored"
+
+
+def test_each_expert_position_of_a_hybrid_takes_its_own_load_rows():
+    # Two expert positions of the period (s2 and s10: numeric order, not string order), two
+    # repeats each; the step's load rows come position by position.
+    from jaxtrain.train.buffers import update_router_bias
+
+    experts = 4
+    buffers = {
+        "blocks": {f"s{j}": {"mixer": {"score_bias": jnp.zeros((2, experts))}} for j in (10, 2)}
+    }
+    even = jnp.full((experts,), 1 / experts)
+    heavy0 = jnp.asarray([0.7, 0.1, 0.1, 0.1])  # expert 0 overloaded
+    load_LE = jnp.stack([heavy0, even, even, heavy0])  # s2: rows 0-1, s10: rows 2-3
+    out = update_router_bias(buffers, load_LE, 0.5)
+    s2, s10 = (np.asarray(out["blocks"][k]["mixer"]["score_bias"]) for k in ("s2", "s10"))
+    np.testing.assert_allclose(s2[0], [-0.5, 0.5, 0.5, 0.5])
+    np.testing.assert_allclose(s2[1], 0.0)
+    np.testing.assert_allclose(s10[0], 0.0)
+    np.testing.assert_allclose(s10[1], [-0.5, 0.5, 0.5, 0.5])
+
+
+def test_a_hybrid_with_experts_moves_its_router_bias_toward_balance():
+    spec = model_spec("nemotron-h-moe-debug", moe_bias_update_rate=0.01, ssm_chunk_size=8)
+    losses, _, state, _, _ = training_helpers.train(spec, training_helpers.mesh(), 3)
+    assert losses[-1] < losses[0]
+    for j in (1, 3):  # the pattern ME*EM- has experts at positions 1 and 3
+        bias = np.asarray(state["params"]["blocks"][f"s{j}"]["mixer"]["score_bias"])
+        assert bias.shape == (1, 8) and np.abs(bias).max() > 0

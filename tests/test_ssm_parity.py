@@ -1,7 +1,7 @@
 """Logit parity with transformers' state-space models (torch, float32), both directions:
-Mamba-1 (`MambaForCausalLM`), Mamba-2 (`Mamba2ForCausalLM`) and a Nemotron-H hybrid
-(`NemotronHForCausalLM`: Mamba-2, no-RoPE attention and relu2 MLP sublayers in Megatron's
-pattern string). Tiny random models with weights of realistic scale, on sequences that span
+Mamba-1 (`MambaForCausalLM`), Mamba-2 (`Mamba2ForCausalLM`) and Nemotron-H hybrids
+(`NemotronHForCausalLM`: Mamba-2, no-RoPE attention, relu2 MLP and mixture-of-experts
+sublayers in Megatron's pattern string). Tiny random models with weights of realistic scale, on sequences that span
 several scan chunks and end inside one.
 """
 
@@ -71,6 +71,19 @@ _NEMOTRON = dict(
     max_position_embeddings=64,
     tie_word_embeddings=False,
 )
+# Nemotron-H with mixture-of-experts sublayers (Nemotron 3's kind): relu2 experts and a relu2
+# shared expert of its own size, a sigmoid router with score-correction bias, grouped top-k.
+_MOE = dict(
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=16,
+    moe_shared_expert_intermediate_size=24,
+    n_group=2,
+    topk_group=1,
+    norm_topk_prob=True,
+    routed_scaling_factor=2.5,
+)
+_NEMOTRON_MOE = dict(_NEMOTRON, hybrid_override_pattern="M*E-ME", **_MOE)
 # std per parameter: A_log and dt_bias keep decays and steps in a realistic range.
 _PARAM_STD = {
     "A_log": 0.5,
@@ -83,16 +96,19 @@ CASES = {
     "mamba2": (transformers.Mamba2Config, _MAMBA2, "Mamba2ForCausalLM"),
     "mamba": (transformers.MambaConfig, _MAMBA, "MambaForCausalLM"),
     "nemotron_h": (transformers.NemotronHConfig, _NEMOTRON, "NemotronHForCausalLM"),
+    "nemotron_h_moe": (transformers.NemotronHConfig, _NEMOTRON_MOE, "NemotronHForCausalLM"),
 }
+# The score-correction bias, large enough to change which experts win.
+_BUFFER_STD = {"e_score_correction_bias": 0.3}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_hf_to_jaxtrain_logits(case, tmp_path):
     config_cls, kwargs, _ = CASES[case]
-    hf_model = random_hf_model(config_cls(**kwargs), param_std=_PARAM_STD)
+    hf_model = random_hf_model(config_cls(**kwargs), param_std=_PARAM_STD, buffer_std=_BUFFER_STD)
     hf_model.save_pretrained(tmp_path)
     spec, params = load_hf_params(tmp_path)
-    assert spec.family == case
+    assert spec.family == case.removesuffix("_moe")
     assert spec.num_params() == sum(p.numel() for p in hf_model.parameters())
     tokens_BL = tokens(VOCAB, SEQ)
     for chunk in (4, 3, 64):  # the chunk length changes the schedule, not the result
@@ -106,16 +122,36 @@ def test_hf_to_jaxtrain_logits(case, tmp_path):
 
 
 PRESETS = {
-    "mamba2": ("mamba2-debug", "Mamba2ForCausalLM"),
-    "mamba": ("mamba-debug", "MambaForCausalLM"),
-    "nemotron_h": ("nemotron-h-debug", "NemotronHForCausalLM"),
+    "mamba2": ("mamba2-debug", "Mamba2ForCausalLM", {}),
+    "mamba": ("mamba-debug", "MambaForCausalLM", {}),
+    "nemotron_h": ("nemotron-h-debug", "NemotronHForCausalLM", {}),
+    "nemotron_h_moe": (
+        "nemotron-h-debug",
+        "NemotronHForCausalLM",
+        dict(
+            num_layers=6,
+            block_pattern="M*E-ME",
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            moe_shared_experts=1,
+            moe_shared_intermediate_size=24,
+            moe_activation="relu2",
+            moe_score="sigmoid",
+            moe_score_bias=True,
+            moe_topk_method="noaux_tc",
+            moe_n_group=2,
+            moe_topk_group=1,
+            moe_routed_scaling=2.5,
+        ),
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(PRESETS))
 def test_jaxtrain_to_hf_logits(case, tmp_path):
-    name, arch = PRESETS[case]
-    spec = model_spec(name, vocab_size=VOCAB, init_std=0.2, ssm_chunk_size=4)
+    name, arch, extra = PRESETS[case]
+    spec = model_spec(name, vocab_size=VOCAB, init_std=0.2, ssm_chunk_size=4, **extra)
     params = random_params(spec)
     hf_model = exported_hf_model(spec, params, tmp_path, arch)
     assert spec.num_params() == sum(p.numel() for p in hf_model.parameters())

@@ -169,8 +169,8 @@ def tensor_maps(spec: ModelSpec) -> list[TensorMap]:
     """The parameter <-> tensor table for a spec, in Hugging Face checkpoint order."""
     if spec.family in SSM_FAMILIES:  # Mamba, Mamba-2, Nemotron-H: see hf_ssm
         return [
-            TensorMap(path, name, shape, hf_shape, in_rank, layer_ids=ids)
-            for path, name, shape, hf_shape, in_rank, ids in ssm_tensor_rows(spec)
+            TensorMap(path, name, shape, hf_shape, in_rank, layer_ids=ids, **extra)
+            for path, name, shape, hf_shape, in_rank, ids, extra in ssm_tensor_rows(spec)
         ]
     d, v = spec.hidden_size, spec.vocab_size
     maps = [TensorMap(("embed", "embedding"), "model.embed_tokens.weight", (v, d), (v, d))]

@@ -11,7 +11,11 @@ from jaxtrain.errors import ConfigError
 from jaxtrain.models.layer_pattern import moe_layer_indices
 from jaxtrain.models.spec import ModelSpec
 
-_EXPERT = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.")
+# Per-expert tensors: decoders' `model.layers.{i}.mlp.experts.{e}.`, Nemotron-H's
+# `backbone.layers.{i}.mixer.experts.{e}.`.
+_EXPERT = re.compile(
+    r"^(?:model|backbone)\.layers\.(\d+)\.(?:mlp|block_sparse_moe|mixer)\.experts\.(\d+)\."
+)
 _FUSED = re.compile(
     r"^model\.layers\.(\d+)\.(?:mlp|feed_forward)\.experts\.(?:gate_up_proj|down_proj)$"
 )

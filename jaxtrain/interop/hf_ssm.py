@@ -46,16 +46,19 @@ _HF_KIND_CHAR = {
     "moe": "E",
 }
 
-# (jaxtrain path, HF name, jaxtrain shape, HF shape, in_rank, layer ids)
-Row = tuple[tuple[str, ...], str, tuple[int, ...], tuple[int, ...], int | None, tuple[int, ...]]
+# (jaxtrain path, HF name, jaxtrain shape, HF shape, in_rank, layer ids, other TensorMap
+# fields: `experts` for per-expert tensors, `dtype` for a pinned stored dtype)
+Row = tuple[
+    tuple[str, ...], str, tuple[int, ...], tuple[int, ...], int | None, tuple[int, ...], dict
+]
 
 
-def _kernel(path, name, ins, outs, ids) -> Row:
-    return (path, name, (*ins, *outs), (math.prod(outs), math.prod(ins)), len(ins), ids)
+def _kernel(path, name, ins, outs, ids, **extra) -> Row:
+    return (path, name, (*ins, *outs), (math.prod(outs), math.prod(ins)), len(ins), ids, extra)
 
 
-def _vector(path, name, shape, ids, hf_shape=None) -> Row:
-    return (path, name, shape, hf_shape or (math.prod(shape),), None, ids)
+def _vector(path, name, shape, ids, hf_shape=None, **extra) -> Row:
+    return (path, name, shape, hf_shape or (math.prod(shape),), None, ids, extra)
 
 
 def _mamba_rows(spec: ModelSpec, at: tuple[str, ...], lay: str, ids) -> list[Row]:
@@ -126,7 +129,48 @@ def _mlp_rows(spec: ModelSpec, at, lay, ids) -> list[Row]:
     ]
 
 
-_ROWS = {"M": _mamba_rows, "*": _attention_rows, "-": _mlp_rows}
+def _moe_rows(spec: ModelSpec, at, lay, ids) -> list[Row]:
+    """Nemotron-H's mixture of experts: a float32 sigmoid router with its score-correction
+    bias, relu2 experts stored one tensor per expert (as `save_pretrained` writes them), and
+    one relu2 shared expert."""
+    d, e, f, fs = (
+        spec.hidden_size,
+        spec.num_experts,
+        spec.moe_intermediate_size,
+        spec.shared_expert_size(),
+    )
+    m, hf = (*at, "mixer"), f"{lay}mixer."
+    rows = [
+        _kernel((*m, "router", "kernel"), f"{hf}gate.weight", (d,), (e,), ids),
+        _vector(
+            (*m, "score_bias"), f"{hf}gate.e_score_correction_bias", (e,), ids, dtype="float32"
+        ),
+        _kernel((*m, "up_proj"), f"{hf}experts.{{e}}.up_proj.weight", (d,), (f,), ids, experts=e),
+        _kernel(
+            (*m, "down_proj"), f"{hf}experts.{{e}}.down_proj.weight", (f,), (d,), ids, experts=e
+        ),
+    ]
+    if fs:
+        rows += [
+            _kernel(
+                (*m, "shared", "up_proj", "kernel"),
+                f"{hf}shared_experts.up_proj.weight",
+                (d,),
+                (fs,),
+                ids,
+            ),
+            _kernel(
+                (*m, "shared", "down_proj", "kernel"),
+                f"{hf}shared_experts.down_proj.weight",
+                (fs,),
+                (d,),
+                ids,
+            ),
+        ]
+    return rows
+
+
+_ROWS = {"M": _mamba_rows, "*": _attention_rows, "-": _mlp_rows, "E": _moe_rows}
 
 
 def ssm_tensor_rows(spec: ModelSpec) -> list[Row]:
@@ -136,7 +180,7 @@ def ssm_tensor_rows(spec: ModelSpec) -> list[Row]:
     d, v = spec.hidden_size, spec.vocab_size
     p = period(spec.block_pattern)
     rows: list[Row] = [
-        (("embed", "embedding"), f"{prefix}{embed}.weight", (v, d), (v, d), None, ())
+        (("embed", "embedding"), f"{prefix}{embed}.weight", (v, d), (v, d), None, (), {})
     ]
     lay = f"{prefix}layers.{{i}}."
     for j, ch in enumerate(spec.block_pattern[:p]):
@@ -153,7 +197,7 @@ def ssm_tensor_rows(spec: ModelSpec) -> list[Row]:
 def check_ssm_expressible(spec: ModelSpec) -> None:
     """ConfigError naming what the spec's transformers class cannot hold."""
     arch = {f: a for a, (f, _) in SSM_ARCHITECTURES.items()}[spec.family]
-    allowed = "M" if spec.family in ("mamba", "mamba2") else "M*-"
+    allowed = "M" if spec.family in ("mamba", "mamba2") else "M*-E"
     bad = sorted(set(spec.block_pattern) - set(allowed))
     needs = {"mamba_version": 1 if spec.family == "mamba" else 2}
     for key, value in needs.items():
@@ -191,6 +235,38 @@ def check_ssm_expressible(spec: ModelSpec) -> None:
                 "(no-RoPE grouped-query attention, relu2 MLP); set it to the "
                 "default that class has."
             )
+    if "E" in spec.block_pattern:
+        _check_nemotron_moe(spec, arch)
+
+
+# What Nemotron-H's mixture of experts is: the spec values its transformers class implies.
+_NEMOTRON_MOE = dict(
+    moe_activation="relu2",
+    moe_score="sigmoid",
+    moe_score_bias=True,
+    moe_topk_method="noaux_tc",
+    moe_router_bias=False,
+    moe_expert_bias=False,
+    moe_weight_inputs=False,
+    moe_residual_mlp=False,
+    moe_capacity_factor=0.0,
+    router_logit_softcap=0.0,
+)
+
+
+def _check_nemotron_moe(spec: ModelSpec, arch: str) -> None:
+    for key, value in _NEMOTRON_MOE.items():
+        if getattr(spec, key) != value:
+            raise ConfigError(
+                f"model.{key}={getattr(spec, key)!r} cannot be written as {arch}, whose "
+                f"experts need model.{key}={value!r} (relu2 experts, a sigmoid router "
+                "with score-correction bias and grouped top-k)."
+            )
+    if spec.moe_shared_experts > 1:
+        raise ConfigError(
+            f"model.moe_shared_experts={spec.moe_shared_experts} cannot be written as {arch}, "
+            "which has one shared expert; size it with model.moe_shared_intermediate_size."
+        )
 
 
 def _limit(value: Any) -> float:
@@ -277,11 +353,7 @@ def ssm_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str, Any
             )
         pattern = "".join(_HF_KIND_CHAR[t] for t in types)
     if "E" in pattern:
-        raise ConfigError(
-            f"{where}: Nemotron-H mixture-of-experts sublayers (E in the pattern)"
-            " are not supported for conversion (their relu2 experts and sigmoid "
-            "router differ from jaxtrain's MoE)."
-        )
+        fields.update(_nemotron_moe_fields(cfg, where, need))
     if cfg.get("mlp_hidden_act", "relu2") != "relu2" or cfg.get("mlp_bias"):
         raise ConfigError(f"{where}: only mlp_hidden_act='relu2' without mlp_bias is supported.")
     if cfg.get("attention_bias"):
@@ -300,6 +372,28 @@ def ssm_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[str, Any
         max_seq_len=int(cfg.get("max_position_embeddings", 4096)),
     )
     return fields
+
+
+def _nemotron_moe_fields(cfg: Mapping[str, Any], where: str, need) -> dict[str, Any]:
+    """The expert fields of a Nemotron-H config with E sublayers."""
+    if cfg.get("moe_latent_size") is not None:
+        raise ConfigError(
+            f"{where}: moe_latent_size={cfg['moe_latent_size']} (experts on a latent "
+            "projection of the hidden state) is not supported; only moe_latent_size=null."
+        )
+    shared = int(cfg.get("moe_shared_expert_intermediate_size", 7688))
+    return dict(
+        _NEMOTRON_MOE,
+        num_experts=int(cfg.get("n_routed_experts", cfg.get("num_local_experts", 8))),
+        num_experts_per_tok=int(cfg.get("num_experts_per_tok", 2)),
+        moe_intermediate_size=int(cfg.get("moe_intermediate_size", 7688)),
+        moe_shared_experts=1 if shared else 0,
+        moe_shared_intermediate_size=shared,
+        moe_n_group=int(cfg.get("n_group", 1)),
+        moe_topk_group=int(cfg.get("topk_group", 1)),
+        moe_norm_topk=bool(cfg.get("norm_topk_prob", True)),
+        moe_routed_scaling=float(cfg.get("routed_scaling_factor", 1.0)),
+    )
 
 
 def ssm_config(spec: ModelSpec) -> dict[str, Any]:
@@ -342,6 +436,18 @@ def ssm_config(spec: ModelSpec) -> dict[str, Any]:
             num_heads=ssm_heads(spec),
             head_dim=spec.ssm_head_dim,
             hidden_act="silu",
+        )
+    if "E" in spec.block_pattern:
+        cfg.update(
+            n_routed_experts=spec.num_experts,
+            num_experts_per_tok=spec.num_experts_per_tok,
+            moe_intermediate_size=spec.moe_intermediate_size,
+            moe_shared_expert_intermediate_size=spec.shared_expert_size(),
+            n_group=spec.moe_n_group,
+            topk_group=spec.moe_topk_group,
+            norm_topk_prob=spec.moe_norm_topk,
+            routed_scaling_factor=spec.moe_routed_scaling,
+            moe_latent_size=None,
         )
     return dict(
         cfg,

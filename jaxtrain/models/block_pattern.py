@@ -119,12 +119,7 @@ def kind_params(spec: Any, kind: str) -> int:
         return _mlp_matmul(spec) + d
     if kind == "moe":
         e = spec.num_experts
-        return (
-            e * spec._expert_params(True)
-            + spec.moe_shared_experts * 3 * d * spec.moe_intermediate_size
-            + d * e
-            + d
-        )
+        return e * spec._expert_params(True) + spec._shared_params() + d * e + d
     if kind in ("gdn", "kda"):
         return (sizes.gdn_params(spec) if kind == "gdn" else sizes.kda_params(spec)) + d
     raise KeyError(kind)
@@ -162,11 +157,7 @@ def kind_flops(spec: Any, kind: str, seq_len: int) -> float:
         return 6.0 * _mlp_matmul(spec)
     if kind == "moe":
         d, k = spec.hidden_size, spec.num_experts_per_tok
-        matmul = (
-            k * spec._expert_params(False)
-            + spec.moe_shared_experts * 3 * d * spec.moe_intermediate_size
-            + d * spec.num_experts
-        )
+        matmul = k * spec._expert_params(False) + spec._shared_params() + d * spec.num_experts
         return 6.0 * matmul
     if kind in ("gdn", "kda"):
         return sizes.gdn_flops_per_token(spec) if kind == "gdn" else sizes.kda_flops_per_token(spec)

@@ -27,11 +27,11 @@ from jaxtrain.models.attention import Attention
 from jaxtrain.models.block_pattern import pattern_kinds, period
 from jaxtrain.models.gated_delta import GatedDeltaNet
 from jaxtrain.models.kda import KimiDeltaAttention
-from jaxtrain.models.layers import Dense, RMSNorm
+from jaxtrain.models.layers import RMSNorm
 from jaxtrain.models.mamba import MambaMixer
 from jaxtrain.models.mamba2 import Mamba2Mixer, init_ssm_cache
 from jaxtrain.models.mla import MLAttention
-from jaxtrain.models.mlp import SwiGLU
+from jaxtrain.models.mlp import ReluSquaredMLP, SwiGLU
 from jaxtrain.models.moe import MoE, balance_loss_of_means
 from jaxtrain.models.spec import ModelSpec
 
@@ -44,29 +44,6 @@ class Context:
     sin: jax.Array
     index_BL: jax.Array
     segment_BL: jax.Array | None
-
-
-class ReluSquaredMLP(nnx.Module):
-    """down(relu(up(x))^2): the ungated MLP of Megatron hybrids and Nemotron-H."""
-
-    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
-        d, f = spec.hidden_size, spec.intermediate_size
-        common = dict(
-            rngs=rngs,
-            std=spec.init_std,
-            dtype=spec.jnp_dtype,
-            param_dtype=spec.jnp_param_dtype,
-            fp8=fp8.recipe(spec),
-        )
-        self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
-        self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)
-
-    def __call__(self, x_BLD: jax.Array) -> jax.Array:
-        h_BLF = jnp.square(jax.nn.relu(self.up_proj(x_BLD)))
-        h_BLF = sharding.constrain(
-            h_BLF, ("activation_batch", "activation_length", "activation_mlp")
-        )
-        return self.down_proj(h_BLF)
 
 
 @dataclasses.dataclass(frozen=True)

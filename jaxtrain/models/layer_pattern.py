@@ -69,6 +69,8 @@ def moe_layer_indices(spec: ModelSpec) -> list[int]:
     each group of `moe_layer_step` (Llama 4's interleave_moe_layer_step)."""
     if not spec.num_experts:
         return []
+    if spec.block_pattern:  # hybrid stacks: the E sublayers of the pattern
+        return [i for i, ch in enumerate(spec.block_pattern) if ch == "E"]
     step = spec.moe_layer_step
     return [i for i in range(spec.num_dense_layers, spec.num_layers) if (i + 1) % step == 0]
 

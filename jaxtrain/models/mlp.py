@@ -1,4 +1,5 @@
-"""The gated feed-forward block: down(silu(gate(x)) * up(x)), or with gelu for Grok's GeGLU.
+"""The feed-forward blocks: the gated down(silu(gate(x)) * up(x)) (gelu for Grok's GeGLU), and
+the ungated down(relu(up(x))^2) of Megatron hybrids and Nemotron-H.
 
 Shape letters: B batch, L length, D embed, F hidden (intermediate) size.
 """
@@ -78,6 +79,30 @@ class SwiGLU(nnx.Module):
 
     def __call__(self, x_BLD: jnp.ndarray) -> jnp.ndarray:
         h_BLF = self.activation(self.gate_proj(x_BLD), self.up_proj(x_BLD))
+        h_BLF = sharding.constrain(
+            h_BLF, ("activation_batch", "activation_length", "activation_mlp")
+        )
+        return self.down_proj(h_BLF)
+
+
+class ReluSquaredMLP(nnx.Module):
+    """down(relu(up(x))^2): the ungated MLP of Megatron hybrids and Nemotron-H (and of
+    Nemotron-H's shared experts, `intermediate_size` overriding the spec's)."""
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, intermediate_size: int = 0):
+        d, f = spec.hidden_size, intermediate_size or spec.intermediate_size
+        common = dict(
+            rngs=rngs,
+            std=spec.init_std,
+            dtype=spec.jnp_dtype,
+            param_dtype=spec.jnp_param_dtype,
+            fp8=fp8.recipe(spec),
+        )
+        self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
+        self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)
+
+    def __call__(self, x_BLD: jax.Array) -> jax.Array:
+        h_BLF = jnp.square(jax.nn.relu(self.up_proj(x_BLD)))
         h_BLF = sharding.constrain(
             h_BLF, ("activation_batch", "activation_length", "activation_mlp")
         )

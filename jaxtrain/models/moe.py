@@ -1,4 +1,5 @@
-"""The mixture-of-experts feed-forward block: a router picks top-k SwiGLU experts per token.
+"""The mixture-of-experts feed-forward block: a router picks top-k SwiGLU (or GeGLU, clamped
+SwiGLU, ungated relu2) experts per token.
 
 Shape letters: B batch, L length, D embed, E experts, K top-k, F expert hidden size,
 T tokens (B x L), A assignments (T x K), G expert groups, P experts per group.
@@ -30,7 +31,7 @@ from flax import nnx
 from jaxtrain import sharding
 from jaxtrain.models import fp8 as fp8_lib
 from jaxtrain.models.layers import Dense, make_param, softcap
-from jaxtrain.models.mlp import SwiGLU, geglu, swiglu
+from jaxtrain.models.mlp import ReluSquaredMLP, SwiGLU, geglu, swiglu
 from jaxtrain.models.spec import ModelSpec
 
 # {"aux_loss": [], "z_loss": [], "load": [E], "prob": [E], "dropped": []}
@@ -172,13 +173,17 @@ class MoE(nnx.Module):
             dtype=jnp.float32,
             param_dtype=pdt,
         )
-        self.gate_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
+        gated = spec.moe_activation != "relu2"  # relu2 experts have no gate projection
+        if gated:
+            self.gate_proj = make_param(
+                rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt
+            )
         self.up_proj = make_param(rngs, (e, d, f), ("exp", "embed", "mlp"), spec.init_std, pdt)
         self.down_proj = make_param(rngs, (e, f, d), ("exp", "mlp", "embed"), spec.init_std, pdt)
         # fp8 experts: one per-tensor scale over all experts of each weight, one amax history.
         self.fp8 = fp8_lib.recipe(spec) if spec.fp8_experts else None
         if self.fp8 is not None and self.fp8.keeps_history:
-            for name in ("gate_proj", "up_proj", "down_proj"):
+            for name in ("gate_proj", "up_proj", "down_proj")[0 if gated else 1 :]:
                 setattr(self, f"{name}_fp8_amax", fp8_lib.empty_history(self.fp8))
         self.activation = (spec.moe_activation, spec.moe_swiglu_alpha, spec.moe_swiglu_limit)
         self.weight_inputs = spec.moe_weight_inputs
@@ -189,7 +194,8 @@ class MoE(nnx.Module):
             self.down_bias = make_param(rngs, (e, d), ("exp", "embed"), 0.0, pdt)
         # Attributes only when used, so Mixtral / Qwen3-MoE keep their parameter tree.
         if spec.moe_shared_experts:
-            self.shared = SwiGLU(spec, rngs=rngs, intermediate_size=spec.moe_shared_experts * f)
+            shared = SwiGLU if gated else ReluSquaredMLP
+            self.shared = shared(spec, rngs=rngs, intermediate_size=spec.shared_expert_size())
         if spec.moe_residual_mlp:  # Grok-2: a dense MLP of intermediate_size beside the experts
             self.residual = SwiGLU(spec, rngs=rngs)
         self.router_softcap = spec.router_logit_softcap
@@ -218,7 +224,7 @@ class MoE(nnx.Module):
         }
 
         # Sort the T x K assignments by expert; a stable sort keeps token order inside a group.
-        num_experts = self.gate_proj.shape[0]
+        num_experts = self.up_proj.shape[0]
         experts_A = experts_TK.reshape(-1)
         order_A = jnp.argsort(experts_A, stable=True)
         x_AD = jnp.take(x_TD, order_A // self.k, axis=0).astype(self.dtype)
@@ -248,11 +254,13 @@ class MoE(nnx.Module):
         return y_BLD, stats
 
     def _ffn(self, x_RD: jax.Array, matmul) -> jax.Array:
-        """The experts' (clamped) SwiGLU over rows x_RD, with `matmul(rows, weight name, bias
-        name)` applying each row's own expert."""
-        gate_RF = matmul(x_RD, "gate_proj", "gate_bias")
+        """The experts' (clamped) SwiGLU, GeGLU or relu2 MLP over rows x_RD, with
+        `matmul(rows, weight name, bias name)` applying each row's own expert."""
         up_RF = matmul(x_RD, "up_proj", "up_bias")
         kind, alpha, limit = self.activation
+        if kind == "relu2":
+            return matmul(jnp.square(jax.nn.relu(up_RF)), "down_proj", "down_bias")
+        gate_RF = matmul(x_RD, "gate_proj", "gate_bias")
         if kind == "clamped_swiglu":
             h_RF = clamped_swiglu(gate_RF, up_RF, alpha, limit)
         elif kind == "geglu":

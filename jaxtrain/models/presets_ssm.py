@@ -83,6 +83,34 @@ SSM_PRESETS: dict[str, dict] = {
         ssm_n_groups=2,
         mlp_activation="relu2",
     ),
+    # Nemotron-H with expert sublayers (Nemotron 3's kind): relu2 experts and a relu2 shared
+    # expert of its own size, a sigmoid router with score-correction bias and grouped top-k.
+    "nemotron-h-moe-debug": dict(
+        _DEBUG,
+        family="nemotron_h",
+        num_layers=6,
+        block_pattern="ME*EM-",
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        ssm_num_heads=8,
+        ssm_n_groups=2,
+        mlp_activation="relu2",
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        moe_shared_experts=1,
+        moe_shared_intermediate_size=48,
+        moe_activation="relu2",
+        moe_score="sigmoid",
+        moe_score_bias=True,
+        moe_bias_update_rate=1e-3,
+        moe_topk_method="noaux_tc",
+        moe_n_group=2,
+        moe_topk_group=1,
+        moe_routed_scaling=2.5,
+    ),
     # Zebra-Llama's block kinds at debug size (Primus' HybridStack: every mixer followed by a
     # SwiGLU MLP): latent attention with RoPE, Gated DeltaNet, Kimi delta attention, Mamba-2.
     "zebra-llama-debug": dict(

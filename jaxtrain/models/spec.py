@@ -25,7 +25,7 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims", "minimal")
 # Mixtral, gpt-oss | Qwen-MoE, DeepSeek V2 | DeepSeek V3 | Llama 4 (sigmoid of the top-k logits)
 MOE_SCORES = ("topk_softmax", "softmax_topk", "sigmoid", "topk_sigmoid")
 # Expert activation: silu(gate) x up, or gpt-oss's clamped variant (see `moe.clamped_swiglu`).
-MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu", "geglu")
+MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu", "geglu", "relu2")
 # Dense MLP activation: silu(gate) x up, tanh-approximated gelu(gate) x up (Grok), or the
 # ungated relu(x)^2 of Nemotron-H's hybrid MLP sublayers.
 MLP_ACTIVATIONS = ("swiglu", "geglu", "relu2")
@@ -132,6 +132,9 @@ class ModelSpec:
     moe_topk_group: int = 1  # groups a token's experts may come from
     moe_routed_scaling: float = 1.0  # scales routed weights (routed_scaling_factor)
     moe_shared_experts: int = 0  # always-on experts: a SwiGLU of this x moe_intermediate_size
+    # The shared experts' hidden size when it is not moe_shared_experts x moe_intermediate_size
+    # (Nemotron-H's moe_shared_expert_intermediate_size); 0: that product.
+    moe_shared_intermediate_size: int = 0
     num_dense_layers: int = 0  # leading dense-MLP blocks (first_k_dense_replace)
     moe_score_bias: bool = False  # expert bias for top-k choice only (aux-free)
     moe_bias_update_rate: float = 0.0  # bias += rate * sign(mean load - load) per step
@@ -144,7 +147,9 @@ class ModelSpec:
     # An expert keeps its first ceil(factor x tokens x k / experts) assignments of a micro batch,
     # in token order, and drops the rest (static shapes).
     moe_capacity_factor: float = 0.0  # expert capacity over the even share; 0: dropless
-    moe_activation: str = "swiglu"  # swiglu | clamped_swiglu (gpt-oss) | geglu (Grok)
+    # swiglu | clamped_swiglu (gpt-oss) | geglu (Grok) | relu2: ungated relu(x W_up)^2 W_down
+    # experts and shared experts, two weights each (Nemotron-H)
+    moe_activation: str = "swiglu"
     moe_swiglu_alpha: float = 1.702  # clamped_swiglu: gate x sigmoid(alpha x gate)
     moe_swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
     # Grok (xAI's Grok-1 / Grok-2): soft-capped logits (cap x tanh(x / cap); 0: off), norms
@@ -364,7 +369,6 @@ class ModelSpec:
                 "num_experts=0."
             )
         unsupported = {
-            "moe_score_bias": self.moe_score_bias,
             "num_dense_layers": self.num_dense_layers,
             "moe_layer_step": self.moe_layer_step != 1,
             "global_layer_step": self.global_layer_step,
@@ -632,6 +636,7 @@ class ModelSpec:
             "moe_aux_loss_coef",
             "moe_z_loss_coef",
             "moe_shared_experts",
+            "moe_shared_intermediate_size",
             "moe_bias_update_rate",
         ):
             if getattr(self, key) < 0:
@@ -643,6 +648,12 @@ class ModelSpec:
                 f"model.num_dense_layers={self.num_dense_layers} must be between 0 "
                 f"and model.num_layers - 1 = {self.num_layers - 1}: at least one "
                 "block keeps its experts."
+            )
+        if self.moe_shared_intermediate_size and not self.moe_shared_experts:
+            raise ConfigError(
+                f"model.moe_shared_intermediate_size={self.moe_shared_intermediate_size} "
+                "sizes shared experts, but model.moe_shared_experts=0; set it to 1 or leave "
+                "the size at 0."
             )
         if self.moe_activation not in MOE_ACTIVATIONS:
             raise ConfigError(
@@ -746,11 +757,27 @@ class ModelSpec:
             extra += self.num_heads
         return self._attn_matmul_params() + extra
 
+    def _expert_weights(self) -> int:
+        """Weight matrices per expert: two for ungated relu2 experts, three for gated ones."""
+        return 2 if self.moe_activation == "relu2" else 3
+
     def _expert_params(self, with_biases: bool) -> int:
         """One routed expert's weights (and its biases when counted)."""
         d, f = self.hidden_size, self.moe_intermediate_size
         biases = 2 * f + d if with_biases and self.moe_expert_bias else 0
-        return 3 * d * f + biases
+        return self._expert_weights() * d * f + biases
+
+    def shared_expert_size(self) -> int:
+        """The hidden size of the shared experts' one MLP (0 without shared experts)."""
+        if not self.moe_shared_experts:
+            return 0
+        return self.moe_shared_intermediate_size or (
+            self.moe_shared_experts * self.moe_intermediate_size
+        )
+
+    def _shared_params(self) -> int:
+        """The shared experts' weights (gated or relu2 like the routed ones)."""
+        return self._expert_weights() * self.hidden_size * self.shared_expert_size()
 
     def _ffn_params(self, experts: int, with_biases: bool = True) -> int:
         """Feed-forward parameters of all blocks, with `experts` routed experts counted in each
@@ -762,7 +789,7 @@ class ModelSpec:
         if not self.num_experts:
             return dense
         routed = experts * self._expert_params(with_biases)
-        shared = self.moe_shared_experts * 3 * d * self.moe_intermediate_size
+        shared = self._shared_params()
         if self.moe_residual_mlp:
             shared += 3 * d * self.intermediate_size
         router = d * self.num_experts

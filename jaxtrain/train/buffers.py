@@ -86,7 +86,27 @@ def merge(a: Any, b: Any) -> Any:
 def update_router_bias(buffers: dict, load_LE: jax.Array, rate: float) -> dict:
     """Every RouterBias moved toward balance by the expert-block loads [layers, E] of the step.
 
-    The only RouterBias is the expert stack's (`layers.mlp.score_bias`), as long as the load
-    statistics come from that one stack.
+    A decoder has one RouterBias, its expert stack's (`layers.mlp.score_bias`), and the load
+    statistics come from that stack. A hybrid stack has one per expert position of the pattern's
+    period (`blocks.s{j}.mixer.score_bias`, [repeats, E]); its load rows come position by
+    position in pattern order (`HybridStack`), so each bias takes the next rows.
     """
-    return jax.tree.map(lambda bias_LE: updated_router_bias(bias_LE, load_LE, rate), buffers)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(buffers)
+    if len(leaves) <= 1:
+        return jax.tree.map(lambda bias_LE: updated_router_bias(bias_LE, load_LE, rate), buffers)
+    new, start = [None] * len(leaves), 0
+    for i in sorted(range(len(leaves)), key=lambda i: _stack_position(leaves[i][0])):
+        bias_LE = leaves[i][1]
+        rows = bias_LE.shape[0]
+        new[i] = updated_router_bias(bias_LE, load_LE[start : start + rows], rate)
+        start += rows
+    return jax.tree_util.tree_unflatten(treedef, new)
+
+
+def _stack_position(path: tuple) -> int:
+    """j of the `s{j}` stack a hybrid's leaf lives in."""
+    for key in path:
+        name = str(getattr(key, "key", ""))
+        if name[:1] == "s" and name[1:].isdigit():
+            return int(name[1:])
+    raise ValueError(f"no s{{j}} stack in {jax.tree_util.keystr(path)}")
