@@ -146,6 +146,7 @@ RANGES: dict[str, Range] = {
             "v_head_dim",
             "moe_intermediate_size",
             "moe_shared_experts",
+            "moe_shared_intermediate_size",
             "num_dense_layers",
             "moe_bias_update_rate",
             "moe_aux_loss_coef",
