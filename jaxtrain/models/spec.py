@@ -132,9 +132,7 @@ class ModelSpec:
     moe_topk_group: int = 1  # groups a token's experts may come from
     moe_routed_scaling: float = 1.0  # scales routed weights (routed_scaling_factor)
     moe_shared_experts: int = 0  # always-on experts: a SwiGLU of this x moe_intermediate_size
-    # The shared experts' hidden size when it is not moe_shared_experts x moe_intermediate_size
-    # (Nemotron-H's moe_shared_expert_intermediate_size); 0: that product.
-    moe_shared_intermediate_size: int = 0
+    moe_shared_intermediate_size: int = 0  # shared experts' hidden size; 0: the product above
     num_dense_layers: int = 0  # leading dense-MLP blocks (first_k_dense_replace)
     moe_score_bias: bool = False  # expert bias for top-k choice only (aux-free)
     moe_bias_update_rate: float = 0.0  # bias += rate * sign(mean load - load) per step
@@ -147,9 +145,8 @@ class ModelSpec:
     # An expert keeps its first ceil(factor x tokens x k / experts) assignments of a micro batch,
     # in token order, and drops the rest (static shapes).
     moe_capacity_factor: float = 0.0  # expert capacity over the even share; 0: dropless
-    # swiglu | clamped_swiglu (gpt-oss) | geglu (Grok) | relu2: ungated relu(x W_up)^2 W_down
-    # experts and shared experts, two weights each (Nemotron-H)
-    moe_activation: str = "swiglu"
+    # relu2: ungated relu(x W_up)^2 W_down experts and shared experts (Nemotron-H)
+    moe_activation: str = "swiglu"  # swiglu | clamped_swiglu (gpt-oss) | geglu (Grok) | relu2
     moe_swiglu_alpha: float = 1.702  # clamped_swiglu: gate x sigmoid(alpha x gate)
     moe_swiglu_limit: float = 7.0  # clamped_swiglu: gate <= limit, |up| <= limit
     # Grok (xAI's Grok-1 / Grok-2): soft-capped logits (cap x tanh(x / cap); 0: off), norms
