@@ -132,7 +132,8 @@ class ModelSpec:
     moe_topk_group: int = 1  # groups a token's experts may come from
     moe_routed_scaling: float = 1.0  # scales routed weights (routed_scaling_factor)
     moe_shared_experts: int = 0  # always-on experts: a SwiGLU of this x moe_intermediate_size
-    moe_shared_intermediate_size: int = 0  # shared experts' hidden size; 0: the product above
+    # The shared experts' hidden size (Nemotron-H's moe_shared_expert_intermediate_size).
+    moe_shared_intermediate_size: int = 0  # 0: moe_shared_experts x moe_intermediate_size
     num_dense_layers: int = 0  # leading dense-MLP blocks (first_k_dense_replace)
     moe_score_bias: bool = False  # expert bias for top-k choice only (aux-free)
     moe_bias_update_rate: float = 0.0  # bias += rate * sign(mean load - load) per step
