@@ -147,8 +147,9 @@ def test_expert_layouts():
 def test_unsupported_moe_settings_name_the_key(compat_samples):
     with pytest.raises(ConfigError, match=r"moe_layer_freq=2.*blocks 0, 2, 4"):
         load(compat_samples, MIXTRAL, ["moe_layer_freq=2"])
-    with pytest.raises(ConfigError, match="not a whole multiple of moe_ffn_hidden_size"):
-        load(compat_samples, MIXTRAL, ["moe_shared_expert_intermediate_size=10000"])
+    # A shared size that is no multiple of the experts' is one shared expert of that size.
+    cfg, _ = load(compat_samples, MIXTRAL, ["moe_shared_expert_intermediate_size=10000"])
+    assert (cfg.model.moe_shared_experts, cfg.model.moe_shared_intermediate_size) == (1, 10000)
     with pytest.raises(ConfigError, match="moe_token_drop_policy='probs'"):
         load(compat_samples, MIXTRAL, ["moe_expert_capacity_factor=1.25"])
     cfg, report = load(
@@ -205,3 +206,34 @@ def test_deepseek_v3_style_router(compat_samples):
     assert (m.moe_shared_experts, m.num_dense_layers) == (1, 3)
     assert m.moe_z_loss_coef == pytest.approx(0.001 * 29)
     assert report.by_status("unsupported") == []
+
+
+@pytest.mark.parametrize("pattern", ["M*M-", "M*E-"])
+def test_a_megatron_hybrid_with_squared_relu_builds_relu2_mlps_and_experts(compat_samples, pattern):
+    # Nemotron-H / Nemotron 3 in Megatron: model_type mamba, squared ReLU for the MLP
+    # sublayers and the experts alike, a shared expert of its own size.
+    native = [
+        f"hybrid_override_pattern={pattern * 12}",
+        "squared_relu=true",
+        "swiglu=false",
+        "num_attention_heads=16",
+        "num_query_groups=4",
+    ]
+    if "E" in pattern:
+        native += [
+            "num_experts=8",
+            "moe_ffn_hidden_size=64",
+            "moe_shared_expert_intermediate_size=96",
+            "moe_router_topk=2",
+            "moe_router_score_function=sigmoid",
+            "moe_router_enable_expert_bias=true",
+        ]
+    cfg, report = load(compat_samples, "mamba_370M-pretrain.yaml", native)
+    spec = spec_of(cfg)
+    assert spec.mlp_activation == "relu2"
+    keys = {e.key: e for e in report.entries.values()}
+    assert keys["squared_relu"].status == "mapped"
+    if "E" in pattern:
+        assert spec.family == "hybrid" and spec.moe_activation == "relu2"
+        assert (spec.moe_shared_experts, spec.shared_expert_size()) == (1, 96)
+        assert spec.moe_score == "sigmoid" and spec.moe_score_bias

@@ -143,18 +143,30 @@ def map_mamba(r: KeyReport, model: dict[str, Any]) -> None:
     ):
         if r.has(key):
             r.mapped(key, f"model.{target}")
-    if "-" in pattern:
+    # MLP sublayers and experts take Megatron's one activation: gated SwiGLU, or ungated
+    # squared ReLU (Nemotron-H, Nemotron 3).
+    targets = [
+        f"model.{t}"
+        for ch, t in (("-", "mlp_activation"), ("E", "moe_activation"))
+        if ch in pattern
+    ]
+    if targets:
         if r.get("swiglu"):
-            model["mlp_activation"] = "swiglu"
+            activation = "swiglu"
         elif r.get("squared_relu"):
-            model["mlp_activation"] = "relu2"
+            activation = "relu2"
         else:
             raise unbuildable(
                 r.source,
                 "swiglu",
                 r.get("swiglu"),
-                "a hybrid whose MLP sublayers use GELU (set swiglu or squared_relu)",
+                "a hybrid whose MLP sublayers or experts use GELU (set swiglu or squared_relu)",
             )
+        for target in targets:
+            model[target.removeprefix("model.")] = activation
+        for key in ("swiglu", "squared_relu"):
+            if r.has(key):
+                r.mapped(key, ", ".join(targets), f"{activation} MLPs")
     if r.has("position_embedding_type"):
         r.mapped("position_embedding_type", "model.use_rope")
     if "*" not in pattern:

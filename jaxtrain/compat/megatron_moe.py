@@ -122,18 +122,21 @@ def _layout(r: KeyReport, model: dict[str, Any], layers: int) -> None:
 def _shared(r: KeyReport, model: dict[str, Any], ffn: int) -> None:
     size = r.get("moe_shared_expert_intermediate_size")
     if not is_off(size):
-        if int(size) % ffn:
-            raise ConfigError(
-                f"{r.source}: moe_shared_expert_intermediate_size={size} is not a whole multiple "
-                f"of moe_ffn_hidden_size={ffn}; jaxtrain's shared expert is a SwiGLU of "
-                "model.moe_shared_experts x model.moe_intermediate_size."
+        if int(size) % ffn:  # one shared expert of its own size
+            model["moe_shared_experts"] = 1
+            model["moe_shared_intermediate_size"] = int(size)
+            r.mapped(
+                "moe_shared_expert_intermediate_size",
+                "model.moe_shared_intermediate_size",
+                "one shared expert of that hidden size",
             )
-        model["moe_shared_experts"] = int(size) // ffn
-        r.mapped(
-            "moe_shared_expert_intermediate_size",
-            "model.moe_shared_experts",
-            f"{int(size) // ffn} x moe_ffn_hidden_size",
-        )
+        else:
+            model["moe_shared_experts"] = int(size) // ffn
+            r.mapped(
+                "moe_shared_expert_intermediate_size",
+                "model.moe_shared_experts",
+                f"{int(size) // ffn} x moe_ffn_hidden_size",
+            )
     if r.get("moe_shared_expert_gate"):
         r.unsupported(
             "moe_shared_expert_gate",
