@@ -41,7 +41,7 @@ from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices
 from jaxtrain.models.layers import Dense, Embed, RMSNorm, softcap
 from jaxtrain.models.mla import MLAttention
 from jaxtrain.models.mlp import SwiGLU
-from jaxtrain.models.moe import MoE, balance_loss_of_means
+from jaxtrain.models.moe import MoE
 from jaxtrain.models.rope import rope_angles, rope_angles_for_length
 from jaxtrain.models.spec import ModelSpec
 
@@ -312,17 +312,7 @@ class Decoder(nnx.Module):
         remat = None
         if spec.remat != "none":
             remat = functools.partial(jax.checkpoint, policy=_REMAT_POLICIES[spec.remat])
-        newest = jax.tree.map(
-            lambda v: isinstance(v, fp8.Fp8Amax),
-            units,
-            is_leaf=lambda v: isinstance(v, nnx.Variable),
-        )
-        x_BLD, stats = pipeline.run(
-            unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll, newest=newest
-        )
-        if "prob" in stats:  # the balance loss of the whole batch, from its per-unit means
-            stats = dict(stats, aux_loss=balance_loss_of_means(stats["load"], stats["prob"]))
-        return x_BLD, stats
+        return pipeline.run(unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll)
 
     def _group_units(self, kinds: dict[str, jax.Array]):
         """(per-group inputs with a leading [groups] dimension, group(x, xs, args) -> (x,

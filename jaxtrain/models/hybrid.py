@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain import sharding
-from jaxtrain.models import fp8, linear_mixer, pipeline
+from jaxtrain.models import linear_mixer, pipeline
 from jaxtrain.models.attention import Attention
 from jaxtrain.models.block_pattern import pattern_kinds, period
 from jaxtrain.models.gated_delta import GatedDeltaNet
@@ -32,7 +32,7 @@ from jaxtrain.models.mamba import MambaMixer
 from jaxtrain.models.mamba2 import Mamba2Mixer, init_ssm_cache
 from jaxtrain.models.mla import MLAttention
 from jaxtrain.models.mlp import ReluSquaredMLP, SwiGLU
-from jaxtrain.models.moe import MoE, balance_loss_of_means
+from jaxtrain.models.moe import MoE
 from jaxtrain.models.spec import ModelSpec
 
 
@@ -248,20 +248,9 @@ class HybridStack(nnx.Module):
             # [expert sublayers of the period, ...] per unit
             return x, {k: jnp.stack([s[k] for s in stats]) for k in stats[0]} if stats else {}
 
-        newest = jax.tree.map(
-            lambda v: isinstance(v, fp8.Fp8Amax),
-            units,
-            is_leaf=lambda v: isinstance(v, nnx.Variable),
-        )
-        x_BLD, stats = pipeline.run(
-            unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll, newest=newest
-        )
-        if not stats:
-            return x_BLD, {}
+        x_BLD, stats = pipeline.run(unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll)
         # [repeats, positions, ...] -> position-major, as the scan above concatenates them.
-        stats = {k: jnp.swapaxes(v, 0, 1).reshape(-1, *v.shape[2:]) for k, v in stats.items()}
-        # The balance loss of the whole batch, from the per-sublayer means over micro batches.
-        return x_BLD, dict(stats, aux_loss=balance_loss_of_means(stats["load"], stats["prob"]))
+        return x_BLD, {k: jnp.swapaxes(v, 0, 1).reshape(-1, *v.shape[2:]) for k, v in stats.items()}
 
     def init_cache(self, batch: int, max_len: int, dtype: Any) -> dict:
         """An empty decoding state: per position, each kind's cache stacked over repeats."""

@@ -34,9 +34,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxtrain import sharding
+from jaxtrain.models import fp8
+from jaxtrain.models.moe import balance_loss_of_means
 
 AXIS = "pipeline"
 _ACTIVATION = ("activation_batch", "activation_length", "activation_embed")
@@ -119,7 +122,6 @@ def run(
     *,
     remat: Callable | None = None,
     unroll: int | bool = 1,
-    newest: Any = None,
 ) -> tuple[jax.Array, Any]:
     """Runs the stack's U units over x, pipelined over the active mesh's `pipeline` axis.
 
@@ -127,13 +129,14 @@ def run(
     [U, ...]; `rows` leaves [B, ...] are per-row inputs such as segment ids). `remat` wraps the
     unit (jax.checkpoint with the model's policy); `unroll` unrolls both loops (the units of a
     stage and the iterations) as `jax.lax.scan` does. Returns (x [B, L, D], stats with a leading
-    [U] dimension, each the mean over the micro batches).
+    [U] dimension, each the mean over the micro batches; with router statistics, `aux_loss`
+    is the load-balancing loss formed from those means).
 
-    `newest` (a prefix of `units` holding bools) marks leaves whose "gradient" is their new
-    value rather than a derivative: fp8 amax histories (`jaxtrain.models.fp8`). A unit runs in
-    many iterations, and autodiff would sum what each returns; those leaves instead get one copy
-    per iteration (`_copies_combined_by_max`), so the iterations' new histories combine by
-    maximum, as micro batches of gradient accumulation do.
+    fp8 amax histories (`Fp8Amax` variables in `units`, `jaxtrain.models.fp8`) have as their
+    "gradient" their new value rather than a derivative. A unit runs in many iterations, and
+    autodiff would sum what each returns; those leaves instead get one copy per iteration
+    (`_copies_combined_by_max`), so the iterations' new histories combine by maximum, as micro
+    batches of gradient accumulation do.
     """
     mesh, outer = sharding.active_mesh()
     stages = sharding.axis_size(AXIS)
@@ -161,10 +164,11 @@ def run(
         lambda w: on_stages(w.reshape(repeats, stages, per_stage, *w.shape[1:]), 1), units
     )
 
+    newest = jax.tree.map(
+        lambda v: isinstance(v, fp8.Fp8Amax), units, is_leaf=lambda v: isinstance(v, nnx.Variable)
+    )
     flags = jax.tree.leaves(
         jax.tree.map(lambda flag, sub: jax.tree.map(lambda _: flag, sub), newest, units)
-        if newest is not None
-        else jax.tree.map(lambda _: False, units)
     )
     leaves, treedef = jax.tree.flatten(weights)
     copies = [_copies_combined_by_max(w, total) for w, flag in zip(leaves, flags) if flag]
@@ -234,7 +238,10 @@ def run(
     out_MbLD = carry["out"][stages - 1]
     with sharding.use_mesh(mesh, outer):
         y_BLD = sharding.constrain(merge_rows(out_MbLD), _ACTIVATION)
-    return y_BLD, _stats_per_unit(stats_TSK, repeat_TS, repeats, micro)
+    stats = _stats_per_unit(stats_TSK, repeat_TS, repeats, micro)
+    if "prob" in stats:  # the balance loss of the whole batch, from its per-unit means
+        stats = dict(stats, aux_loss=balance_loss_of_means(stats["load"], stats["prob"]))
+    return y_BLD, stats
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
