@@ -37,6 +37,20 @@ _MAMBA2 = dict(
     ssm_chunk_size=256,
 )
 
+# Nemotron-H's sublayer sizes at debug size.
+_NEMOTRON_H_DEBUG = dict(
+    _DEBUG,
+    family="nemotron_h",
+    num_layers=4,
+    block_pattern="M*M-",
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    ssm_num_heads=8,
+    ssm_n_groups=2,
+    mlp_activation="relu2",
+)
 _ZEBRA = dict(
     NO_ATTENTION,
     family="zebra_llama",
@@ -70,33 +84,13 @@ SSM_PRESETS: dict[str, dict] = {
         tie_embeddings=True,
     ),
     # Mamba-2, no-RoPE attention and relu2 MLP sublayers in Megatron's pattern string.
-    "nemotron-h-debug": dict(
-        _DEBUG,
-        family="nemotron_h",
-        num_layers=4,
-        block_pattern="M*M-",
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=16,
-        intermediate_size=96,
-        ssm_num_heads=8,
-        ssm_n_groups=2,
-        mlp_activation="relu2",
-    ),
+    "nemotron-h-debug": _NEMOTRON_H_DEBUG,
     # Nemotron-H with expert sublayers (Nemotron 3's kind): relu2 experts and a relu2 shared
     # expert of its own size, a sigmoid router with score-correction bias and grouped top-k.
     "nemotron-h-moe-debug": dict(
-        _DEBUG,
-        family="nemotron_h",
+        _NEMOTRON_H_DEBUG,
         num_layers=6,
         block_pattern="ME*EM-",
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=16,
-        intermediate_size=96,
-        ssm_num_heads=8,
-        ssm_n_groups=2,
-        mlp_activation="relu2",
         num_experts=8,
         num_experts_per_tok=2,
         moe_intermediate_size=32,
