@@ -45,14 +45,7 @@ def gdn_params(spec: Any) -> int:
 def gdn_flops_per_token(spec: Any) -> float:
     """Training FLOPs per token of one Gated DeltaNet mixer: 6 x projection weights + 3 x the
     forward FLOPs of the chunked delta rule (which do not grow with the sequence length)."""
-    kernel = delta_rule.flops_per_token(
-        spec.linear_num_value_heads,
-        spec.linear_key_head_dim,
-        spec.linear_value_head_dim,
-        spec.linear_chunk or GDN_DEFAULT_CHUNK,
-        per_channel=False,
-    )
-    return 6.0 * gdn_matmul_params(spec) + 3.0 * kernel
+    return _flops(spec, gdn_matmul_params(spec), GDN_DEFAULT_CHUNK, per_channel=False)
 
 
 def kda_matmul_params(spec: Any) -> int:
@@ -74,11 +67,16 @@ def kda_params(spec: Any) -> int:
 def kda_flops_per_token(spec: Any) -> float:
     """Training FLOPs per token of one KDA mixer: 6 x projection weights + 3 x the forward FLOPs
     of the chunked delta rule with per-channel decays."""
+    return _flops(spec, kda_matmul_params(spec), KDA_DEFAULT_CHUNK, per_channel=True)
+
+
+def _flops(spec: Any, matmul_params: int, default_chunk: int, per_channel: bool) -> float:
+    """6 x the projection weights + 3 x the forward FLOPs of the chunked delta rule."""
     kernel = delta_rule.flops_per_token(
         spec.linear_num_value_heads,
         spec.linear_key_head_dim,
         spec.linear_value_head_dim,
-        spec.linear_chunk or KDA_DEFAULT_CHUNK,
-        per_channel=True,
+        spec.linear_chunk or default_chunk,
+        per_channel=per_channel,
     )
-    return 6.0 * kda_matmul_params(spec) + 3.0 * kernel
+    return 6.0 * matmul_params + 3.0 * kernel

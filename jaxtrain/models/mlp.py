@@ -54,6 +54,18 @@ def geglu(gate: jax.Array, up: jax.Array) -> jax.Array:
 GATED_ACTIVATIONS = {"swiglu": swiglu, "geglu": geglu}
 
 
+def _projection_args(spec: ModelSpec, rngs: nnx.Rngs, use_bias: bool = False) -> dict:
+    """The Dense arguments every MLP projection shares: init, dtypes and the fp8 recipe."""
+    return dict(
+        rngs=rngs,
+        std=spec.init_std,
+        dtype=spec.jnp_dtype,
+        param_dtype=spec.jnp_param_dtype,
+        fp8=fp8.recipe(spec),
+        use_bias=use_bias,
+    )
+
+
 class SwiGLU(nnx.Module):
     """Gated MLP with SiLU, as in Llama, Qwen and Mistral (GELU with `mlp_activation='geglu'`,
     Grok)."""
@@ -64,14 +76,7 @@ class SwiGLU(nnx.Module):
         # intermediate_size overrides the spec's (a mixture of experts' shared experts);
         # use_bias adds biases to all three projections (Llama's mlp_bias).
         d, f = spec.hidden_size, intermediate_size or spec.intermediate_size
-        common = dict(
-            rngs=rngs,
-            std=spec.init_std,
-            dtype=spec.jnp_dtype,
-            param_dtype=spec.jnp_param_dtype,
-            fp8=fp8.recipe(spec),
-            use_bias=use_bias,
-        )
+        common = _projection_args(spec, rngs, use_bias=use_bias)
         self.gate_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)
@@ -91,13 +96,7 @@ class ReluSquaredMLP(nnx.Module):
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, intermediate_size: int = 0):
         d, f = spec.hidden_size, intermediate_size or spec.intermediate_size
-        common = dict(
-            rngs=rngs,
-            std=spec.init_std,
-            dtype=spec.jnp_dtype,
-            param_dtype=spec.jnp_param_dtype,
-            fp8=fp8.recipe(spec),
-        )
+        common = _projection_args(spec, rngs)
         self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
         self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)
 
