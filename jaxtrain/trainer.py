@@ -338,6 +338,7 @@ class Trainer:
         batch = self._to_global(next(self.train_iter))
         self.state, device_metrics = self.compiled_step(self.state, batch)
         self._host_step += 1
+        self._timer.dispatched(self._host_step)
         return self._host_step, device_metrics
 
     def run(self, steps: int | None = None) -> dict[str, Any]:
@@ -362,7 +363,7 @@ class Trainer:
         tokens_per_step = cfg.train.global_batch_size * cfg.train.seq_len
         pending: tuple[int, Any] | None = None
         last: dict[str, Any] = {}
-        self._timer.interrupted()
+        self._timer.started()
         with self.stops.handling(), self._mesh_context():
             self.stops.start(self.step)
             while not self.stops.requested and (self.step < target or pending is not None):
@@ -439,7 +440,7 @@ class Trainer:
         """Reads a dispatched step's metrics (waiting for it), checks, logs and evaluates."""
         cfg = self.cfg
         values = jax.device_get(device_metrics)
-        self._timer.completed()
+        self._timer.completed(step_no)
         self._check_finite(step_no, values)
         record: dict[str, Any] = {k: float(v) for k, v in values.items()}
         record["ppl"] = math.exp(min(record["loss"], 50.0))

@@ -81,21 +81,42 @@ def test_a_non_finite_gradient_norm_stops_even_with_a_finite_loss(tmp_path):
         trainer.close()
 
 
-def test_step_timer_restarts_after_host_work():
+def test_step_timer_counts_one_loop_cycle_per_step_and_restarts_after_host_work():
     now = [0.0]
     timer = StepTimer(clock=lambda: now[0])
-    timer.interrupted()  # compiling
-    for t in (10.0, 11.0, 12.0):
+
+    def at(t, event, step_no):
         now[0] = t
-        timer.completed()
-    assert timer.take() == (2, 2.0)  # the first completion opens the window
-    timer.interrupted()  # an evaluation: the device may finish the next step meanwhile
-    now[0] = 30.0
-    timer.completed()  # read at once, long after the step ended: not a step time
-    assert timer.take() is None
-    now[0] = 31.5
-    timer.completed()
+        getattr(timer, event)(step_no)
+
+    timer.started()
+    at(0.0, "dispatched", 1)
+    at(0.1, "dispatched", 2)
+    at(10.0, "completed", 1)  # a run's first step: not counted, and neither is its logging
+    at(10.5, "dispatched", 3)  # the window opens with step 3 queued
+    at(11.0, "completed", 2)  # dispatched before the window opened: not counted
+    at(11.1, "dispatched", 4)
+    at(12.0, "completed", 3)
+    at(12.1, "dispatched", 5)
+    at(13.0, "completed", 4)
+    assert timer.take() == (2, 2.5)
+
+    timer.interrupted()  # an evaluation while step 5 runs: it finishes meanwhile
+    at(30.0, "dispatched", 6)
+    at(30.1, "completed", 5)  # read at once, long after the step ended: not a step time
+    at(30.5, "dispatched", 7)
+    at(31.5, "completed", 6)
+    at(31.6, "completed", 7)  # read right after its own dispatch (before a save): not counted
     assert timer.take() == (1, 1.5)
+    timer.interrupted()  # the checkpoint copy
+    assert timer.take() is None
+
+    at(40.0, "dispatched", 8)
+    at(40.3, "dispatched", 9)
+    at(41.0, "completed", 8)
+    at(41.3, "dispatched", 10)
+    at(42.0, "completed", 9)
+    assert timer.take() == (2, 2.0)
 
 
 def test_logged_throughput_is_plausible_around_evaluations_and_saves(tmp_path, datatrove_corpus):
@@ -119,12 +140,13 @@ def test_logged_throughput_is_plausible_around_evaluations_and_saves(tmp_path, d
     records = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "loss" in r]
     first = records[0]
     assert first["step"] == 1 and first["compile_s"] > 0 and "tokens_per_s" not in first
-    timed = [r for r in records if "tokens_per_s" in r]
-    assert len(timed) >= 4
-    median = float(np.median([r["tokens_per_s"] for r in timed]))
-    for r in timed:
-        # Host work (evaluation, checkpoint copies) once made steps after it look 50x faster.
-        assert r["tokens_per_s"] < 4 * median, (r["step"], r["tokens_per_s"], median)
+    timed = {r["step"]: r for r in records if "tokens_per_s" in r}
+    # Evaluations follow steps 2, 4, ..., checkpoints steps 3, 6, ...: a step queued before
+    # either (5, 9, 11, 15) may finish meanwhile, and a step read before its checkpoint or at
+    # the end (3, 6, 9, 12, 16) lacks the next step's loading. Neither is a step time; once
+    # counted, host work made the steps after it look 50x faster.
+    assert sorted(timed) == [4, 7, 8, 10, 13, 14]
+    for r in timed.values():
         assert 0 < r["mfu"] <= 1 and math.isclose(
             r["tokens_per_s"] * r["step_time"], 8 * 32, rel_tol=1e-6
         )
