@@ -86,3 +86,83 @@ def test_dispatched_checksums_are_of_the_values_at_dispatch_even_if_donated_afte
     after = jax.block_until_ready(step(state))
     assert pending.result() == expected
     assert checksums.mismatches(expected, after) == ["step", "w"]
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def _reference(x: np.ndarray) -> int:
+    """The documented formula in numpy: sum_i fmix32(bits(x_i) XOR fmix32(i * phi + 1))."""
+    x = np.ascontiguousarray(x)
+    if x.dtype == np.bool_:
+        x = x.astype(np.uint8)
+    unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint32}[x.dtype.itemsize]
+    words = x.view(unsigned).astype(np.uint32).reshape(-1)
+    with np.errstate(over="ignore"):
+        salt = _fmix32(np.arange(words.size, dtype=np.uint32) * np.uint32(0x9E3779B9) + 1)
+        return int(_fmix32(words ^ salt).astype(np.uint64).sum() % 2**32)
+
+
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((), np.float32),
+        ((7,), np.float32),
+        ((3, 5, 7), jnp.bfloat16),
+        ((64, 33), np.int8),
+        ((10, 10), np.bool_),
+        ((7919, 3), np.float32),  # a prime row count: summed in one piece
+        ((2048, 1024), np.float32),  # 8 MB: in blocks
+        ((4, 512, 1024), np.float32),  # blocks of rows across the leading dimension
+    ],
+)
+def test_the_blockwise_sum_is_the_documented_formula(shape, dtype):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    assert checksums.checksums({"x": jnp.asarray(x)})["x"] == _reference(np.asarray(x))
+
+
+def test_eight_byte_values_are_two_words_each():
+    with jax.enable_x64(True):
+        x = np.arange(96, dtype=np.int64).reshape(8, 12) * 3_000_000_007
+        expected = _reference(x)
+        mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("a", "b"))
+        assert checksums.checksums({"x": jnp.asarray(x)})["x"] == expected
+        sharded = jax.device_put(x, NamedSharding(mesh, PartitionSpec("b", "a")))
+        assert checksums.checksums({"x": sharded})["x"] == expected
+
+
+@pytest.mark.parametrize(
+    "mesh_shape, spec",
+    [
+        ((4, 2), PartitionSpec("a", "b")),
+        ((4, 2), PartitionSpec(None, "a")),  # replicated over "b": counted once
+        ((4, 2), PartitionSpec(("a", "b"), None)),  # one dimension over two axes
+        ((4, 2), PartitionSpec(("b", "a"))),  # ... in the other order
+        ((4, 2), PartitionSpec()),  # replicated everywhere
+        ((2, 2, 2), PartitionSpec("c", None, ("a", "b"))),
+    ],
+)
+@pytest.mark.parametrize("block_bytes", [4 << 20, 640])  # one block per shard; several
+def test_each_shard_sums_its_own_values_at_their_global_positions(
+    mesh_shape, spec, block_bytes, monkeypatch
+):
+    monkeypatch.setattr(checksums, "_BLOCK_BYTES", block_bytes)
+    names = ("a", "b", "c")[: len(mesh_shape)]
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(mesh_shape), names)
+    rng = np.random.default_rng(2)
+    # A shape per block size: the jitted checksums are traced anew, with that block size.
+    rows = 64 if block_bytes == 640 else 16
+    x = rng.standard_normal((8, rows, 40) if len(spec) == 3 else (rows, 40)).astype(np.float32)
+    sharded = jax.device_put(x, NamedSharding(mesh, spec))
+    assert checksums.checksums({"x": sharded})["x"] == _reference(x)
+
+
+def test_a_checkpoint_of_a_newer_checksum_format_is_named_not_misread():
+    with pytest.raises(ValueError, match="checksum format 3 is newer"):
+        checksums.mismatches({checksums.FORMAT_KEY: 3, "x": 1}, {"x": jnp.ones(3)})

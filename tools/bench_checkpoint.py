@@ -18,6 +18,10 @@ random values (nearly incompressible, like trained weights), on every local devi
         checksums verified, as a resumed run does; the checksum pass over the restored state
         is then timed alone, to say how much of the restore it is;
   plain: numpy `tofile` of every array into one file + fsync, then `fromfile` after eviction.
+Both reads land on memory the process has not touched yet, as in a resumed run's new process:
+the heap's free pages are given back to the system first (glibc `malloc_trim`). Without that, a
+read that came after the other side's freed its arrays reused their pages, and the ratios
+swung between about 0.5 and 1.3 depending only on which side ran first in the round.
 Each figure also has its CPU time (all threads of the process): on a machine shared with other
 jobs it shows which side is CPU-bound, and it is not lengthened by their load.
 The ratios (Orbax rate / plain rate) are taken per round, so that load from other processes
@@ -37,6 +41,7 @@ on CPUs (jaxtrain/host_malloc.py).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import shutil
 import statistics
@@ -169,6 +174,15 @@ def _sync_and_evict(folder: Path) -> bool:
     return evicted
 
 
+def _return_freed_memory() -> None:
+    """Gives the heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing),
+    so that what is read next lands on untouched pages."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _rate(num_bytes: int, seconds: float) -> str:
     return f"{seconds:7.2f} s  {num_bytes / 1e9 / max(seconds, 1e-9):6.2f} GB/s"
 
@@ -198,6 +212,7 @@ def _plain(state: Any, folder: Path) -> dict[str, float]:
         os.fsync(f.fileno())
     write, write_cpu = clock.read()
     _sync_and_evict(folder)
+    _return_freed_memory()
     clock = _Clock()
     with open(path, "rb") as f:
         for x in arrays:
@@ -226,6 +241,7 @@ def _orbax(
     save, save_cpu = clock.read()
     jax.tree.map(lambda x: x.delete(), state)  # room for the restored copy
     del state
+    _return_freed_memory()
     clock = _Clock()
     restored, _, _ = checkpointer.restore(step, abstract)
     jax.block_until_ready(restored)
