@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from jaxtrain.models import block_sizes
 from jaxtrain.models import delta_sizes as sizes
 
 # Pattern character -> sublayer kind.
@@ -114,12 +115,14 @@ def kind_params(spec: Any, kind: str) -> int:
     if kind == "mamba":
         return _mamba_params(spec) + d
     if kind == "attention":
-        return spec._attn_params() + d
+        return block_sizes.attention_params(spec) + d
     if kind == "mlp":
         return _mlp_matmul(spec) + d
     if kind == "moe":
         e = spec.num_experts
-        return e * spec._expert_params(True) + spec._shared_params() + d * e + d
+        return (
+            e * block_sizes.expert_params(spec, True) + block_sizes.shared_params(spec) + d * e + d
+        )
     if kind in ("gdn", "kda"):
         return (sizes.gdn_params(spec) if kind == "gdn" else sizes.kda_params(spec)) + d
     raise KeyError(kind)
@@ -152,12 +155,16 @@ def kind_flops(spec: Any, kind: str, seq_len: int) -> float:
         else:
             qk = v = spec.head_dim
         scores = seq_len * spec.num_heads * (qk + v)  # causal half of 2 x L x N x (Dqk + Dv)
-        return 6.0 * spec._attn_matmul_params() + 3.0 * scores
+        return 6.0 * block_sizes.attention_matmul_params(spec) + 3.0 * scores
     if kind == "mlp":
         return 6.0 * _mlp_matmul(spec)
     if kind == "moe":
         d, k = spec.hidden_size, spec.num_experts_per_tok
-        matmul = k * spec._expert_params(False) + spec._shared_params() + d * spec.num_experts
+        matmul = (
+            k * block_sizes.expert_params(spec, False)
+            + block_sizes.shared_params(spec)
+            + d * spec.num_experts
+        )
         return 6.0 * matmul
     if kind in ("gdn", "kda"):
         return sizes.gdn_flops_per_token(spec) if kind == "gdn" else sizes.kda_flops_per_token(spec)
