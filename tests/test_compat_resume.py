@@ -4,7 +4,7 @@ no source key makes a rerun start over by accident or delete a checkpoint the so
 import pytest
 
 from jaxtrain import compat
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 
 PRETRAIN = "prime-hosted/pretrain.toml"
 TITAN = "torchtitan/torchtitan/models/llama3/train_configs/llama3_8b.toml"

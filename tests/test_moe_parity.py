@@ -25,10 +25,10 @@ from parity_helpers import (  # noqa: E402
     tokens,
 )
 
+from jaxtrain.errors import ConfigError  # noqa: E402
 from jaxtrain.interop.hf import load_hf_params, model_from_params  # noqa: E402
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config  # noqa: E402
 from jaxtrain.models import ModelSpec  # noqa: E402
-from jaxtrain.models.spec import ConfigError  # noqa: E402
 
 VOCAB, SEQ = 96, 12
 _TINY = dict(

@@ -12,7 +12,7 @@ from conftest import REPO
 from jaxtrain.checkpoint import Checkpointer, CheckpointError
 from jaxtrain.cli import main
 from jaxtrain.config import validate
-from jaxtrain.models.spec import ConfigError
+from jaxtrain.errors import ConfigError
 from jaxtrain.train.resume import start_step
 from jaxtrain.trainer import Trainer
 
