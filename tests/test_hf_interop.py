@@ -20,9 +20,9 @@ from jaxtrain.interop.hf import (
     WEIGHTS_NAME,
     load_hf_params,
     save_hf_checkpoint,
-    tensor_maps,
 )
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config
+from jaxtrain.interop.hf_tensor_maps import tensor_maps
 from jaxtrain.models import ConfigError, Decoder, ModelSpec
 
 _TINY = dict(

@@ -4,7 +4,7 @@
 
 jaxtrain holds these models' sublayers in `blocks.s{j}` stacks (`jaxtrain.models.hybrid`):
 checkpoint layer i is slot i // period of stack i % period. The tensor table is returned as
-plain rows for `jaxtrain.interop.hf.tensor_maps` to wrap.
+plain rows for `jaxtrain.interop.hf_tensor_maps.tensor_maps` to wrap.
 """
 
 from __future__ import annotations
