@@ -40,6 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from jaxtrain.sharding import rule_targets
+
 FORMAT = 2
 FORMAT_KEY = "__format__"
 DATA_KEY = "__data__"
@@ -148,13 +150,6 @@ def _shard_sum(x: jax.Array, offsets: list[jax.Array], global_shape: tuple[int, 
     return jax.lax.scan(add_block, jnp.uint32(0), stacked)[0]
 
 
-def _mesh_axes(entry: Any) -> tuple[str, ...]:
-    """The mesh axes one PartitionSpec entry shards a dimension over."""
-    if entry is None:
-        return ()
-    return (entry,) if isinstance(entry, str) else tuple(entry)
-
-
 def _layout(x: jax.Array) -> tuple[Any, ...]:
     """How `_checksum_by_shards` computes `x`'s checksum: ("single",) on one device,
     ("named", mesh, spec) per shard, or ("global",) as one expression."""
@@ -164,7 +159,7 @@ def _layout(x: jax.Array) -> tuple[Any, ...]:
     if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, jax.sharding.Mesh):
         spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
         even = all(
-            size % math.prod(sharding.mesh.shape[a] for a in _mesh_axes(entry)) == 0
+            size % math.prod(sharding.mesh.shape[a] for a in rule_targets(entry)) == 0
             for size, entry in zip(x.shape, spec, strict=True)
         )
         if even:
@@ -179,13 +174,13 @@ def _checksum_by_shards(x: jax.Array, layout: tuple[Any, ...]) -> jax.Array:
     if layout[0] == "single":
         return _shard_sum(x, [jnp.uint32(0)] * x.ndim, x.shape)
     _, mesh, spec = layout
-    used = {a for entry in spec for a in _mesh_axes(entry)}
+    used = {a for entry in spec for a in rule_targets(entry)}
 
     def per_shard(shard: jax.Array) -> jax.Array:
         offsets = []
         for size, entry in zip(shard.shape, spec, strict=True):
             index = jnp.uint32(0)
-            for axis in _mesh_axes(entry):  # the first axis named is the major one
+            for axis in rule_targets(entry):  # the first axis named is the major one
                 step = jax.lax.axis_index(axis).astype(jnp.uint32)
                 index = index * jnp.uint32(mesh.shape[axis]) + step
             offsets.append(index * jnp.uint32(size))

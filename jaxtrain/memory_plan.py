@@ -56,7 +56,7 @@ def shard_bytes(leaf: Any, axis_sizes: Mapping[str, int]) -> int:
     spec = tuple(getattr(getattr(leaf, "sharding", None), "spec", ()) or ())
     shape = list(leaf.shape)
     for dim, entry in enumerate(spec[: len(shape)]):
-        names = (entry,) if isinstance(entry, str) else tuple(entry or ())
+        names = sharding.rule_targets(entry)
         shape[dim] = -(-shape[dim] // math.prod(axis_sizes.get(n, 1) for n in names))
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
 

@@ -213,7 +213,8 @@ def without_axis(
 
 
 def rule_targets(rule: Any) -> tuple[str, ...]:
-    """The mesh axes a rule-table entry names: one axis, several, or none (None)."""
+    """The mesh axes a rule-table or PartitionSpec entry names: one axis, several, or none
+    (None)."""
     return (rule,) if isinstance(rule, str) else tuple(rule or ())
 
 
