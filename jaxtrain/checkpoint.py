@@ -380,7 +380,7 @@ class Checkpointer:
         self.check_items(step)
         item = self._as_saved(step, target)
         try:
-            with ocp.PyTreeCheckpointer() as reader:
+            with ocp.Checkpointer(items.state_handler()) as reader:
                 restored = reader.restore(
                     self.step_dir(step) / "state",
                     args=ocp.args.PyTreeRestore(

@@ -21,14 +21,17 @@ import jax
 import orbax.checkpoint as ocp
 
 from jaxtrain import checksums as checksums_lib
+from jaxtrain.checkpoint_read import type_handler_registry
 from jaxtrain.config import check_checkpoint_compression
 
 
 def state_handler(compression: str = "none") -> ocp.PyTreeCheckpointHandler:
     """The handler of the `state` item (Orbax's OCDBT + zarr layout) with `compression`
-    (`config.CHECKPOINT_COMPRESSIONS`)."""
+    (`config.CHECKPOINT_COMPRESSIONS`), whose arrays are restored by `checkpoint_read`."""
     zstd = check_checkpoint_compression(compression) == "zstd"
-    return ocp.PyTreeCheckpointHandler(use_compression=zstd)
+    return ocp.PyTreeCheckpointHandler(
+        use_compression=zstd, type_handler_registry=type_handler_registry()
+    )
 
 
 class ChecksumsHandler(ocp.JsonCheckpointHandler):
