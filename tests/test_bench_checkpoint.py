@@ -31,13 +31,14 @@ def _bench():
 
 
 def test_bench_checkpoint_prints_save_restore_and_plain_disk_figures(tmp_path, capsys):
-    assert _bench().main([*TINY, "--dir", str(tmp_path / "bench")]) == 0
+    assert _bench().main([*TINY, "--dir", str(tmp_path / "bench"), "--compare-reads"]) == 0
     out = capsys.readouterr().out
     for label in ("orbax save", "orbax restore", "plain write", "plain read"):
         line = next(line for line in out.splitlines() if line.startswith(label))
         assert "GB/s" in line
     assert "model: hidden 64, 2 layers, vocab 512: 147,776 params" in out
     assert "compression none:" in out and "blocked / train step" in out
+    assert "arrays read, alternately, no checksums: jaxtrain " in out
     assert not (tmp_path / "bench").exists()
 
 

@@ -7,6 +7,7 @@ that alternate the two, and how long a save blocks the training loop against a t
     python tools/bench_checkpoint.py --dir /scratch/b    # another disk
     python tools/bench_checkpoint.py --step-time 0.8     # blocked time against a known step time
     python tools/bench_checkpoint.py --compression zstd  # the chunks zstd-compressed
+    python tools/bench_checkpoint.py --compare-reads     # jaxtrain's array read vs Orbax's
 
 The state is a Llama-shaped model's float32 parameters plus both Adam moments, filled with
 random values (nearly incompressible, like trained weights), on every local device. Each round
@@ -17,7 +18,10 @@ random values (nearly incompressible, like trained weights), on every local devi
   restore: from files evicted from the page cache (posix_fadvise DONTNEED after fsync),
         checksums verified, as a resumed run does; the checksum pass over the restored state
         is then timed alone, to say how much of the restore it is;
-  plain: numpy `tofile` of every array into one file + fsync, then `fromfile` after eviction.
+  plain: numpy `tofile` of every array into one file + fsync, then `fromfile` after eviction;
+  with --compare-reads, also the step's arrays read alone (no checksums), evicted, once through
+  jaxtrain's read (jaxtrain/checkpoint_read.py) and once through Orbax's standard handler,
+  the first of the two alternating by round: the comparison of the two read paths.
 Both reads land on memory the process has not touched yet, as in a resumed run's new process:
 the heap's free pages are given back to the system first (glibc `malloc_trim`). Without that, a
 read that came after the other side's freed its arrays reused their pages, and the ratios
@@ -58,10 +62,12 @@ sys.path.insert(0, str(_TOOLS.parent))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import orbax.checkpoint as ocp  # noqa: E402
 
 from jaxtrain import config as config_lib  # noqa: E402
 from jaxtrain import run as run_lib  # noqa: E402
 from jaxtrain.checkpoint import Checkpointer  # noqa: E402
+from jaxtrain.checkpoint_items import state_handler  # noqa: E402
 from jaxtrain.checksums import checksums  # noqa: E402
 from jaxtrain.config import CHECKPOINT_COMPRESSIONS  # noqa: E402
 from jaxtrain.host_info import cpu_line, disk_line  # noqa: E402
@@ -103,6 +109,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="sequences of the measured step (rounded up to a multiple of the local devices)",
     )
     p.add_argument("--seq", type=int, default=1024, help="tokens per sequence of that step")
+    p.add_argument(
+        "--compare-reads",
+        action="store_true",
+        help="also read each step through jaxtrain's array read and through Orbax's own, "
+        "alternately, without checksums",
+    )
     p.add_argument(
         "--keep-files", action="store_true", help="leave the files (in their subfolder of --dir)"
     )
@@ -259,6 +271,35 @@ def _orbax(
     }, restored
 
 
+def _read_state(step_dir: Path, abstract: Any, handler: Any) -> float:
+    """Seconds to read a step's `state` item, evicted, with an Orbax PyTree `handler`; the
+    arrays read are freed again."""
+    _sync_and_evict(step_dir)
+    _return_freed_memory()
+    restore_args = ocp.checkpoint_utils.construct_restore_args(abstract)
+    clock = _Clock()
+    with ocp.Checkpointer(handler) as reader:
+        arrays = reader.restore(
+            step_dir / "state", args=ocp.args.PyTreeRestore(abstract, restore_args=restore_args)
+        )
+        jax.block_until_ready(arrays)
+    seconds, _ = clock.read()
+    jax.tree.map(lambda x: x.delete(), arrays)
+    return seconds
+
+
+def _compare_reads(step_dir: Path, abstract: Any, jaxtrain_first: bool) -> dict[str, float]:
+    """Seconds to read a step's arrays through jaxtrain's read (`checkpoint_read`, each shard
+    once into memory the device keeps) and through Orbax's standard handler, in that order
+    or the other."""
+    paths = {
+        "read_jaxtrain": state_handler(),
+        "read_orbax": ocp.PyTreeCheckpointHandler(use_compression=False),
+    }
+    order = list(paths) if jaxtrain_first else list(reversed(paths))
+    return {name: _read_state(step_dir, abstract, paths[name]) for name in order}
+
+
 def _spread(values: list[float], fmt: str = "{:.2f}") -> str:
     """'0.85 (0.80-0.91)': the median and range of a figure over the rounds."""
     median = fmt.format(statistics.median(values))
@@ -308,6 +349,11 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     orbax, state = _orbax(checkpointer, r + 1, state, layout.abstract)
                     figures.update(orbax)
+                    if args.compare_reads:
+                        reads = _compare_reads(
+                            checkpointer.step_dir(r + 1), layout.abstract, r % 2 == 0
+                        )
+                        figures.update(reads)
             rounds.append(figures)
             print(
                 f"round {r + 1}: save {figures['save']:.2f} s vs plain write "
@@ -315,7 +361,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{figures['plain_write'] / figures['save']:.2f}); restore "
                 f"{figures['restore']:.2f} s vs plain read {figures['plain_read']:.2f} s "
                 f"(ratio {figures['plain_read'] / figures['restore']:.2f}; checksum pass "
-                f"alone {figures['verify']:.2f} s); blocked {figures['blocked']:.3f} s",
+                f"alone {figures['verify']:.2f} s); blocked {figures['blocked']:.3f} s"
+                + (
+                    f"; arrays read by jaxtrain {figures['read_jaxtrain']:.2f} s, by Orbax "
+                    f"{figures['read_orbax']:.2f} s"
+                    if args.compare_reads
+                    else ""
+                ),
                 flush=True,
             )
         checkpointer.close()
@@ -356,6 +408,12 @@ def main(argv: list[str] | None = None) -> int:
         f"plain read     {_rate(num_bytes, median('plain_read'))}  ({cpu('plain_read')}; numpy "
         f"fromfile; {cache})"
     )
+    if args.compare_reads:
+        print(
+            f"arrays read, alternately, no checksums: jaxtrain {median('read_jaxtrain'):.2f} s, "
+            f"Orbax's own read {median('read_orbax'):.2f} s; Orbax / jaxtrain per round "
+            f"{_spread([r['read_orbax'] / r['read_jaxtrain'] for r in rounds])}"
+        )
     print(
         f"ratios, median (range) of {len(rounds)} round(s): save / plain write "
         f"{_spread([r['plain_write'] / r['save'] for r in rounds])}; restore / plain read "
