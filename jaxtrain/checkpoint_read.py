@@ -1,13 +1,13 @@
 """Reading a checkpoint's arrays: each local shard is read once, by TensorStore, straight into the
 host buffer that is handed to its device.
 
-Orbax's own restore (orbax-checkpoint 0.12, `serialization._read_shard`) makes three passes over
-every byte: TensorStore reads the shard into a zero-filled buffer, the buffer is cast, and
-`jax.device_put` copies it into memory the device allocates. A plain read of the same file makes
-one pass. On the 2-core benchmark machine that made a restore take about twice as long as reading
-the bytes (docs/checkpoints.md). Here the shard is read into a buffer aligned as XLA wants it, and
-on a CPU device that buffer becomes the array's memory without a copy (`may_alias`); a GPU
-copies it to device memory, as before.
+Orbax's own restore (orbax-checkpoint 0.12, `serialization._read_shard`) has TensorStore read each
+chunk into a buffer of its own, copies it into a zero-filled numpy array, and `jax.device_put`s a
+copy of that into memory the device allocates: three buffers the size of the shard, where a plain
+read of the file fills one. Here TensorStore copies the shard into a buffer aligned as XLA wants
+it, and on a CPU device that buffer becomes the array's memory without a copy (`may_alias`): two
+buffers, and half the CPU time of Orbax's read (docs/performance.md). A GPU copies the buffer to
+device memory, as before.
 
 `ShardReadArrayHandler` is Orbax's jax.Array handler with this read: saving, metadata and the
 on-disk layout are Orbax's own, so checkpoints written before and after it are the same format.
@@ -41,7 +41,7 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def _is_key_dtype(dtype: Any) -> bool:
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def _default_memory(sharding: jax.sharding.Sharding) -> bool:
