@@ -4,6 +4,8 @@ donate the restored state."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -184,3 +186,26 @@ def test_restores_it_does_not_cover_go_to_orbax():
     old_layout = Info()
     old_layout.is_ocdbt_checkpoint = False
     assert not checkpoint_read.covered([old_layout], [args()])
+
+
+def _layout(item: Path) -> set[str]:
+    """The files and folders of a saved item, less OCDBT's data files (random names) and the
+    step metadata a lone Orbax Checkpointer writes into the item (jaxtrain's is the step's)."""
+    names = {str(p.relative_to(item)) for p in item.rglob("*")}
+    return {
+        name
+        for name in names
+        if not name.startswith(("d/", "ocdbt.process_0/d/")) and name != "_CHECKPOINT_METADATA"
+    }
+
+
+def test_saved_steps_hold_the_files_orbax_own_handler_writes(tmp_path):
+    # The registry hands Orbax's array-metadata store on to the jaxtrain handler through a
+    # private attribute; should a release rename it, `array_metadatas/` would silently go.
+    state = {"w": jnp.arange(12.0).reshape(3, 4), "n": jnp.asarray(3, jnp.int32)}
+    ours = _saved(tmp_path, state).step_dir(1) / "state"
+    theirs = tmp_path / "orbax_state"
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_compression=False)) as writer:
+        writer.save(theirs, args=ocp.args.PyTreeSave(state))
+    assert "array_metadatas/process_0" in _layout(theirs)
+    assert _layout(ours) == _layout(theirs)
