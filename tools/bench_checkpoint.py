@@ -18,7 +18,8 @@ random values (nearly incompressible, like trained weights), on every local devi
   restore: from files evicted from the page cache (posix_fadvise DONTNEED after fsync),
         checksums verified, as a resumed run does; the checksum pass over the restored state
         is then timed alone, to say how much of the restore it is;
-  plain: numpy `tofile` of every array into one file + fsync, then `fromfile` after eviction;
+  plain: numpy `tofile` of every array into one file + fsync, then `fromfile` after eviction
+         into arrays kept until all are read;
   with --compare-reads, also the step's arrays read alone (no checksums), evicted, once through
   jaxtrain's read (jaxtrain/checkpoint_read.py) and once through Orbax's standard handler,
   the first of the two alternating by round: the comparison of the two read paths.
@@ -226,10 +227,13 @@ def _plain(state: Any, folder: Path) -> dict[str, float]:
     _sync_and_evict(folder)
     _return_freed_memory()
     clock = _Clock()
+    # The arrays read are kept until the last one is in, as a restore keeps them: reading each
+    # into memory freed by the one before would touch a single array's pages, where a restore
+    # must fault in the whole state's.
     with open(path, "rb") as f:
-        for x in arrays:
-            np.fromfile(f, dtype=x.dtype, count=x.size)
+        held = [np.fromfile(f, dtype=x.dtype, count=x.size) for x in arrays]
     read, read_cpu = clock.read()
+    del held
     shutil.rmtree(folder)
     return {
         "plain_write": write,
