@@ -57,6 +57,18 @@ _REMAT_POLICIES = {
 }
 
 
+def _remat_policy(spec: ModelSpec):
+    """The jax.checkpoint policy of `spec.remat` (None: recompute everything); with float8
+    products, one that keeps their results in the model dtype rather than float32."""
+    policy = _REMAT_POLICIES.get(spec.remat)
+    if policy is None or spec.quantization != "fp8":
+        return policy
+    names = (fp8.OUTPUT_NAME,)
+    if spec.remat == "dots":
+        names += (fp8.BATCHED_OUTPUT_NAME,)
+    return fp8.remat_policy(policy, names)
+
+
 class Block(nnx.Module):
     """x + attn(norm(x)), then x + mlp(norm(x)); the mlp is a mixture of experts when
     `num_experts` > 0 and not `dense`, whose routing statistics the block returns ({} for a
@@ -204,7 +216,7 @@ class Decoder(nnx.Module):
                 ctx,
                 cache,
                 remat=spec.remat != "none",
-                remat_policy=_REMAT_POLICIES.get(spec.remat),
+                remat_policy=_remat_policy(spec),
                 unroll=unroll,
             )
             return self.final_norm(x_BLD), new_cache, stats
@@ -233,7 +245,7 @@ class Decoder(nnx.Module):
                 return x, stats
 
             if spec.remat != "none":
-                layer = nnx.remat(layer, policy=_REMAT_POLICIES[spec.remat])
+                layer = nnx.remat(layer, policy=_remat_policy(spec))
             scan = nnx.scan(
                 layer, in_axes=(nnx.Carry, 0, 0), out_axes=(nnx.Carry, 0), unroll=unroll
             )
@@ -297,7 +309,7 @@ class Decoder(nnx.Module):
                     return x
 
                 if spec.remat != "none":
-                    layer = nnx.remat(layer, policy=_REMAT_POLICIES[spec.remat])
+                    layer = nnx.remat(layer, policy=_remat_policy(spec))
                 x_BLD = nnx.scan(
                     layer, in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry, unroll=unroll
                 )(x_BLD, dense_layers, kinds["dense_layers"])
@@ -311,7 +323,7 @@ class Decoder(nnx.Module):
 
         remat = None
         if spec.remat != "none":
-            remat = functools.partial(jax.checkpoint, policy=_REMAT_POLICIES[spec.remat])
+            remat = functools.partial(jax.checkpoint, policy=_remat_policy(spec))
         return pipeline.run(unit_fn, units, x_BLD, rows, remat=remat, unroll=unroll)
 
     def _group_units(self, kinds: dict[str, jax.Array]):
@@ -379,7 +391,7 @@ class Decoder(nnx.Module):
             return group(x, xs, args)
 
         if spec.remat != "none" and cache is None:
-            step = jax.checkpoint(step, policy=_REMAT_POLICIES[spec.remat])
+            step = jax.checkpoint(step, policy=_remat_policy(spec))
         x_BLD, (stats, new_cache) = jax.lax.scan(step, x_BLD, xs, unroll=unroll)
         if new_cache is not None:
             new_cache = {
