@@ -14,9 +14,11 @@ set, or a measured float32 matmul rate on CPUs.
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -24,6 +26,20 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from jaxtrain import perf
+
+# A Llama shape any CPU trains in seconds: the GPU tools' `--smoke` runs (tools/bench_gpu.py,
+# tools/gpu_parity.py) take it to check their code path anywhere.
+TINY_SHAPE = [
+    "--config.model.num_layers=1",
+    "--config.model.hidden_size=64",
+    "--config.model.num_heads=4",
+    "--config.model.num_kv_heads=2",
+    "--config.model.head_dim=16",
+    "--config.model.intermediate_size=128",
+    "--config.model.vocab_size=512",
+    "--config.train.seq_len=64",
+    "--config.train.global_batch_size=2",
+]
 
 
 def _synthetic_batch(cfg: ConfigDict, vocab_size: int) -> dict[str, np.ndarray]:
@@ -37,10 +53,12 @@ def _synthetic_batch(cfg: ConfigDict, vocab_size: int) -> dict[str, np.ndarray]:
     }
 
 
-def benchmark(
-    cfg: ConfigDict, steps: int = 10, warmup: int = 2, devices: list[Any] | None = None
-) -> dict[str, float]:
-    """Compiles and times `steps` train steps after `warmup` ones; returns the figures."""
+@contextlib.contextmanager
+def synthetic_trainer(
+    cfg: ConfigDict, steps: int, devices: list[Any] | None = None
+) -> Iterator[Any]:
+    """A Trainer of a copy of `cfg` on synthetic data, in a temporary run folder, for at least
+    `steps` steps: no data preparation, evaluation or resume. Closed and removed on exit."""
     from jaxtrain.trainer import Trainer
 
     cfg = ConfigDict(cfg.to_dict())
@@ -50,12 +68,20 @@ def benchmark(
         cfg.data.prepare = ""
         cfg.train.eval_every = 0
         cfg.checkpoint.resume = False
-        cfg.train.steps = max(cfg.train.steps, steps + warmup + 1)
+        cfg.train.steps = max(cfg.train.steps, steps)
         trainer = Trainer(cfg, devices=devices, console=False)
         try:
-            return _time_steps(trainer, steps, warmup)
+            yield trainer
         finally:
             trainer.close()
+
+
+def benchmark(
+    cfg: ConfigDict, steps: int = 10, warmup: int = 2, devices: list[Any] | None = None
+) -> dict[str, float]:
+    """Compiles and times `steps` train steps after `warmup` ones; returns the figures."""
+    with synthetic_trainer(cfg, steps + warmup + 1, devices) as trainer:
+        return _time_steps(trainer, steps, warmup)
 
 
 def _time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:

@@ -61,18 +61,6 @@ CASES = [
         ],
     ),
 ]
-# --smoke: the same code path on shapes any CPU runs in seconds.
-SMOKE = [
-    "--config.model.num_layers=1",
-    "--config.model.hidden_size=64",
-    "--config.model.num_heads=4",
-    "--config.model.num_kv_heads=2",
-    "--config.model.head_dim=16",
-    "--config.model.intermediate_size=128",
-    "--config.model.vocab_size=512",
-    "--config.train.seq_len=64",
-    "--config.train.global_batch_size=2",
-]
 
 
 def main(argv: list[str]) -> int:
@@ -129,7 +117,7 @@ def _run(
     name: str, path: str, overrides: list[str], precision: str, args: argparse.Namespace
 ) -> dict | None:
     """One shape's figures in one precision, or None (printed) when it fails."""
-    overrides = overrides + (SMOKE if args.smoke else [])
+    overrides = overrides + (bench.TINY_SHAPE if args.smoke else [])
     if precision == "fp8":
         overrides.append("--config.model.quantization=fp8")
     if args.peak_tflops:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +31,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxtrain import backend  # noqa: E402
+from jaxtrain import backend, bench  # noqa: E402
 from jaxtrain import config as config_lib  # noqa: E402
 from jaxtrain.models.attention import self_attention  # noqa: E402
 from jaxtrain.models.spec import ModelSpec  # noqa: E402
@@ -66,18 +65,7 @@ OPTIMIZER = [
     "--config.optim.schedule=constant",
     "--config.optim.lr=3e-3",
 ]
-SMOKE_MODEL = [
-    "--config.model.num_layers=1",
-    "--config.model.hidden_size=64",
-    "--config.model.num_heads=4",
-    "--config.model.num_kv_heads=2",
-    "--config.model.head_dim=16",
-    "--config.model.intermediate_size=128",
-    "--config.model.vocab_size=512",
-    "--config.train.seq_len=64",
-    "--config.train.global_batch_size=2",
-    "--config.model.remat=none",
-]
+SMOKE_MODEL = [*bench.TINY_SHAPE, "--config.model.remat=none"]
 
 
 def main(argv: list[str]) -> int:
@@ -187,28 +175,14 @@ def _dtype(name: str) -> str:
 
 def _losses(overrides: list[str], steps: int) -> list[dict[str, float]]:
     """Loss and gradient norm of `steps` train steps on one fixed random batch."""
-    from jaxtrain.bench import _synthetic_batch
-    from jaxtrain.trainer import Trainer
-
     cfg = config_lib.load_config(str(REPO / "configs/llama3_2_1b.py"), overrides)
-    with tempfile.TemporaryDirectory() as run_dir:
-        cfg.run.dir = run_dir
-        cfg.data.kind = "synthetic"
-        cfg.data.prepare = ""
-        cfg.train.eval_every = 0
-        cfg.checkpoint.resume = False
-        cfg.train.steps = steps + 1
-        trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
-        try:
-            with trainer._mesh_context():
-                batch = trainer._to_global(_synthetic_batch(cfg, trainer.spec.vocab_size))
-                state, out = trainer.state, []
-                for _ in range(steps):
-                    state, metrics = trainer.compiled_step(state, batch)
-                    out.append({k: float(metrics[k]) for k in ("loss", "grad_norm")})
-                trainer.state = state
-        finally:
-            trainer.close()
+    with bench.synthetic_trainer(cfg, steps + 1, jax.devices()[:1]) as trainer:
+        with trainer._mesh_context():
+            batch = trainer._to_global(bench._synthetic_batch(cfg, trainer.spec.vocab_size))
+            state, out = trainer.state, []
+            for _ in range(steps):
+                state, metrics = trainer.compiled_step(state, batch)
+                out.append({k: float(metrics[k]) for k in ("loss", "grad_norm")})
     return out
 
 
