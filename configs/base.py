@@ -6,7 +6,7 @@ Run:  python -m jaxtrain --config configs/base.py --config.data.kind=synthetic
 
 from ml_collections import ConfigDict
 
-from jaxtrain.models.presets import model_config
+from jaxtrain.models.presets.registry import model_config
 
 
 def get_config() -> ConfigDict:
@@ -18,7 +18,7 @@ def get_config() -> ConfigDict:
     c.run.dir = ""  # run directory (metrics, checkpoints, config); "" means runs/<run.name>
     c.run.seed = 0  # seed for parameter init, data order and dropout-free training RNG
 
-    c.model = model_config("llama-debug")  # architecture: see jaxtrain/models/presets.py
+    c.model = model_config("llama-debug")  # architecture: see jaxtrain/models/presets/registry.py
 
     c.train = ConfigDict()
     c.train.steps = 100  # optimizer steps to train for (the run ends at this step)
@@ -106,7 +106,7 @@ def get_config() -> ConfigDict:
 
     c.backend = ConfigDict()
     c.backend.target = ""  # hardware the step is compiled for: "" = this machine, or a name of
-    #   jaxtrain/backend.py TARGETS (nvidia-h100, amd-mi300x, cpu-avx2, ...) to plan another's
+    #   jaxtrain/hardware/backend.py TARGETS (nvidia-h100, amd-mi300x, cpu-avx2, ...) to plan another's
     c.backend.bf16_products = "auto"  # bfloat16 products: auto (from the hardware) | native
     #   (bfloat16 operands) | widened (operands widened to float32, exact; for CPUs without
     #   bfloat16 dot instructions)

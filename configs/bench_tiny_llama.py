@@ -8,7 +8,7 @@ Side by side with transformers + torch:  python tools/bench_vs_torch.py
 from jaxtrain.configs import base
 from ml_collections import ConfigDict
 
-from jaxtrain.models.presets import model_config
+from jaxtrain.models.presets.registry import model_config
 
 
 def get_config() -> ConfigDict:

@@ -16,7 +16,7 @@ batches of 8 beats wider, deeper or larger-batch runs of the same cost.
 from jaxtrain.configs import base
 from ml_collections import ConfigDict
 
-from jaxtrain.models.presets import model_config
+from jaxtrain.models.presets.registry import model_config
 
 
 def get_config() -> ConfigDict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from jaxtrain.configs import base
 from ml_collections import ConfigDict
 
-from jaxtrain.models.presets import model_config
+from jaxtrain.models.presets.registry import model_config
 
 
 def pretrain_config(

@@ -6,6 +6,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from jaxtrain import _moved
+
 __version__ = "0.1.0"
 
 
@@ -29,3 +31,4 @@ def _configs_from_source_checkout() -> None:
 
 
 _configs_from_source_checkout()
+_moved.install()

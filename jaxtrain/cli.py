@@ -161,7 +161,7 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
 def _train(args: argparse.Namespace) -> int:
     from absl import flags
 
-    from jaxtrain import distributed
+    from jaxtrain.parallel import distributed
 
     cfg = load_run_config(args.config, args)
     # grain's multiprocessing prefetch reads absl flags; mark them parsed.
@@ -207,8 +207,8 @@ def _config_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> int:
-    from jaxtrain import config as config_lib
-    from jaxtrain import config_report
+    from jaxtrain.commands import config as config_report
+    from jaxtrain.config import loader as config_lib
 
     if args.list:
         print("\n".join(config_lib.preset_names()))
@@ -241,9 +241,9 @@ def _sample_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _sample(args: argparse.Namespace) -> int:
+    from jaxtrain.checkpoint.saved_run import load_model
     from jaxtrain.errors import ConfigError
-    from jaxtrain.sample import complete, load_tokenizer
-    from jaxtrain.saved_run import load_model
+    from jaxtrain.models.generation import complete, load_tokenizer
 
     model, cfg, step = load_model(args.run, args.step)
     tokenizer_dir = args.tokenizer or cfg.data.tokenizer
@@ -292,7 +292,7 @@ def _convert_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from jaxtrain.interop.convert import convert
+    from jaxtrain.commands.convert import convert
 
     return convert(args.from_hf, args.to_hf, dtype=args.dtype, max_shard_bytes=args.max_shard_size)
 
@@ -305,7 +305,7 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
 
 def _bench(args: argparse.Namespace) -> int:
     from jaxtrain import compat
-    from jaxtrain.bench import benchmark, format_report
+    from jaxtrain.commands.bench import benchmark, format_report
 
     cfg = compat.load_config_file(
         args.config, args.overrides, native_overrides=args.native, allow_unsupported=True
@@ -340,8 +340,8 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from jaxtrain.commands.export import FORMATS, export_hf
     from jaxtrain.errors import ConfigError
-    from jaxtrain.export import FORMATS, export_hf
 
     fmt, out = args.to
     if fmt not in FORMATS:
@@ -364,7 +364,7 @@ def _checkpoints_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _checkpoints(args: argparse.Namespace) -> int:
-    from jaxtrain import checkpoint_listing
+    from jaxtrain.commands import checkpoints as checkpoint_listing
 
     print(
         checkpoint_listing.format_listing(*checkpoint_listing.list_checkpoints(args.run)),
@@ -382,7 +382,7 @@ def _checkpoints(args: argparse.Namespace) -> int:
 
 
 def _plot_arguments(p: argparse.ArgumentParser) -> None:
-    from jaxtrain.plot import FIGURES
+    from jaxtrain.commands.plot import FIGURES
 
     p.add_argument("runs", nargs="+", help="run directories (holding metrics.jsonl)")
     p.add_argument(
@@ -405,7 +405,7 @@ def _plot(args: argparse.Namespace) -> int:
             "plot needs matplotlib: pip install 'jaxtrain[plot]' (or "
             "pip install -e '.[plot]' in a clone)."
         ) from None
-    from jaxtrain.plot import FIGURES, plot_runs
+    from jaxtrain.commands.plot import FIGURES, plot_runs
 
     files = plot_runs(args.runs, args.out, tuple(args.only or FIGURES))
     for f in files:
@@ -420,7 +420,7 @@ def _runs_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from jaxtrain.run_summary import build_report, format_report
+    from jaxtrain.commands.runs import build_report, format_report
 
     print("\n\n".join(format_report(build_report(d)) for d in args.runs))
     return 0
@@ -524,7 +524,7 @@ def _quiet_library_notices() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Runs one command line; returns its exit status."""
     if argv is None:  # a real command line, which may restart with CPU malloc settings
-        from jaxtrain.host_malloc import reexec_with_tuned_malloc
+        from jaxtrain.hardware.host_malloc import reexec_with_tuned_malloc
 
         reexec_with_tuned_malloc()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -532,8 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args is None:
         return 0 if argv else 2
-    from jaxtrain import distributed
     from jaxtrain.errors import JaxtrainError
+    from jaxtrain.parallel import distributed
 
     # In a multi-process run every failure also tells the other processes, which would otherwise
     # wait for this one in a collective (`abandon` exits; it returns in a one-process run).

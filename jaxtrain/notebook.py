@@ -51,8 +51,8 @@ def load_config(
     (`train__steps=30`); keyword arguments win. Unknown keys raise ConfigError, as on the CLI.
     """
     from jaxtrain import compat
-    from jaxtrain import config as config_lib
-    from jaxtrain.models.presets import PRESETS, model_config
+    from jaxtrain.config import loader as config_lib
+    from jaxtrain.models.presets.registry import PRESETS, model_config
 
     spec = str(path_or_preset)
     values = _overrides(overrides, kwargs)
@@ -153,7 +153,7 @@ def param_table(obj: Any) -> ParamTable:
     import jax
     from flax import nnx
 
-    from jaxtrain import sharding
+    from jaxtrain.parallel import sharding
 
     axes_tree = None
     if hasattr(obj, "layout"):  # a Trainer
@@ -185,7 +185,7 @@ def param_table(obj: Any) -> ParamTable:
 
 @functools.lru_cache(maxsize=8)
 def _tokenizer(folder: str) -> Any:
-    from jaxtrain.sample import load_tokenizer
+    from jaxtrain.models.generation import load_tokenizer
 
     return load_tokenizer(folder)
 
@@ -244,12 +244,12 @@ def sample(
     `source` is a Trainer or a run directory (then `step` picks the checkpoint, latest by
     default). Returns the continuation only; the tokenizer is the run's data.tokenizer.
     """
-    from jaxtrain.sample import complete
+    from jaxtrain.models.generation import complete
 
     if hasattr(source, "model") and hasattr(source, "cfg"):
         model, cfg = source.model(), source.cfg
     else:
-        from jaxtrain.saved_run import load_model
+        from jaxtrain.checkpoint.saved_run import load_model
 
         model, cfg, _ = load_model(source, step)
     return complete(

@@ -24,14 +24,15 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from ml_collections import ConfigDict
 
-from jaxtrain import backend as backend_lib
-from jaxtrain import config as config_lib
-from jaxtrain import mesh_check, sharding
+from jaxtrain.config import loader as config_lib
+from jaxtrain.config import mesh_check
 from jaxtrain.data import pipeline
 from jaxtrain.data.sources import validate_data_config
 from jaxtrain.errors import ConfigError
-from jaxtrain.models import pipeline as pipeline_lib
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.hardware import backend as backend_lib
+from jaxtrain.models.assembly import pipeline as pipeline_lib
+from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.parallel import sharding
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
 

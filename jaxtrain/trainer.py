@@ -24,21 +24,23 @@ from flax import nnx
 from jax.experimental import multihost_utils
 from ml_collections import ConfigDict
 
-from jaxtrain import config as config_lib
-from jaxtrain import init_from as init_from_lib
-from jaxtrain import memory_plan, peer_watch, perf, sharding
 from jaxtrain import run as run_lib
-from jaxtrain.checkpoint import Checkpointer, committed_steps, describe_dtype_changes
+from jaxtrain.checkpoint import init_from as init_from_lib
+from jaxtrain.checkpoint import resume as resume_lib
+from jaxtrain.checkpoint.manager import Checkpointer, committed_steps, describe_dtype_changes
+from jaxtrain.config import loader as config_lib
 from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
-from jaxtrain.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
 from jaxtrain.errors import ConfigError, JaxtrainError
-from jaxtrain.metrics import MetricsWriter, read_jsonl
-from jaxtrain.run_lock import RunLock
-from jaxtrain.sample import complete, load_tokenizer
+from jaxtrain.hardware import peaks as perf
+from jaxtrain.models.generation import complete, load_tokenizer
+from jaxtrain.parallel import peer_watch, sharding
+from jaxtrain.planning import memory as memory_plan
+from jaxtrain.rundir.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
+from jaxtrain.rundir.lock import RunLock
+from jaxtrain.rundir.metrics import MetricsWriter, read_jsonl
 from jaxtrain.train import buffers
-from jaxtrain.train import resume as resume_lib
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.step import eval_step, loss_options, train_step
 from jaxtrain.train.step_timer import StepTimer
@@ -103,7 +105,7 @@ class Trainer:
             cfg.checkpoint.get("resume_step", -1),
         )
         # Compiled before anything is allocated or written, so a step that cannot fit is refused
-        # with the figures instead of failing to allocate (see jaxtrain/memory_plan.py).
+        # with the figures instead of failing to allocate (see jaxtrain/planning/memory.py).
         self._compile_functions()
         self.checkpointer = Checkpointer(
             config_lib.checkpoint_dir(cfg),

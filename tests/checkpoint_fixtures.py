@@ -11,8 +11,8 @@ from pathlib import Path
 
 from conftest import REPO
 
-from jaxtrain import config as config_lib
-from jaxtrain.metrics import read_jsonl
+from jaxtrain.config import loader as config_lib
+from jaxtrain.rundir.metrics import read_jsonl
 
 STEPS = 16
 # Synthetic tokens, no validation, a checkpoint every 2 steps; tests override what they test.

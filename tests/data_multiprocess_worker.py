@@ -28,7 +28,7 @@ def main(port: int, process_id: int, steps: int, overrides: dict, out: str) -> N
     from jax.experimental import multihost_utils
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from jaxtrain.config import load_config
+    from jaxtrain.config.loader import load_config
     from jaxtrain.data.pipeline import make_train_iterator
 
     cfg = load_config(str(REPO / "configs" / "base.py"), overrides)

@@ -25,7 +25,8 @@ def train(out: str, argv: list[str]) -> int:
     code = main(["train", *argv])
     import jax
 
-    from jaxtrain import config, sharding
+    from jaxtrain.config import loader as config
+    from jaxtrain.parallel import sharding
 
     args = parse(["train", *argv])
     mesh = sharding.make_mesh(config.load_config(args.config, args.overrides).mesh)
@@ -46,7 +47,7 @@ def train(out: str, argv: list[str]) -> int:
 
 def spin(fail: bool) -> int:
     """Sums a globally sharded vector over and over; never returns on its own unless `fail`."""
-    from jaxtrain import distributed
+    from jaxtrain.parallel import distributed
 
     distributed.initialize_from_env()
     import jax

@@ -8,7 +8,7 @@ import torch
 from flax import nnx
 
 from jaxtrain.models import Decoder, ModelSpec
-from jaxtrain.models.moe import RouterBias
+from jaxtrain.models.feedforward.moe import RouterBias
 
 
 def hf_logits(model, tokens_BL: np.ndarray) -> np.ndarray:

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import pytest
 from conftest import REPO
 
-from jaxtrain import backend
-from jaxtrain import config as config_lib
+from jaxtrain.config import loader as config_lib
 from jaxtrain.errors import ConfigError
-from jaxtrain.models.layers import project
+from jaxtrain.hardware import backend
+from jaxtrain.models.layers.basic import project
 from jaxtrain.trainer import Trainer
 
 

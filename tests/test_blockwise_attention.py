@@ -7,13 +7,20 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxtrain.models import blockwise_attention
-from jaxtrain.models.attention import attention_mask, fused_attention, masked_softmax_attention
-from jaxtrain.models.blockwise_attention import blockwise_causal_attention, keeps_probabilities
-from jaxtrain.models.decoder import build_model
-from jaxtrain.models.layers import project
-from jaxtrain.models.presets import model_config
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.assembly.decoder import build_model
+from jaxtrain.models.layers.basic import project
+from jaxtrain.models.mixers import blockwise_attention
+from jaxtrain.models.mixers.attention import (
+    attention_mask,
+    fused_attention,
+    masked_softmax_attention,
+)
+from jaxtrain.models.mixers.blockwise_attention import (
+    blockwise_causal_attention,
+    keeps_probabilities,
+)
+from jaxtrain.models.presets.registry import model_config
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 # The backward pass either reads the softmax numerators the forward pass kept or recomputes
 # them; every gradient check runs both ways.
@@ -156,8 +163,8 @@ def test_blockwise_with_chunks_and_sinks_equals_masked_softmax(
 
 
 def test_cudnn_is_never_chosen_for_sinks_or_chunks_and_refuses_them_when_asked():
-    from jaxtrain.models.attention import _use_cudnn
-    from jaxtrain.models.layer_pattern import AttentionKind
+    from jaxtrain.models.mixers.attention import _use_cudnn
+    from jaxtrain.models.spec.layer_pattern import AttentionKind
 
     q, _, v, _, _ = _inputs(8, 8)
     auto = ModelSpec(dtype="bfloat16")
@@ -241,7 +248,7 @@ def test_unknown_attention_implementation_is_named():
 
 def test_attention_block_is_chosen_by_device_and_length_unless_set():
     from jaxtrain.errors import ConfigError
-    from jaxtrain.models.attention import attention_block_size
+    from jaxtrain.models.mixers.attention import attention_block_size
 
     auto = ModelSpec.from_config(model_config("llama-debug"))
     assert auto.attention_block == 0

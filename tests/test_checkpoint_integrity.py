@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from checkpoint_fixtures import small_config
 
-from jaxtrain import checkpoint_listing
-from jaxtrain.checkpoint import CheckpointError
+from jaxtrain.checkpoint.manager import CheckpointError
+from jaxtrain.commands import checkpoints as checkpoint_listing
 from jaxtrain.errors import ConfigError
 from jaxtrain.trainer import Trainer
 

@@ -16,9 +16,9 @@ import pytest
 from checkpoint_fixtures import small_config
 from conftest import REPO
 
-from jaxtrain import checksums as checksums_lib
-from jaxtrain.checkpoint import Checkpointer
-from jaxtrain.config import load_config, validate
+from jaxtrain.checkpoint import checksums as checksums_lib
+from jaxtrain.checkpoint.manager import Checkpointer
+from jaxtrain.config.loader import load_config, validate
 from jaxtrain.errors import ConfigError
 from jaxtrain.trainer import Trainer
 

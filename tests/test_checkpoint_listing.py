@@ -13,8 +13,8 @@ import orbax.checkpoint as ocp
 import pytest
 from checkpoint_fixtures import small_config
 
-from jaxtrain import checkpoint_listing
 from jaxtrain.cli import main
+from jaxtrain.commands import checkpoints as checkpoint_listing
 from jaxtrain.trainer import Trainer
 
 

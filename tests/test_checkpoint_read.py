@@ -1,4 +1,4 @@
-"""How a checkpoint's arrays are read back (`jaxtrain/checkpoint_read.py`): every shard once, onto
+"""How a checkpoint's arrays are read back (`jaxtrain/checkpoint/read.py`): every shard once, onto
 the shardings the restoring run asks for, replicas in memory of their own, and a train step can
 donate the restored state."""
 
@@ -14,8 +14,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxtrain import checkpoint_read
-from jaxtrain.checkpoint import Checkpointer, CheckpointError
+from jaxtrain.checkpoint import read as checkpoint_read
+from jaxtrain.checkpoint.manager import Checkpointer, CheckpointError
 
 
 def _mesh(shape: tuple[int, int]) -> Mesh:

@@ -19,9 +19,9 @@ import pytest
 from checkpoint_fixtures import CLI_OVERRIDES, STEPS, losses, saved_steps, small_config
 from conftest import REPO
 
-from jaxtrain.checkpoint import Checkpointer, CheckpointError
-from jaxtrain.metrics import read_jsonl
-from jaxtrain.sharding import mesh_shape
+from jaxtrain.checkpoint.manager import Checkpointer, CheckpointError
+from jaxtrain.parallel.sharding import mesh_shape
+from jaxtrain.rundir.metrics import read_jsonl
 from jaxtrain.trainer import Trainer
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxtrain import checksums
+from jaxtrain.checkpoint import checksums
 
 
 def _values(dtype=np.float32) -> np.ndarray:

@@ -15,10 +15,10 @@ import training_helpers
 from conftest import REPO
 from flax import nnx
 
-from jaxtrain import config as config_lib
-from jaxtrain import sharding
-from jaxtrain.config import ConfigError
+from jaxtrain.config import loader as config_lib
+from jaxtrain.config.loader import ConfigError
 from jaxtrain.models import ModelSpec, build_model
+from jaxtrain.parallel import sharding
 from jaxtrain.train import optimizer, state, step
 from jaxtrain.train.chunked_loss import head_losses
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 from jaxtrain import cli
-from jaxtrain import config as config_lib
+from jaxtrain.config import loader as config_lib
 from jaxtrain.errors import ConfigError
 
 

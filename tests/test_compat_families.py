@@ -18,8 +18,8 @@ from jaxtrain import compat
 from jaxtrain.cli import main
 from jaxtrain.data import pipeline
 from jaxtrain.errors import ConfigError
-from jaxtrain.models.presets import PUBLISHED_PARAMS, model_spec
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.presets.registry import PUBLISHED_PARAMS, model_spec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 MEGATRON = "Primus/examples/megatron/configs/{}.yaml"
 MAXTEXT_PRIMUS = "Primus/examples/maxtext/configs/{}.yaml"

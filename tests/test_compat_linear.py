@@ -9,12 +9,18 @@ import pytest
 from flax import nnx
 
 from jaxtrain import compat
-from jaxtrain.compat import primus_yaml
-from jaxtrain.compat.megatron_linear import mixer_kind, mixer_settings, primus_allocate_layers
+from jaxtrain.compat.megatron.linear_attention import (
+    mixer_kind,
+    mixer_settings,
+    primus_allocate_layers,
+)
+from jaxtrain.compat.primus import experiment as primus_yaml
 from jaxtrain.errors import ConfigError
-from jaxtrain.models import build_model, delta_sizes, gated_delta, kda
-from jaxtrain.models.presets import model_spec
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models import build_model
+from jaxtrain.models.mixers import gated_delta, kda
+from jaxtrain.models.presets.registry import model_spec
+from jaxtrain.models.spec import delta_sizes
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 MI300X = "Primus/examples/megatron/configs/MI300X/{}-pretrain.yaml"
 LLAMA3_VOCAB = 128256  # meta-llama/Llama-3.2-1B's tokenizer, which every Zebra-Llama file names
@@ -265,7 +271,7 @@ def test_zebra_llama_presets_are_the_primus_files(compat_samples, name, preset):
 
 def test_delta_rule_spec_outside_primus_hybrids_is_refused_by_name(compat_samples):
     # Only Primus' HybridStack layout (mixer, MLP pairs) is known for GDN / KDA layer specs.
-    from jaxtrain.compat.megatron_mamba import map_mamba
+    from jaxtrain.compat.megatron.mamba import map_mamba
 
     r = _report(compat_samples, "zebra_llama_300M_gdn_pure")
     r.values["spec"] = ["my_project.layer_specs", "gdn_hybrid_stack_spec"]

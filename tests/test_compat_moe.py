@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from jaxtrain import compat
-from jaxtrain.compat.megatron_layers import expert_layout
+from jaxtrain.compat.megatron.expert_layers import expert_layout
 from jaxtrain.errors import ConfigError
-from jaxtrain.models.moe import route
-from jaxtrain.models.presets import model_spec
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.feedforward.moe import route
+from jaxtrain.models.presets.registry import model_spec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 EXAMPLE = "Primus/examples/megatron/configs/MI300X/{}"
 MIXTRAL = "mixtral_8x7B_v0.1-BF16-pretrain.yaml"

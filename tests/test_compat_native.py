@@ -6,11 +6,12 @@ import json
 import pytest
 from conftest import REPO
 
-from jaxtrain import compat, config_report
+from jaxtrain import compat
 from jaxtrain.cli import main
+from jaxtrain.commands import config as config_report
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_config import hf_config_from_spec
-from jaxtrain.models.presets import model_spec
+from jaxtrain.models.presets.registry import model_spec
 
 TITAN = "torchtitan/torchtitan/models/{}/train_configs/{}"
 

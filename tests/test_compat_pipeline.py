@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 from ml_collections import ConfigDict
 
-from jaxtrain import compat, config_report, sharding
-from jaxtrain.models.presets import model_config
+from jaxtrain import compat
+from jaxtrain.commands import config as config_report
+from jaxtrain.models.presets.registry import model_config
+from jaxtrain.parallel import sharding
 from jaxtrain.trainer import Trainer
 
 MEGATRON = "Primus/examples/megatron/configs/MI355X/{}-pretrain.yaml"

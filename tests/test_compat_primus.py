@@ -6,8 +6,9 @@ import textwrap
 
 import pytest
 
-from jaxtrain import compat, config_report
-from jaxtrain.compat.megatron_layers import moe_layers
+from jaxtrain import compat
+from jaxtrain.commands import config as config_report
+from jaxtrain.compat.megatron.expert_layers import moe_layers
 from jaxtrain.errors import ConfigError
 
 EXAMPLES = "Primus/examples/{}/configs/MI300X/{}"

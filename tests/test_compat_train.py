@@ -10,7 +10,7 @@ import pytest
 
 from jaxtrain import compat
 from jaxtrain.interop.hf_config import hf_config_from_spec
-from jaxtrain.models.presets import model_spec
+from jaxtrain.models.presets.registry import model_spec
 from jaxtrain.trainer import Trainer
 
 LLAMA2 = "Primus/examples/megatron/configs/MI300X/llama2_7B-BF16-pretrain.yaml"

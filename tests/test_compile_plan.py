@@ -10,10 +10,11 @@ import sys
 import jax
 from conftest import REPO
 
-from jaxtrain import compile_plan, run
-from jaxtrain import config as config_lib
-from jaxtrain.compile_plan import count_collectives
-from jaxtrain.models.pipeline import bubble_fraction
+from jaxtrain import run
+from jaxtrain.config import loader as config_lib
+from jaxtrain.models.assembly.pipeline import bubble_fraction
+from jaxtrain.planning import compile as compile_plan
+from jaxtrain.planning.compile import count_collectives
 
 
 def _bytes_per_device(tree) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import REPO
 
-from jaxtrain.config import load_config, load_py_config
-from jaxtrain.config_ranges import RANGES, Range, numeric_settings
+from jaxtrain.config.loader import load_config, load_py_config
+from jaxtrain.config.ranges import RANGES, Range, numeric_settings
 from jaxtrain.errors import ConfigError
 from jaxtrain.run import validate
 

@@ -15,11 +15,11 @@ import jax
 import pytest
 from flax import nnx
 
-from jaxtrain.config import apply_overrides, load_config, load_py_config
+from jaxtrain.config.loader import apply_overrides, load_config, load_py_config
 from jaxtrain.errors import ConfigError
-from jaxtrain.models.decoder import Decoder
-from jaxtrain.models.presets import PRESETS, PUBLISHED_PARAMS, model_config, model_spec
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.assembly.decoder import Decoder
+from jaxtrain.models.presets.registry import PRESETS, PUBLISHED_PARAMS, model_config, model_spec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 from jaxtrain.run import validate
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -486,8 +486,8 @@ def test_pretrain_config_without_data_path_is_rejected() -> None:
 def test_one_coercion_for_command_line_text_and_typed_values():
     """`--config.a.b=TEXT`, a notebook mapping and another stack's typed values all go through
     `config.coerce` (adapters once turned the text "false" into True with bool())."""
-    from jaxtrain.compat.target import build
-    from jaxtrain.config import coerce
+    from jaxtrain.compat.common.target import build
+    from jaxtrain.config.loader import coerce
 
     assert coerce("false", True, "k") is False and coerce("on", False, "k") is True
     assert coerce(False, True, "k") is False and coerce(0, True, "k") is False

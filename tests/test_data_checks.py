@@ -15,7 +15,7 @@ from data_fixtures import (
     write_wordlevel_tokenizer,
 )
 
-from jaxtrain.config import load_config
+from jaxtrain.config.loader import load_config
 from jaxtrain.data import pipeline
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.pipeline import make_eval_batches, make_train_iterator

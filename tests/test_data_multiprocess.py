@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from data_fixtures import write_raw_shard
 
-from jaxtrain.config import load_config
+from jaxtrain.config.loader import load_config
 from jaxtrain.data.pipeline import make_train_iterator
 
 HERE = Path(__file__).resolve().parent

@@ -19,12 +19,12 @@ from jax.sharding import PartitionSpec
 from training_helpers import mesh as _mesh
 from training_helpers import optim as _optim
 
-from jaxtrain import sharding
-from jaxtrain.checkpoint import Checkpointer
+from jaxtrain.checkpoint.manager import Checkpointer
 from jaxtrain.errors import ConfigError
 from jaxtrain.models import build_model
-from jaxtrain.models.moe import RouterBias, route
-from jaxtrain.models.presets import model_spec
+from jaxtrain.models.feedforward.moe import RouterBias, route
+from jaxtrain.models.presets.registry import model_spec
+from jaxtrain.parallel import sharding
 from jaxtrain.train import optimizer, state
 
 V2 = model_spec("deepseek-v2-debug", vocab_size=128, max_seq_len=64, init_std=0.2)
@@ -260,7 +260,7 @@ def test_init_from_a_hugging_face_folder_keeps_the_bias_out_of_the_optimizer(tmp
     pytest.importorskip("safetensors")
     from parity_helpers import random_params
 
-    from jaxtrain import init_from
+    from jaxtrain.checkpoint import init_from
     from jaxtrain.interop.hf import save_hf_checkpoint
 
     spec = dataclasses.replace(V3, moe_bias_update_rate=0.0)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import REPO
 
-from jaxtrain.config import load_config
+from jaxtrain.config.loader import load_config
 from jaxtrain.data.datatrove import find_shards
 from jaxtrain.data.demo_corpus import OWNER_MARK, build_demo_data, is_validation, stdlib_documents
 from jaxtrain.data.errors import DataError

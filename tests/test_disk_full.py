@@ -16,12 +16,12 @@ import pytest
 from checkpoint_fixtures import CLI_OVERRIDES, saved_steps
 from conftest import REPO
 
-from jaxtrain import metrics as metrics_lib
 from jaxtrain.cli import main
-from jaxtrain.disk_full import DiskFullError, is_disk_full, quiet_writer_logs
-from jaxtrain.metrics import JsonlSink, read_jsonl, read_records
-from jaxtrain.plot import load_run_metrics
-from jaxtrain.run_summary import build_report, format_report
+from jaxtrain.commands.plot import load_run_metrics
+from jaxtrain.commands.runs import build_report, format_report
+from jaxtrain.rundir import metrics as metrics_lib
+from jaxtrain.rundir.disk_full import DiskFullError, is_disk_full, quiet_writer_logs
+from jaxtrain.rundir.metrics import JsonlSink, read_jsonl, read_records
 
 ORBAX_ENOSPC = (
     'RESOURCE_EXHAUSTED: Error writing "params.x/0.0" in OCDBT database: Failed to '

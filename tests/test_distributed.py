@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jaxtrain.distributed import DistributedError, Launch, resolve
+from jaxtrain.parallel.distributed import DistributedError, Launch, resolve
 
 
 def test_one_process_or_no_launcher_initialises_nothing():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from data_fixtures import DatatroveCorpus, write_raw_shard
 
-from jaxtrain.config import load_config
+from jaxtrain.config.loader import load_config
 from jaxtrain.data.datatrove import find_shards
 from jaxtrain.data.documents import DocumentOptions, boundary_fields
 from jaxtrain.data.errors import DataError
@@ -120,7 +120,7 @@ def test_pipeline_emits_the_fields_and_the_model_isolates_documents(
     datatrove_corpus: DatatroveCorpus,
 ) -> None:
     from jaxtrain.models import build_model
-    from jaxtrain.models.spec import ModelSpec
+    from jaxtrain.models.spec.hyperparameters import ModelSpec
 
     cfg = load_config(
         str(REPO / "configs" / "base.py"),

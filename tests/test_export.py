@@ -11,7 +11,7 @@ import pytest
 from checkpoint_fixtures import small_config
 
 from jaxtrain.cli import main
-from jaxtrain.export import export_hf
+from jaxtrain.commands.export import export_hf
 from jaxtrain.trainer import Trainer
 
 torch = pytest.importorskip(

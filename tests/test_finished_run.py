@@ -6,7 +6,7 @@ from pathlib import Path
 
 from checkpoint_fixtures import STEPS, small_config
 
-from jaxtrain.metrics import read_jsonl
+from jaxtrain.rundir.metrics import read_jsonl
 from jaxtrain.trainer import train
 
 

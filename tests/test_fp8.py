@@ -1,4 +1,4 @@
-"""FP8 matmuls (`jaxtrain.models.fp8`): products and gradients within the float8 rounding bound,
+"""FP8 matmuls (`jaxtrain.models.layers.fp8`): products and gradients within the float8 rounding bound,
 delayed-scaling histories through the train step and checkpoints, formats per device."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import pytest
 from flax import nnx
 from training_helpers import mesh, train
 
-from jaxtrain import backend, perf
 from jaxtrain.errors import ConfigError
-from jaxtrain.models import fp8
-from jaxtrain.models.presets import model_spec
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.hardware import backend
+from jaxtrain.hardware import peaks as perf
+from jaxtrain.models.layers import fp8
+from jaxtrain.models.presets.registry import model_spec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 from jaxtrain.train import buffers, state
 
 CURRENT = fp8.Fp8Recipe(scaling="current")
@@ -180,7 +181,7 @@ def _saved_activations(spec: ModelSpec) -> dict[str, int]:
     pass of the layer stack keeps for the backward pass, under `spec.remat`."""
     from jax._src.ad_checkpoint import saved_residuals
 
-    from jaxtrain.models.decoder import build_model
+    from jaxtrain.models.assembly.decoder import build_model
 
     graphdef, params = nnx.split(build_model(spec))
     tokens = jnp.zeros((2, 16), jnp.int32)

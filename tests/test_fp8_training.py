@@ -11,8 +11,8 @@ import pytest
 from checkpoint_fixtures import small_config
 from data_fixtures import write_raw_shard
 
-from jaxtrain.checkpoint import CheckpointError
-from jaxtrain.export import export_hf
+from jaxtrain.checkpoint.manager import CheckpointError
+from jaxtrain.commands.export import export_hf
 from jaxtrain.trainer import Trainer
 
 FP8 = {"model.quantization": "fp8", "model.dtype": "bfloat16"}

@@ -24,8 +24,9 @@ from delta_reference import (
 from flax import nnx
 
 from jaxtrain.errors import ConfigError
-from jaxtrain.models import delta_rule, delta_sizes, gated_delta
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.mixers import delta_rule, gated_delta
+from jaxtrain.models.spec import delta_sizes
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 SPEC = ModelSpec(
     hidden_size=32,

@@ -11,7 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxtrain import config as config_lib
+from jaxtrain.config import loader as config_lib
 from jaxtrain.trainer import Trainer
 
 GOLDEN = Path(__file__).parent / "golden" / "llama_debug_synthetic.json"

@@ -20,9 +20,9 @@ from training_helpers import train as _train
 
 from jaxtrain.errors import ConfigError
 from jaxtrain.models import build_model
-from jaxtrain.models.layer_pattern import attention_kinds, stack_layer_indices
-from jaxtrain.models.moe import clamped_swiglu, route
-from jaxtrain.models.presets import model_spec
+from jaxtrain.models.feedforward.moe import clamped_swiglu, route
+from jaxtrain.models.presets.registry import model_spec
+from jaxtrain.models.spec.layer_pattern import attention_kinds, stack_layer_indices
 
 GPT_OSS = model_spec(
     "gpt-oss-debug", vocab_size=128, max_seq_len=64, init_std=0.2, attention_block=8

@@ -17,7 +17,7 @@ import pytest
 from flax import nnx
 
 from jaxtrain.models import Decoder
-from jaxtrain.models.presets import PUBLISHED_PARAMS, model_spec
+from jaxtrain.models.presets.registry import PUBLISHED_PARAMS, model_spec
 from tests.parity_helpers import max_diff, tokens
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from jaxtrain import host_malloc
+from jaxtrain.hardware import host_malloc
 
 linux_glibc = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",

@@ -69,10 +69,10 @@ def test_the_bottom_layers_import_nothing_above_them():
     files = module_files()
     known = set(files)
     assert imports_of(files["jaxtrain.errors"], "jaxtrain.errors", known) == set()
-    config_imports = imports_of(files["jaxtrain.config"], "jaxtrain.config", known)
+    config_imports = imports_of(files["jaxtrain.config.loader"], "jaxtrain.config.loader", known)
     assert config_imports <= {
         "jaxtrain.errors",
-        "jaxtrain.config_ranges",
+        "jaxtrain.config.ranges",
         "jaxtrain.configs",
-        "jaxtrain.models.spec",
+        "jaxtrain.models.spec.hyperparameters",
     }, config_imports

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from checkpoint_fixtures import small_config
 
-from jaxtrain.checkpoint import CheckpointError
+from jaxtrain.checkpoint.manager import CheckpointError
+from jaxtrain.commands.export import export_hf
 from jaxtrain.data import pipeline
-from jaxtrain.export import export_hf
 from jaxtrain.trainer import Trainer
 
 

@@ -23,8 +23,9 @@ from delta_reference import (
 )
 from flax import nnx
 
-from jaxtrain.models import delta_sizes, kda
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.mixers import kda
+from jaxtrain.models.spec import delta_sizes
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 # Zebra-Llama's shape in small: keys narrower than values (K = 16, V = 32 there 32 / 64).
 SPEC = ModelSpec(

@@ -31,7 +31,7 @@ from parity_helpers import (  # noqa: E402
 from jaxtrain.errors import ConfigError  # noqa: E402
 from jaxtrain.interop.hf import load_hf_params, model_from_params, save_hf_checkpoint  # noqa: E402
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config  # noqa: E402
-from jaxtrain.models.presets import model_spec  # noqa: E402
+from jaxtrain.models.presets.registry import model_spec  # noqa: E402
 
 VOCAB, SEQ = 96, 12
 _TINY = dict(

@@ -12,7 +12,7 @@ import pytest
 from data_fixtures import MEGATRON_FORMATS, corpus_texts, write_raw_megatron
 from ml_collections import ConfigDict
 
-from jaxtrain.config import load_config
+from jaxtrain.config.loader import load_config
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.megatron import (
     MegatronWriter,

@@ -14,9 +14,9 @@ import pytest
 from conftest import REPO
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxtrain import config as config_lib
-from jaxtrain import memory_plan
-from jaxtrain.memory_plan import MemoryPlanError
+from jaxtrain.config import loader as config_lib
+from jaxtrain.planning import memory as memory_plan
+from jaxtrain.planning.memory import MemoryPlanError
 from jaxtrain.train import state as state_lib
 from jaxtrain.trainer import Trainer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import re
 
-from jaxtrain.metrics import ConsoleSink
+from jaxtrain.rundir.metrics import ConsoleSink
 
 
 class Terminal(io.StringIO):

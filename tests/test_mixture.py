@@ -11,7 +11,7 @@ import pytest
 from data_fixtures import write_raw_megatron, write_raw_shard
 from ml_collections import ConfigDict
 
-from jaxtrain.config import load_config
+from jaxtrain.config.loader import load_config
 from jaxtrain.data.mixture import Interleave, quotas
 from jaxtrain.data.pipeline import make_eval_batches, make_train_iterator
 from jaxtrain.data.sources import parse_sources

@@ -9,9 +9,9 @@ import pytest
 from flax import nnx
 
 from jaxtrain.models import ConfigError, ModelSpec, build_model
-from jaxtrain.models.attention import attention_mask
-from jaxtrain.models.mlp import swiglu
-from jaxtrain.models.rope import inverse_frequencies, rope_angles, rope_angles_for_length
+from jaxtrain.models.feedforward.mlp import swiglu
+from jaxtrain.models.layers.rope import inverse_frequencies, rope_angles, rope_angles_for_length
+from jaxtrain.models.mixers.attention import attention_mask
 
 TINY = ModelSpec(
     vocab_size=97,

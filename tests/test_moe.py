@@ -17,10 +17,11 @@ from jax.sharding import PartitionSpec
 from ml_collections import ConfigDict
 from training_helpers import mesh as _mesh
 
-from jaxtrain import mesh_check, sharding
+from jaxtrain.config import mesh_check
 from jaxtrain.errors import ConfigError
 from jaxtrain.models import ModelSpec, build_model
-from jaxtrain.models.moe import MoE, load_balancing_loss, route, router_z_loss
+from jaxtrain.models.feedforward.moe import MoE, load_balancing_loss, route, router_z_loss
+from jaxtrain.parallel import sharding
 from jaxtrain.train import step
 
 SPEC = ModelSpec(

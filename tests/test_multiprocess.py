@@ -20,9 +20,9 @@ import pytest
 from conftest import REPO
 from multiprocess_helpers import Job, child_env, free_port
 
-from jaxtrain import distributed
 from jaxtrain.cli import main
-from jaxtrain.metrics import read_jsonl
+from jaxtrain.parallel import distributed
+from jaxtrain.rundir.metrics import read_jsonl
 
 WORKER = str(Path(__file__).resolve().parent / "multiprocess_worker.py")
 

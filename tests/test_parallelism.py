@@ -21,11 +21,12 @@ from flax import nnx
 from ml_collections import ConfigDict
 from training_helpers import mesh_config as mesh_cfg
 
-from jaxtrain import config as config_lib
-from jaxtrain import mesh_check, sharding
+from jaxtrain.config import loader as config_lib
+from jaxtrain.config import mesh_check
 from jaxtrain.models import ModelSpec
-from jaxtrain.models.decoder import Decoder
-from jaxtrain.sharding import MeshError
+from jaxtrain.models.assembly.decoder import Decoder
+from jaxtrain.parallel import sharding
+from jaxtrain.parallel.sharding import MeshError
 from jaxtrain.train import optimizer, state
 from jaxtrain.trainer import Trainer
 

@@ -9,7 +9,7 @@ import pytest
 from data_fixtures import DatatroveCorpus, write_raw_shard
 from ml_collections import ConfigDict
 
-from jaxtrain.config import load_config
+from jaxtrain.config.loader import load_config
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.pipeline import data_summary, make_eval_batches, make_train_iterator
 from jaxtrain.data.synthetic import SyntheticSource

@@ -1,4 +1,4 @@
-"""Pipeline parallelism (`jaxtrain/models/pipeline.py`): a scanned stack split into stages over the `pipeline` mesh axis trains
+"""Pipeline parallelism (`jaxtrain/models/assembly/pipeline.py`): a scanned stack split into stages over the `pipeline` mesh axis trains
 exactly like one device, for dense and mixture-of-experts stacks, with gradient accumulation,
 rematerialisation, the circular schedule and the other mesh axes; the checks before compiling
 refuse what cannot split evenly, with the arithmetic."""
@@ -14,11 +14,13 @@ import pytest
 import training_helpers
 from training_helpers import mesh_config
 
-from jaxtrain import mesh_check, sharding
-from jaxtrain.models import ModelSpec, pipeline
-from jaxtrain.models.pipeline import Schedule
-from jaxtrain.models.presets import model_spec
-from jaxtrain.sharding import MeshError
+from jaxtrain.config import mesh_check
+from jaxtrain.models import ModelSpec
+from jaxtrain.models.assembly import pipeline
+from jaxtrain.models.assembly.pipeline import Schedule
+from jaxtrain.models.presets.registry import model_spec
+from jaxtrain.parallel import sharding
+from jaxtrain.parallel.sharding import MeshError
 
 # Eight blocks: four stages of two. Grouped-query attention, dims <= 64.
 DENSE = ModelSpec(
@@ -304,8 +306,8 @@ def test_checkpoints_restore_across_pipeline_sizes(tmp_path):
 def test_config_reports_stages_bubble_and_per_stage_memory():
     from conftest import REPO
 
-    from jaxtrain import config_report
-    from jaxtrain.config import load_config
+    from jaxtrain.commands import config as config_report
+    from jaxtrain.config.loader import load_config
 
     def figures(**mesh):
         cfg = load_config(

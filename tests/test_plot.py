@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 from jaxtrain import __main__ as cli
-from jaxtrain.plot import FIGURES, load_run_metrics, plot_runs
+from jaxtrain.commands.plot import FIGURES, load_run_metrics, plot_runs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -26,7 +26,7 @@ from data_fixtures import EOS, corpus_texts
 from multiprocess_helpers import child_env
 
 from jaxtrain.cli import main
-from jaxtrain.metrics import read_jsonl
+from jaxtrain.rundir.metrics import read_jsonl
 
 STEPS, EVERY = 120, 20
 # prime-rl keys on the command line shrink the run; --config.* adds a log line per step.

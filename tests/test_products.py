@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxtrain import backend
-from jaxtrain.models import products
-from jaxtrain.models.layers import project
+from jaxtrain.hardware import backend
+from jaxtrain.models.layers import products
+from jaxtrain.models.layers.basic import project
 
 
 def bf16_products(monkeypatch, native: bool) -> None:

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO
 from multiprocess_helpers import child_env, free_port
 
-from jaxtrain.metrics import read_jsonl
+from jaxtrain.rundir.metrics import read_jsonl
 
 
 def rehearsal_block() -> str:

@@ -9,11 +9,11 @@ import pytest
 from checkpoint_fixtures import saved_steps, small_config
 from conftest import REPO
 
-from jaxtrain.checkpoint import Checkpointer, CheckpointError
+from jaxtrain.checkpoint.manager import Checkpointer, CheckpointError
+from jaxtrain.checkpoint.resume import start_step
 from jaxtrain.cli import main
-from jaxtrain.config import validate
+from jaxtrain.config.loader import validate
 from jaxtrain.errors import ConfigError
-from jaxtrain.train.resume import start_step
 from jaxtrain.trainer import Trainer
 
 FOLDER = Path("/runs/a/checkpoints")

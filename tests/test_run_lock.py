@@ -18,9 +18,9 @@ import pytest
 from checkpoint_fixtures import CLI_OVERRIDES, small_config
 from conftest import REPO
 
-from jaxtrain import run_lock
 from jaxtrain.cli import main
-from jaxtrain.run_lock import LOCK_NAME, RunLock, RunLockError
+from jaxtrain.rundir import lock as run_lock
+from jaxtrain.rundir.lock import LOCK_NAME, RunLock, RunLockError
 from jaxtrain.trainer import Trainer
 
 DEVICES = jax.devices()[:1]
@@ -28,7 +28,7 @@ HOST = socket.gethostname()
 
 _HOLDER = """
 import sys, time
-from jaxtrain.run_lock import RunLock
+from jaxtrain.rundir.lock import RunLock
 lock = RunLock(sys.argv[1])
 lock.acquire()
 print("locked", flush=True)

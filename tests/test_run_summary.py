@@ -3,7 +3,7 @@
 import json
 
 from jaxtrain import __main__ as cli
-from jaxtrain.run_summary import build_report, duration, format_report, step_rate
+from jaxtrain.commands.runs import build_report, duration, format_report, step_rate
 
 
 def write_run(folder, steps_logged, total=100, seconds_per_step=2.0, checkpoints=()):

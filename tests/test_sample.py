@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 from conftest import REPO
 
-from jaxtrain import config as config_lib
 from jaxtrain.cli import main
+from jaxtrain.config import loader as config_lib
 from jaxtrain.models import ModelSpec, build_model
-from jaxtrain.sample import generate
+from jaxtrain.models.generation import generate
 from jaxtrain.trainer import Trainer
 
 SPEC = ModelSpec(

@@ -10,8 +10,8 @@ import training_helpers
 from ml_collections import ConfigDict
 from training_helpers import mesh_config as mesh_cfg
 
-from jaxtrain import sharding
 from jaxtrain.models import ModelSpec, build_model
+from jaxtrain.parallel import sharding
 from jaxtrain.train import state
 
 SPEC = ModelSpec(

@@ -15,8 +15,8 @@ from flax import nnx
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_config import hf_config_from_spec
 from jaxtrain.models import build_model
-from jaxtrain.models.presets import PRESETS, PUBLISHED_PARAMS, model_spec
-from jaxtrain.sample import generate
+from jaxtrain.models.generation import generate
+from jaxtrain.models.presets.registry import PRESETS, PUBLISHED_PARAMS, model_spec
 
 # Zebra-Llama has no transformers model to count against: tests/test_compat_linear.py counts it.
 SSM_PRESETS = sorted(
@@ -188,7 +188,7 @@ def test_flops_count_the_scan():
 
 
 def test_megatron_hybrid_allocation():
-    from jaxtrain.compat.megatron_mamba import allocate_layers
+    from jaxtrain.compat.megatron.mamba import allocate_layers
 
     # 2 attention among 8 Mamba: sections of 8/3, an attention sublayer where the running
     # remainder drops below 1/2.

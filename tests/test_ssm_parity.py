@@ -28,7 +28,7 @@ from parity_helpers import (  # noqa: E402
 
 from jaxtrain.interop.hf import load_hf_params, model_from_params  # noqa: E402
 from jaxtrain.interop.hf_config import spec_from_hf_config  # noqa: E402
-from jaxtrain.models.presets import model_spec  # noqa: E402
+from jaxtrain.models.presets.registry import model_spec  # noqa: E402
 
 VOCAB, SEQ = 96, 11
 _MAMBA2 = dict(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxtrain.models.ssm_scan import causal_conv, selective_scan, ssd_scan
+from jaxtrain.models.mixers.ssm_scan import causal_conv, selective_scan, ssd_scan
 
 LENGTH, CHUNK = 21, 4  # 21 tokens: five full chunks and a padded one
 SEGMENTS = np.array([[0] * 7 + [1] * 8 + [2] * 6, [3] * LENGTH])

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from jaxtrain import config as config_lib
-from jaxtrain.bench import _synthetic_batch
-from jaxtrain.checkpoint import CheckpointError
+from jaxtrain.checkpoint.manager import CheckpointError
+from jaxtrain.commands.bench import _synthetic_batch
+from jaxtrain.config import loader as config_lib
 from jaxtrain.data.errors import DataError
-from jaxtrain.metrics import read_jsonl
+from jaxtrain.rundir.metrics import read_jsonl
 from jaxtrain.trainer import Trainer, TrainingError
 
 

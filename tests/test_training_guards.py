@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from jaxtrain import config as config_lib
-from jaxtrain.checkpoint import Checkpointer
-from jaxtrain.metrics import read_jsonl
+from jaxtrain.checkpoint.manager import Checkpointer
+from jaxtrain.config import loader as config_lib
+from jaxtrain.rundir.metrics import read_jsonl
 from jaxtrain.train.step_timer import StepTimer
 from jaxtrain.trainer import Trainer, TrainingError
 

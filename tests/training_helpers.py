@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import ConfigDict
 
-from jaxtrain import sharding
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.parallel import sharding
 from jaxtrain.train import optimizer, state, step
 
 

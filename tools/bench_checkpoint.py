@@ -21,7 +21,7 @@ random values (nearly incompressible, like trained weights), on every local devi
   plain: numpy `tofile` of every array into one file + fsync, then `fromfile` after eviction
          into arrays kept until all are read;
   with --compare-reads, also the step's arrays read alone (no checksums), evicted, once through
-  jaxtrain's read (jaxtrain/checkpoint_read.py) and once through Orbax's standard handler,
+  jaxtrain's read (jaxtrain/checkpoint/read.py) and once through Orbax's standard handler,
   the first of the two alternating by round: the comparison of the two read paths.
 Both reads land on memory the process has not touched yet, as in a resumed run's new process:
 the heap's free pages are given back to the system first (glibc `malloc_trim`). Without that, a
@@ -40,7 +40,7 @@ GB are 10^9 bytes. Needs about 3x the state size in memory (the state, Orbax's h
 it writes, read buffers) and 2x on disk. The files go into a fresh subfolder of --dir (created
 when missing), removed afterwards with --dir itself when the tool created it; nothing else in
 --dir is touched. Run as a script it uses the malloc settings `python -m jaxtrain` trains with
-on CPUs (jaxtrain/host_malloc.py).
+on CPUs (jaxtrain/hardware/host_malloc.py).
 """
 
 from __future__ import annotations
@@ -65,13 +65,13 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
 
-from jaxtrain import config as config_lib  # noqa: E402
 from jaxtrain import run as run_lib  # noqa: E402
-from jaxtrain.checkpoint import Checkpointer  # noqa: E402
-from jaxtrain.checkpoint_items import state_handler  # noqa: E402
-from jaxtrain.checksums import checksums  # noqa: E402
-from jaxtrain.config import CHECKPOINT_COMPRESSIONS  # noqa: E402
-from jaxtrain.host_info import cpu_line, disk_line  # noqa: E402
+from jaxtrain.checkpoint.checksums import checksums  # noqa: E402
+from jaxtrain.checkpoint.items import state_handler  # noqa: E402
+from jaxtrain.checkpoint.manager import Checkpointer  # noqa: E402
+from jaxtrain.config import loader as config_lib  # noqa: E402
+from jaxtrain.config.loader import CHECKPOINT_COMPRESSIONS  # noqa: E402
+from jaxtrain.hardware.host_info import cpu_line, disk_line  # noqa: E402
 from jaxtrain.train import state as state_lib  # noqa: E402
 
 
@@ -146,7 +146,7 @@ def bench_config(args: argparse.Namespace) -> Any:
 
 def measure_step(cfg: Any) -> float:
     """Seconds of one train step of `cfg` (the Trainer's compiled step, after a warm-up)."""
-    from jaxtrain.bench import benchmark
+    from jaxtrain.commands.bench import benchmark
 
     return benchmark(cfg, steps=2, warmup=1, devices=jax.local_devices())["step_time_s"]
 
@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from jaxtrain.host_malloc import reexec_with_tuned_malloc
+    from jaxtrain.hardware.host_malloc import reexec_with_tuned_malloc
 
     reexec_with_tuned_malloc()  # the malloc settings a CPU training process runs with
     sys.exit(main())

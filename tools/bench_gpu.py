@@ -12,7 +12,7 @@ line per shape and a table, and finishes in a few minutes (compiles take most of
     python tools/bench_gpu.py --smoke         # tiny shapes, any backend: checks the script runs
 
 MFU is against the data-sheet dense bf16 peak of the device, or its fp8 peak for the fp8 runs
-(`jaxtrain.perf`); `--peak-tflops` overrides it for a device the table does not know. The fp8
+(`jaxtrain.hardware.peaks`); `--peak-tflops` overrides it for a device the table does not know. The fp8
 rows also give the step-time speed-up over the same shape in bf16 (on a CPU, or a GPU without
 float8 units, XLA emulates the types and fp8 is slower).
 """
@@ -34,8 +34,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=tr
 
 import jax  # noqa: E402
 
-from jaxtrain import bench  # noqa: E402
-from jaxtrain import config as config_lib  # noqa: E402
+from jaxtrain.commands import bench  # noqa: E402
+from jaxtrain.config import loader as config_lib  # noqa: E402
 
 # (name, config file, overrides): global batch x seq_len tokens per step, sized so weights, AdamW
 # state, remat residuals and the float32 [tokens, 128256] logits fit one H200 (141 GB) or MI300X

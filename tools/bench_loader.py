@@ -37,7 +37,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from jaxtrain.host_info import cpu_line, disk_line  # noqa: E402
+from jaxtrain.hardware.host_info import cpu_line, disk_line  # noqa: E402
 
 SHARD_TOKENS = 1 << 27  # 128M tokens per shard (256 MB of uint16)
 CHUNK_TOKENS = 1 << 24  # tokens generated and written per numpy call
@@ -173,7 +173,7 @@ def _rate(tokens_per_s: float) -> str:
 
 
 def _config(overrides: dict):
-    from jaxtrain.config import load_config
+    from jaxtrain.config.loader import load_config
 
     return load_config(os.path.join(os.path.dirname(_HERE), "configs", "base.py"), overrides)
 

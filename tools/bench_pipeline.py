@@ -3,7 +3,7 @@
     python tools/bench_pipeline.py --devices 8 --steps 5
     python tools/bench_pipeline.py --config configs/llama_debug.py --config.model.num_layers=16
 
-Every layout trains the same model on the same batch (`jaxtrain.bench`, synthetic tokens,
+Every layout trains the same model on the same batch (`jaxtrain.commands.bench`, synthetic tokens,
 warm-up steps excluded). Fake CPU devices share the host's cores, so a pipeline cannot be faster
 here: each iteration every stage computes, idle ones on placeholder activations, and the step
 takes about (R M + S - 1) / (R M) times the work of an FSDP step, plus the loop's overhead.
@@ -76,9 +76,10 @@ def main(argv: list[str]) -> int:
 
     import jax
 
-    from jaxtrain import bench, compat
-    from jaxtrain.config import micro_batch_size
-    from jaxtrain.models.pipeline import bubble_fraction
+    from jaxtrain import compat
+    from jaxtrain.commands import bench
+    from jaxtrain.config.loader import micro_batch_size
+    from jaxtrain.models.assembly.pipeline import bubble_fraction
 
     if jax.device_count() != args.devices:
         print(

@@ -38,9 +38,10 @@ sys.path.insert(0, str(REPO))  # runs from a clone without installing
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxtrain import backend, perf  # noqa: E402
-from jaxtrain import config as config_lib  # noqa: E402
-from jaxtrain.bench import _synthetic_batch  # noqa: E402
+from jaxtrain.commands.bench import _synthetic_batch  # noqa: E402
+from jaxtrain.config import loader as config_lib  # noqa: E402
+from jaxtrain.hardware import backend  # noqa: E402
+from jaxtrain.hardware import peaks as perf  # noqa: E402
 
 JAX_BF16, TORCH_BF16 = "jaxtrain bf16", "torch autocast bf16"
 # Instruction sets that decide a CPU's matmul speed, shown with every figure.
@@ -168,7 +169,7 @@ def main(argv: list[str]) -> int:
     import multiprocessing
 
     from jaxtrain.cli import split_overrides
-    from jaxtrain.host_malloc import reexec_with_tuned_malloc
+    from jaxtrain.hardware.host_malloc import reexec_with_tuned_malloc
 
     # The malloc settings `python -m jaxtrain` runs with on CPUs; the contenders' processes
     # inherit them, so torch gets them as well.

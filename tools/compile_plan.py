@@ -63,9 +63,10 @@ def main(argv: list[str]) -> int:
 
     import jax
 
-    from jaxtrain import compat, compile_plan
+    from jaxtrain import compat
     from jaxtrain.errors import ConfigError
-    from jaxtrain.sharding import MeshError
+    from jaxtrain.parallel.sharding import MeshError
+    from jaxtrain.planning import compile as compile_plan
 
     if jax.device_count() != args.devices:
         print(

@@ -31,10 +31,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxtrain import backend, bench  # noqa: E402
-from jaxtrain import config as config_lib  # noqa: E402
-from jaxtrain.models.attention import self_attention  # noqa: E402
-from jaxtrain.models.spec import ModelSpec  # noqa: E402
+from jaxtrain.commands import bench  # noqa: E402
+from jaxtrain.config import loader as config_lib  # noqa: E402
+from jaxtrain.hardware import backend  # noqa: E402
+from jaxtrain.models.mixers.attention import self_attention  # noqa: E402
+from jaxtrain.models.spec.hyperparameters import ModelSpec  # noqa: E402
 
 # Relative error allowed against the float32 reference.
 ATTENTION_TOLERANCE = 2e-2  # bf16 inputs and outputs, float32 accumulation

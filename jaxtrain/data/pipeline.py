@@ -38,7 +38,7 @@ import grain
 import numpy as np
 from ml_collections import ConfigDict
 
-from jaxtrain.config import split_paths
+from jaxtrain.config.loader import split_paths
 from jaxtrain.data.batches import BatchPlan, RowSource, epoch_stream, process_batches
 from jaxtrain.data.datatrove import find_shards, warn_if_no_eos
 from jaxtrain.data.documents import DocumentOptions

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ml_collections import ConfigDict
 
-from jaxtrain.config import split_paths
+from jaxtrain.config.loader import split_paths
 from jaxtrain.data.demo_corpus import build_demo_data
 from jaxtrain.errors import ConfigError
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ml_collections import ConfigDict
 
-from jaxtrain.config import split_paths
+from jaxtrain.config.loader import split_paths
 
 # Settings that decide which windows a batch number reads. Synthetic data ignores the first group.
 SHARD_KEYS = ("data.paths", "data.weights", "data.split", "data.windowing", "data.shuffle")

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxtrain.config import split_paths
+from jaxtrain.config.loader import split_paths
 from jaxtrain.data.datatrove import find_shards, warn_if_no_eos
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.megatron import megatron_files

@@ -32,9 +32,9 @@ from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_config import hf_config_from_spec, spec_from_hf_config
 from jaxtrain.interop.hf_layout import check_expert_layout, is_extra_layer
 from jaxtrain.interop.hf_tensor_maps import TensorMap, tensor_maps
-from jaxtrain.models.decoder import Decoder
-from jaxtrain.models.moe import RouterBias
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.assembly.decoder import Decoder
+from jaxtrain.models.feedforward.moe import RouterBias
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"

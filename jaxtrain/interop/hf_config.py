@@ -28,7 +28,7 @@ from jaxtrain.interop.hf_deepseek import (
 from jaxtrain.interop.hf_gpt_oss import check_gpt_oss_expressible, gpt_oss_config, gpt_oss_fields
 from jaxtrain.interop.hf_llama4 import check_llama4_expressible, llama4_config, llama4_fields
 from jaxtrain.interop.hf_ssm import SSM_ARCHITECTURES, SSM_FAMILIES, ssm_config, ssm_fields
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 # Families whose keys live in their own module: (read fields, check a spec, write keys).
 _FAMILY_KEYS = {

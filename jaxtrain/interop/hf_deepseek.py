@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxtrain.errors import ConfigError
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 DEEPSEEK_FAMILIES = ("deepseek_v2", "deepseek_v3")
 _V2_METHODS = ("greedy", "group_limited_greedy")

@@ -14,8 +14,8 @@ from typing import Any
 
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_layout import require_settings
-from jaxtrain.models.layer_pattern import is_global_layer
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.models.spec.layer_pattern import is_global_layer
 
 
 def global_step(types: list[str], global_type: str, where: str, key: str = "layer_types") -> int:

@@ -8,8 +8,8 @@ import re
 from collections.abc import Callable, Iterable
 
 from jaxtrain.errors import ConfigError
-from jaxtrain.models.layer_pattern import moe_layer_indices
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.models.spec.layer_pattern import moe_layer_indices
 
 # Per-expert tensors: decoders' `model.layers.{i}.mlp.experts.{e}.`, Nemotron-H's
 # `backbone.layers.{i}.mixer.experts.{e}.`.

@@ -18,8 +18,8 @@ from typing import Any
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_gpt_oss import global_step
 from jaxtrain.interop.hf_layout import require_settings
-from jaxtrain.models.layer_pattern import is_global_layer, moe_layer_indices
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.models.spec.layer_pattern import is_global_layer, moe_layer_indices
 
 
 def llama4_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 (`MambaForCausalLM`), Mamba-2 (`Mamba2ForCausalLM`) and Nemotron-H hybrids
 (`NemotronHForCausalLM`, Megatron's hybrid pattern as `hybrid_override_pattern`).
 
-jaxtrain holds these models' sublayers in `blocks.s{j}` stacks (`jaxtrain.models.hybrid`):
+jaxtrain holds these models' sublayers in `blocks.s{j}` stacks (`jaxtrain.models.assembly.hybrid`):
 checkpoint layer i is slot i // period of stack i % period. The tensor table is returned as
 plain rows for `jaxtrain.interop.hf_tensor_maps.tensor_maps` to wrap.
 """
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxtrain.errors import ConfigError
-from jaxtrain.models.block_pattern import (
+from jaxtrain.models.spec.block_pattern import (
     NO_ATTENTION,
     conv_channels,
     period,
@@ -22,7 +22,7 @@ from jaxtrain.models.block_pattern import (
     ssm_heads,
     ssm_inner,
 )
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 # Architecture -> (spec family, transformers model_type).
 SSM_ARCHITECTURES = {

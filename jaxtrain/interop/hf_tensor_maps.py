@@ -17,8 +17,8 @@ import numpy as np
 
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_ssm import SSM_FAMILIES, ssm_tensor_rows
-from jaxtrain.models.layer_pattern import stack_layer_indices
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.models.spec.layer_pattern import stack_layer_indices
 
 
 @dataclasses.dataclass(frozen=True)

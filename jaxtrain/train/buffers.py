@@ -5,7 +5,7 @@ The train state's `params` is the model's whole state as a pure dict (what `nnx.
 and what checkpoints save and restore); the optimizer state is built over, and updates only,
 its `nnx.Param` leaves. The train step sets the buffers itself: the expert bias from the step's
 expert load, each amax history to what the backward pass returned as its gradient
-(`jaxtrain.models.fp8`).
+(`jaxtrain.models.layers.fp8`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxtrain.models.fp8 import Fp8Amax
-from jaxtrain.models.moe import RouterBias, updated_router_bias
+from jaxtrain.models.feedforward.moe import RouterBias, updated_router_bias
+from jaxtrain.models.layers.fp8 import Fp8Amax
 
 
 def split(graphdef: nnx.GraphDef, params: Any) -> tuple[dict, dict]:

@@ -32,8 +32,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxtrain import sharding
-from jaxtrain.models.products import backward_operands, float32_operands
+from jaxtrain.models.layers.products import backward_operands, float32_operands
+from jaxtrain.parallel import sharding
 from jaxtrain.train.cross_entropy import logits_gradient
 
 _LOGITS_AXES = ("activation_batch", "activation_length", "activation_vocab")

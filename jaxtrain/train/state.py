@@ -16,9 +16,9 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxtrain import sharding
-from jaxtrain.models.decoder import Decoder
-from jaxtrain.models.spec import ModelSpec
+from jaxtrain.models.assembly.decoder import Decoder
+from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.parallel import sharding
 from jaxtrain.train import buffers
 
 

@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from jaxtrain import sharding
-from jaxtrain.models import fp8
-from jaxtrain.models.moe import MOE_METRICS, moe_losses
+from jaxtrain.models.feedforward.moe import MOE_METRICS, moe_losses
+from jaxtrain.models.layers import fp8
+from jaxtrain.parallel import sharding
 from jaxtrain.train import buffers
 from jaxtrain.train.chunked_loss import head_losses
 from jaxtrain.train.cross_entropy import cross_entropy_and_log_z
@@ -131,7 +131,7 @@ def train_step(
     # Gradients of the summed loss, normalised once by the step's token count: the same
     # update whatever the micro batching.
     denom = jnp.maximum(aux["tokens"], 1.0)
-    # fp8 amax histories come back in place of their gradients (jaxtrain.models.fp8).
+    # fp8 amax histories come back in place of their gradients (jaxtrain.models.layers.fp8).
     fp8_amax = buffers.fp8_histories(graphdef, grads)
     grads = jax.tree.map(lambda g, p: (g / denom).astype(p.dtype), grads, params)
     # The optimizer sees only nnx.Params; buffers (the aux-free expert bias) follow the load.

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 from jax.experimental import multihost_utils
 
-from jaxtrain import distributed
+from jaxtrain.parallel import distributed
 
 
 def _coordinated() -> bool:

@@ -1,0 +1,135 @@
+"""Training-step benchmark: tokens/s, step time, achieved FLOP/s, MFU, compile time and memory.
+
+Times the real jitted train step of any config on a fixed device-resident batch (so the data
+pipeline is not measured; `tools/bench_loader.py` measures that), after warm-up steps.
+
+    python -m jaxtrain bench --config configs/llama3_8b.py --steps 10 --config.model.num_layers=4
+
+FLOPs per token are `ModelSpec.flops_per_token`: 6 x matmul parameters (output projection
+included, embedding gather excluded) + 3 x causal attention (2 x 2 x layers x heads x head_dim x
+seq_len / 2). MFU divides achieved FLOP/s by the peak of `jaxtrain.hardware.peaks.peak_flops`: a data-sheet
+figure for known GPUs (their fp8 peak for `model.quantization="fp8"`), `train.peak_flops` when
+set, or a measured float32 matmul rate on CPUs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import numpy as np
+from ml_collections import ConfigDict
+
+from jaxtrain.hardware import peaks as perf
+
+# A Llama shape any CPU trains in seconds: the GPU tools' `--smoke` runs (tools/bench_gpu.py,
+# tools/gpu_parity.py) take it to check their code path anywhere.
+TINY_SHAPE = [
+    "--config.model.num_layers=1",
+    "--config.model.hidden_size=64",
+    "--config.model.num_heads=4",
+    "--config.model.num_kv_heads=2",
+    "--config.model.head_dim=16",
+    "--config.model.intermediate_size=128",
+    "--config.model.vocab_size=512",
+    "--config.train.seq_len=64",
+    "--config.train.global_batch_size=2",
+]
+
+
+def _synthetic_batch(cfg: ConfigDict, vocab_size: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(cfg.run.seed)
+    b, l = cfg.train.global_batch_size // jax.process_count(), cfg.train.seq_len
+    tokens = rng.integers(0, vocab_size, (b, l + 1), dtype=np.int64).astype(np.int32)
+    return {
+        "inputs": tokens[:, :-1],
+        "targets": tokens[:, 1:],
+        "loss_mask": np.ones((b, l), np.float32),
+    }
+
+
+@contextlib.contextmanager
+def synthetic_trainer(
+    cfg: ConfigDict, steps: int, devices: list[Any] | None = None
+) -> Iterator[Any]:
+    """A Trainer of a copy of `cfg` on synthetic data, in a temporary run folder, for at least
+    `steps` steps: no data preparation, evaluation or resume. Closed and removed on exit."""
+    from jaxtrain.trainer import Trainer
+
+    cfg = ConfigDict(cfg.to_dict())
+    with tempfile.TemporaryDirectory() as run_dir:
+        cfg.run.dir = run_dir
+        cfg.data.kind = "synthetic"
+        cfg.data.prepare = ""
+        cfg.train.eval_every = 0
+        cfg.checkpoint.resume = False
+        cfg.train.steps = max(cfg.train.steps, steps)
+        trainer = Trainer(cfg, devices=devices, console=False)
+        try:
+            yield trainer
+        finally:
+            trainer.close()
+
+
+def benchmark(
+    cfg: ConfigDict, steps: int = 10, warmup: int = 2, devices: list[Any] | None = None
+) -> dict[str, float]:
+    """Compiles and times `steps` train steps after `warmup` ones; returns the figures."""
+    with synthetic_trainer(cfg, steps + warmup + 1, devices) as trainer:
+        return _time_steps(trainer, steps, warmup)
+
+
+def _time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
+    cfg, spec = trainer.cfg, trainer.spec
+    with trainer._mesh_context():
+        batch = trainer._to_global(_synthetic_batch(cfg, spec.vocab_size))
+        compiled, compile_s = trainer.compiled_step, trainer.compile_s
+        state = trainer.state
+        for _ in range(warmup):
+            state, metrics = compiled(state, batch)
+        jax.block_until_ready(metrics)
+        start = time.perf_counter()
+        for _ in range(steps):
+            state, metrics = compiled(state, batch)
+        jax.block_until_ready(metrics)
+        elapsed = time.perf_counter() - start
+        trainer.state = state
+    tokens = cfg.train.global_batch_size * cfg.train.seq_len * steps
+    tokens_per_s = tokens / elapsed
+    flops_per_s = spec.flops_per_token(cfg.train.seq_len) * tokens_per_s
+    total_peak, peak_source = perf.mesh_peak_flops(
+        cfg.train.peak_flops, trainer.mesh.devices.size, fp8=spec.quantization == "fp8"
+    )
+    memory = compiled.memory_analysis()
+    temp_bytes = float(getattr(memory, "temp_size_in_bytes", 0) or 0)
+    return {
+        "tokens_per_s": tokens_per_s,
+        "step_time_s": elapsed / steps,
+        "flops_per_token": spec.flops_per_token(cfg.train.seq_len),
+        "achieved_flops_per_s": flops_per_s,
+        "peak_flops_per_s": total_peak,
+        "peak_source": peak_source,
+        "mfu": flops_per_s / total_peak,
+        "compile_s": compile_s,
+        "temp_memory_gb": temp_bytes / 1e9,
+        "host_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+        "num_params": float(trainer.num_params),
+        "devices": float(trainer.mesh.devices.size),
+    }
+
+
+def format_report(name: str, figures: dict[str, Any]) -> str:
+    """One readable block of figures."""
+    f = figures
+    return (
+        f"{name}: {f['tokens_per_s']:,.0f} tokens/s, step {f['step_time_s'] * 1e3:.1f} ms, "
+        f"{f['achieved_flops_per_s'] / 1e9:,.1f} GFLOP/s achieved, MFU {f['mfu']:.1%} of "
+        f"{f['peak_flops_per_s'] / 1e9:,.1f} GFLOP/s ({f['peak_source']}), compile "
+        f"{f['compile_s']:.1f} s, step temp memory {f['temp_memory_gb']:.2f} GB, "
+        f"{f['num_params'] / 1e6:,.1f}M params on {int(f['devices'])} device(s)"
+    )

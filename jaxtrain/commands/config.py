@@ -1,0 +1,135 @@
+"""What `python -m jaxtrain config FILE` reports: the config as it resolves, the figures worth
+checking before a run (parameters, tokens per step, accumulation, the mesh, the train state per
+device) and, for a config of another stack, what became of every source key.
+
+Nothing is compiled or allocated: the figures come from the model spec, the mesh sizes and the
+state layout's partition specs, so a 64-device plan can be checked on a laptop (`--devices 64
+--hosts 8`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from ml_collections import ConfigDict
+
+from jaxtrain import compat, run
+from jaxtrain.compat.common.report import KeyReport
+from jaxtrain.config import loader as config_lib
+from jaxtrain.config import mesh_check
+from jaxtrain.parallel import sharding
+from jaxtrain.planning import memory as memory_plan
+from jaxtrain.planning.devices import mesh_shape, plan_devices
+
+
+def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
+    """Figures worth checking before a run, on `devices` devices over `hosts` hosts."""
+    spec = run.validate(cfg, check_data=False)
+    figures: dict[str, Any] = {
+        "num_params": spec.num_params(),
+        "num_active_params": spec.num_active_params(),  # top-k experts only (all when dense)
+        "tokens_per_step": cfg.train.global_batch_size * cfg.train.seq_len,
+        "grad_accumulation_steps": cfg.train.global_batch_size // config_lib.micro_batch_size(cfg),
+        "flops_per_token": spec.flops_per_token(cfg.train.seq_len),
+        "devices": devices,
+        "hosts": hosts,
+    }
+    try:
+        figures["mesh"] = mesh_shape(cfg, devices, hosts)
+    except ValueError as e:
+        figures["mesh"] = f"does not fit: {e}"
+        return figures
+    if figures["mesh"]["pipeline"] > 1:
+        figures["pipeline"] = mesh_check.pipeline_summary(
+            spec,
+            figures["mesh"],
+            dict(sharding.RULE_PRESETS.get(cfg.mesh.rules, ())),
+            micro_batch=config_lib.micro_batch_size(cfg),
+            schedule=mesh_check.pipeline_schedule(cfg),
+            mesh_cfg=cfg.mesh,
+        )
+    plan, axis_sizes = memory_plan.plan_for_mesh(cfg, devices, hosts)
+    figures["memory_per_device"] = memory_plan.describe_state(plan, axis_sizes)
+    figures["state_bytes_per_device"] = {
+        "parameters": plan.params,
+        "optimizer_state": plan.optimizer,
+        "gradients": plan.params,
+        "batch": plan.batch,
+    }
+    return figures
+
+
+@dataclasses.dataclass
+class ConfigReport:
+    """A resolved config, its derived figures and (foreign files) the key report."""
+
+    cfg: ConfigDict
+    derived: dict[str, Any]
+    keys: KeyReport | None = None
+
+    @property
+    def unsupported(self) -> list[Any]:
+        """The source keys training would refuse."""
+        return self.keys.by_status("unsupported") if self.keys is not None else []
+
+    def to_json(self) -> dict[str, Any]:
+        """One JSON object: config, derived, unsupported and, for a foreign file, report."""
+        payload = {
+            "config": self.cfg.to_dict(),
+            "derived": self.derived,
+            "unsupported": [e.to_json() for e in self.unsupported],
+        }
+        if self.keys is not None:
+            payload["report"] = self.keys.to_json()
+        return payload
+
+    def text(self) -> str:
+        """The config, then `# key: value` lines, then the key table."""
+        lines = [str(self.cfg).rstrip()]
+        for key, value in self.derived.items():
+            shown = (
+                f"{value:,}"
+                if isinstance(value, int)
+                else (f"{value:.4g}" if isinstance(value, float) else value)
+            )
+            lines.append(f"# {key}: {shown}")
+        if self.keys is not None:
+            lines.append(self.keys.table())
+        if self.unsupported:
+            lines.append(
+                f"# {len(self.unsupported)} unsupported key(s) (listed first above): "
+                "training refuses this config unless --allow-unsupported."
+            )
+        return "\n".join(lines)
+
+
+def build(
+    path: str,
+    overrides: Sequence[str] = (),
+    native: Sequence[str] = (),
+    *,
+    devices: int | None = None,
+    hosts: int | None = None,
+    primus_root: str | None = None,
+    maxtext_root: str | None = None,
+) -> ConfigReport:
+    """The report of one config file, planned for `devices` over `hosts` when given, else for
+    the layout a foreign file's launch names, else for this host (see `device_plan`)."""
+    keys = None
+    if compat.is_foreign(path):
+        cfg, keys = compat.load_foreign(
+            path,
+            list(overrides),
+            native_overrides=list(native),
+            allow_unsupported=True,
+            primus_root=primus_root,
+            maxtext_root=maxtext_root,
+        )
+    else:
+        cfg = compat.load_config_file(path, list(overrides), native_overrides=list(native))
+    # This host's devices, unless --devices/--hosts or the file's launch name others.
+    plan = plan_devices(devices, hosts, keys)
+    figures = derived(cfg, plan.devices, plan.hosts)
+    return ConfigReport(cfg, {**figures, **plan.figures(cfg)}, keys)

@@ -1,0 +1,64 @@
+"""Exporting a trained run: `python -m jaxtrain export --run DIR [--step N] --to hf OUT`.
+
+Only the parameters of the checkpoint are read (a partial Orbax restore onto the devices here,
+whatever mesh the run trained on), then written tensor by tensor as a Hugging Face folder that
+`transformers.AutoModelForCausalLM.from_pretrained(OUT)` loads, with the run's tokenizer files
+(`data.tokenizer`) beside them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from jaxtrain.checkpoint.saved_run import restore_params
+from jaxtrain.data.text_inputs import eos_id_from_tokenizer
+from jaxtrain.interop.hf import save_hf_checkpoint
+from jaxtrain.train import buffers
+from jaxtrain.train.state import count_params
+
+FORMATS = ("hf",)
+
+
+def export_hf(
+    run_dir: str | Path,
+    out: str | Path,
+    step: int | None = None,
+    *,
+    dtype: str | None = None,
+    max_shard_bytes: int = 5 * 10**9,
+) -> Path:
+    """Writes checkpoint `step` (latest by default) of a run as a Hugging Face folder.
+
+    `dtype` is the stored weight dtype (default: the run's `model.param_dtype`). Prints one
+    line saying what was written. Peak host memory is one stacked parameter plus one
+    safetensors shard (`max_shard_bytes`).
+    """
+    restored = restore_params(run_dir, step)
+    weights = buffers.weights(restored.layout.graphdef, restored.params)  # no fp8 amax history
+    tokenizer = restored.cfg.data.get("tokenizer", "") or None
+    extra = {}
+    if tokenizer and not Path(tokenizer).is_dir():
+        print(
+            f"export: warning: the run's tokenizer {tokenizer} is not here; exporting "
+            "weights and config only",
+            file=sys.stderr,
+        )
+        tokenizer = None
+    if tokenizer and (eos := eos_id_from_tokenizer(tokenizer)) is not None:
+        extra["eos_token_id"] = eos
+    out = save_hf_checkpoint(
+        restored.spec,
+        weights,
+        out,
+        tokenizer_dir=tokenizer,
+        max_shard_bytes=max_shard_bytes,
+        dtype=dtype,
+        config_extra=extra,
+    )
+    print(
+        f"exported step {restored.step} of {run_dir} ({restored.spec.family}, "
+        f"{count_params(weights):,} params) to {out}"
+        f"{' with the tokenizer of ' + tokenizer if tokenizer else ''}"
+    )
+    return out

@@ -1,0 +1,5 @@
+"""Megatron-LM arguments (a Primus `framework: megatron` module) -> jaxtrain settings."""
+
+from jaxtrain._moved import forward_old_names
+
+__getattr__ = forward_old_names(__name__)

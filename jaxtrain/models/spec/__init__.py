@@ -1,0 +1,7 @@
+"""A model's hyperparameters (`hyperparameters.ModelSpec`) and what follows from them before any
+model code runs: their checks, parameter counts and FLOPs, and the per-layer patterns.
+"""
+
+from jaxtrain._moved import forward_old_names
+
+__getattr__ = forward_old_names(__name__)
