@@ -46,7 +46,6 @@ MOVED = {
     "jaxtrain.plot": "jaxtrain.commands.plot",
     "jaxtrain.bench": "jaxtrain.commands.bench",
     "jaxtrain.interop.convert": "jaxtrain.commands.convert",
-    "jaxtrain.sample": "jaxtrain.models.generation",
     "jaxtrain.models.spec": "jaxtrain.models.spec.hyperparameters",
     "jaxtrain.models.spec_checks": "jaxtrain.models.spec.checks",
     "jaxtrain.models.block_sizes": "jaxtrain.models.spec.block_sizes",
@@ -101,18 +100,20 @@ MOVED = {
     "jaxtrain.compat.hf_json": "jaxtrain.compat.huggingface.adapter",
 }
 
+# Old module paths that are now names of the public API, so they cannot import a module.
+RENAMED_TO_API = {
+    "jaxtrain.sample": "jaxtrain.sample is now the function jaxtrain.sample(trainer_or_run_dir, "
+    "prompt, ...); the generation module it named moved to jaxtrain.models.generation",
+}
+
 
 def _warn(old: str, new: str) -> None:
-    # The warning points at the user's import line, not at the import machinery or this module.
-    frame, level = sys._getframe(1), 1
-    while frame is not None and (
-        frame.f_code.co_filename == __file__ or frame.f_code.co_filename.startswith("<frozen")
-    ):
-        frame, level = frame.f_back, level + 1
+    # stacklevel 3 is the frame past this module's caller; warnings.warn itself skips the import
+    # machinery's frames, so the warning names the user's import line.
     warnings.warn(
         f"{old} moved to {new}; import it from there (the old path goes in the next release)",
         DeprecationWarning,
-        stacklevel=level,
+        stacklevel=3,
     )
 
 
@@ -131,6 +132,8 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
     """Finds an old module path (asked only after the real finders found nothing there)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None):
+        if fullname in RENAMED_TO_API:
+            raise ImportError(RENAMED_TO_API[fullname], name=fullname)
         if fullname not in MOVED:
             return None
         return importlib.machinery.ModuleSpec(fullname, _MovedModuleLoader())

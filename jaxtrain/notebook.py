@@ -1,11 +1,11 @@
 """Notebook helpers over the objects the command line uses: no second code path.
 
+    import jaxtrain
     from jaxtrain import notebook as jt
-    from jaxtrain.trainer import Trainer
 
-    cfg = jt.load_config("configs/demo.py", train__steps=30)   # or a preset: "llama-debug"
+    cfg = jaxtrain.load_config("configs/demo.py", train__steps=30)  # or a name: "llama-debug"
     jt.prepare_data(cfg)               # builds the demo corpus on first use (data.prepare)
-    trainer = Trainer(cfg)
+    trainer = jaxtrain.Trainer(cfg)
     jt.param_table(trainer)            # path, shape, dtype, logical axes, mesh spec, count
     jt.peek_batch(trainer)["text"]     # the next training batch as text; the stream is untouched
     trainer.run(10)
@@ -43,26 +43,17 @@ def _overrides(mapping: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> 
 def load_config(
     path_or_preset: str | Path, overrides: Mapping[str, Any] | None = None, /, **kwargs: Any
 ):
-    """A locked config from a `.py` file or a model preset name, with overrides applied.
+    """A locked config from a file, a shipped config's name or a preset name, with overrides.
 
-    `path_or_preset` is a config file (`configs/demo.py`, optionally `file.py:arg`) or a preset
-    name such as "llama-debug", which gives configs/base.py with that model. Overrides are a
-    {"train.steps": 30} mapping and/or keyword arguments with `__` for the dots
+    The name means what it means to `python -m jaxtrain --config NAME`: "llama2-7b",
+    "llama2_7b" and "llama2_7b.py" all give the shipped configs/llama2_7b.py; a path gives that
+    file (a jaxtrain `.py` config, optionally `file.py:arg`, or a config of another stack).
+    Overrides are a {"train.steps": 30} mapping and/or keyword arguments with `__` for the dots
     (`train__steps=30`); keyword arguments win. Unknown keys raise ConfigError, as on the CLI.
     """
     from jaxtrain import compat
-    from jaxtrain.config import loader as config_lib
-    from jaxtrain.models.presets.registry import PRESETS, model_config
 
-    spec = str(path_or_preset)
-    values = _overrides(overrides, kwargs)
-    if spec in PRESETS and not Path(spec).exists():
-        cfg = config_lib.load_py_config(str(config_lib.packaged_configs() / "base.py"))
-        with cfg.unlocked():
-            cfg.model = model_config(spec)
-        cfg.run.name = spec
-        return config_lib.apply_overrides(cfg, values)
-    return compat.load_config_file(spec, values)
+    return compat.load_config_file(str(path_or_preset), _overrides(overrides, kwargs))
 
 
 @dataclasses.dataclass(frozen=True)
