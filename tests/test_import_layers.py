@@ -1,4 +1,5 @@
-"""The package's modules import downward only: no import cycle, counting the imports made inside
+"""The package's modules import downward only: no import cycle, and each package imports only the
+packages below it in the layer order of docs/architecture.md, counting the imports made inside
 functions too (so none can hide one)."""
 
 from __future__ import annotations
@@ -65,14 +66,75 @@ def test_no_import_cycle():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-def test_the_bottom_layers_import_nothing_above_them():
+# Bottom to top: a unit may import only the units before it in its list. A unit is a module at
+# the top of its package or a subpackage (with everything inside it). docs/architecture.md has
+# the same order with what each unit is for.
+LAYERS = {
+    "jaxtrain": [
+        "errors",
+        "_moved",
+        "hardware",
+        "parallel",
+        "rundir",
+        "models",
+        "configs",
+        "config",
+        "data",
+        "interop",
+        "train",
+        "compat",
+        "run",
+        "checkpoint",
+        "planning",
+        "trainer",
+        "notebook",
+        "commands",
+        "cli",
+        "__main__",
+    ],
+    "jaxtrain.models": [
+        "spec",
+        "layers",
+        "mixers",
+        "feedforward",
+        "assembly",
+        "presets",
+        "generation",
+    ],
+}
+
+
+def _unit(module: str, package: str) -> str | None:
+    """The unit of `package` that holds `module`, or None when it lies outside the package."""
+    if not module.startswith(package + "."):
+        return None
+    return module[len(package) + 1 :].split(".")[0]
+
+
+def test_each_package_imports_only_the_layers_below_it():
     files = module_files()
     known = set(files)
-    assert imports_of(files["jaxtrain.errors"], "jaxtrain.errors", known) == set()
-    config_imports = imports_of(files["jaxtrain.config.loader"], "jaxtrain.config.loader", known)
-    assert config_imports <= {
-        "jaxtrain.errors",
-        "jaxtrain.config.ranges",
-        "jaxtrain.configs",
-        "jaxtrain.models.spec.hyperparameters",
-    }, config_imports
+    wrong = []
+    for package, order in LAYERS.items():
+        units = {_unit(name, package) for name in files if _unit(name, package) is not None}
+        # Every unit has its place, so a new package or module cannot escape the check.
+        assert units == set(order), (package, sorted(units ^ set(order)))
+        for name, path in files.items():
+            unit = _unit(name, package)
+            if unit is None:
+                continue
+            for imported in imports_of(path, name, known):
+                target = _unit(imported, package)
+                if (
+                    target is not None
+                    and target != unit
+                    and order.index(target) > order.index(unit)
+                ):
+                    wrong.append(f"{name} imports {imported} ({package}: {unit} < {target})")
+    assert not wrong, "imports that run back up the layers:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_package_root_imports_only_what_it_offers():
+    files = module_files()
+    imported = imports_of(files["jaxtrain"], "jaxtrain", set(files))
+    assert imported == {"jaxtrain._moved"}, imported  # the public API is imported on first use

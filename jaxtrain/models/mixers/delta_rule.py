@@ -156,19 +156,3 @@ def chunked_delta_rule(
     state_BHKV, o_NBHCV = jax.lax.scan(step, state_BHKV.astype(_F32), xs)
     o_BLHV = jnp.transpose(o_NBHCV, (1, 0, 3, 2, 4)).reshape(b, -1, h, vd)[:, :l]
     return o_BLHV, state_BHKV
-
-
-def flops_per_token(
-    heads: int, key_dim: int, value_dim: int, chunk: int, per_channel: bool
-) -> float:
-    """Forward FLOPs per token of `chunked_delta_rule` for `heads` value heads.
-
-    Per chunk and head: the [C, C] key-key and query-key products (2 C^2 K each; the per-channel
-    decay adds a multiply per term, counted as 1 C^2 K more each), the two triangular solves
-    (C^2 (V + K)), the reads of the carried state by w and q and the write of the new one
-    (2 C K V each), and the intra-chunk output (2 C^2 V). Divided by C for a per-token figure;
-    the causal masks' zeros are counted, as the dense products compute them.
-    """
-    c, kd, vd = chunk, key_dim, value_dim
-    square = (4 + (2 if per_channel else 0)) * c * kd + c * (vd + kd) + 2 * c * vd
-    return float(heads * (square + 6 * kd * vd))

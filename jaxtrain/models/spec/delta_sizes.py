@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxtrain.models.mixers import delta_rule
-
 GDN_DEFAULT_CHUNK = 64
 # KDA's within-chunk decays are [C, C, K] per head (one per key channel), so its chunks are
 # shorter than Gated DeltaNet's: C = 16 keeps that tensor at 16 K floats per token and head.
@@ -72,7 +70,7 @@ def kda_flops_per_token(spec: Any) -> float:
 
 def _flops(spec: Any, matmul_params: int, default_chunk: int, per_channel: bool) -> float:
     """6 x the projection weights + 3 x the forward FLOPs of the chunked delta rule."""
-    kernel = delta_rule.flops_per_token(
+    kernel = chunked_rule_flops_per_token(
         spec.linear_num_value_heads,
         spec.linear_key_head_dim,
         spec.linear_value_head_dim,
@@ -80,3 +78,19 @@ def _flops(spec: Any, matmul_params: int, default_chunk: int, per_channel: bool)
         per_channel=per_channel,
     )
     return 6.0 * matmul_params + 3.0 * kernel
+
+
+def chunked_rule_flops_per_token(
+    heads: int, key_dim: int, value_dim: int, chunk: int, per_channel: bool
+) -> float:
+    """Forward FLOPs per token of `mixers.delta_rule.chunked_delta_rule` for `heads` value heads.
+
+    Per chunk and head: the [C, C] key-key and query-key products (2 C^2 K each; the per-channel
+    decay adds a multiply per term, counted as 1 C^2 K more each), the two triangular solves
+    (C^2 (V + K)), the reads of the carried state by w and q and the write of the new one
+    (2 C K V each), and the intra-chunk output (2 C^2 V). Divided by C for a per-token figure;
+    the causal masks' zeros are counted, as the dense products compute them.
+    """
+    c, kd, vd = chunk, key_dim, value_dim
+    square = (4 + (2 if per_channel else 0)) * c * kd + c * (vd + kd) + 2 * c * vd
+    return float(heads * (square + 6 * kd * vd))
