@@ -73,6 +73,8 @@ LAYERS = {
     "jaxtrain": [
         "errors",
         "_moved",
+        "trace_context",
+        "step_folders",
         "hardware",
         "parallel",
         "rundir",

@@ -40,6 +40,7 @@ from typing import Any
 
 import jax
 
+from jaxtrain import trace_context
 from jaxtrain.errors import ConfigError
 
 # CPU instruction sets that multiply bfloat16 with float32 accumulation in hardware.
@@ -247,12 +248,9 @@ def from_config(section: Mapping[str, Any] | None) -> Backend:
     return chosen
 
 
-_INSTALLED: list[Backend] = []
-
-
 def current() -> Backend:
-    """The backend model code traces for: the installed one, else this machine's."""
-    return _INSTALLED[-1] if _INSTALLED else _detected()
+    """The backend model code traces for: the one `use` put in force, else this machine's."""
+    return trace_context.current().backend or _detected()
 
 
 @functools.cache
@@ -263,8 +261,5 @@ def _detected() -> Backend:
 @contextlib.contextmanager
 def use(backend: Backend) -> Iterator[Backend]:
     """Makes `current()` return `backend` while tracing inside the block."""
-    _INSTALLED.append(backend)
-    try:
+    with trace_context.use(backend=backend):
         yield backend
-    finally:
-        _INSTALLED.pop()

@@ -17,6 +17,7 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxtrain import trace_context
 from jaxtrain.errors import JaxtrainError
 
 # Slowest-changing first: `data` spans hosts best, `tensor` needs the fastest links. `pipeline`
@@ -174,28 +175,23 @@ def mesh_shape(mesh: Mesh) -> dict[str, int]:
     return dict(zip(mesh.axis_names, mesh.devices.shape))
 
 
-# The rules and mesh in force while tracing the model; `constrain` is a no-op outside them.
-_active: list[tuple[Mesh, dict[str, Any]]] = []
-
-
 @contextlib.contextmanager
 def use_mesh(mesh: Mesh, rules: Sequence[tuple[str, Any]]) -> Iterator[None]:
-    """Makes `constrain` and `logical_spec` use this mesh and rule table."""
-    _active.append((mesh, dict(rules)))
-    try:
+    """Makes `constrain` and `logical_spec` use this mesh and rule table while tracing."""
+    with trace_context.use(mesh=mesh, rules=dict(rules)):
         yield
-    finally:
-        _active.pop()
 
 
 def active_mesh() -> tuple[Mesh, dict[str, Any]] | None:
     """The (mesh, rule table) `use_mesh` put in force, or None outside it."""
-    return _active[-1] if _active else None
+    context = trace_context.current()
+    return None if context.mesh is None else (context.mesh, context.rules)
 
 
 def axis_size(axis: str) -> int:
     """The size of a mesh axis of the active mesh (1 outside `use_mesh`)."""
-    return mesh_shape(_active[-1][0]).get(axis, 1) if _active else 1
+    active = active_mesh()
+    return mesh_shape(active[0]).get(axis, 1) if active else 1
 
 
 def without_axis(
@@ -240,17 +236,19 @@ def logical_spec(axes: Sequence[str | None], rules: dict[str, Any]) -> Partition
 
 def logical_size(name: str) -> int:
     """How many shards the active rules split a logical axis into (1 outside `use_mesh`)."""
-    if not _active:
+    active = active_mesh()
+    if active is None:
         return 1
-    mesh, rules = _active[-1]
+    mesh, rules = active
     return int(np.prod([mesh_shape(mesh)[t] for t in rule_targets(rules.get(name))] or [1]))
 
 
 def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
     """Pins an activation's sharding by logical names, so XLA does not have to guess."""
-    if not _active:
+    active = active_mesh()
+    if active is None:
         return x
-    mesh, rules = _active[-1]
+    mesh, rules = active
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, logical_spec(axes, rules)))
 
 

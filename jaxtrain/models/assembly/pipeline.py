@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxtrain import trace_context
 from jaxtrain.models.feedforward.moe import balance_loss_of_means
 from jaxtrain.models.layers import fp8
 from jaxtrain.parallel import sharding
@@ -72,23 +73,17 @@ def default_microbatches(stages: int, rows: int, shards: int, repeats: int = 1) 
     return max(fits, default=1)
 
 
-_schedules: list[Schedule] = []
-
-
 @contextlib.contextmanager
 def use(schedule: Schedule) -> Iterator[None]:
     """Makes the decoder pipeline with this schedule while tracing (on a mesh whose `pipeline`
     axis is larger than 1)."""
-    _schedules.append(schedule)
-    try:
+    with trace_context.use(pipeline_schedule=schedule):
         yield
-    finally:
-        _schedules.pop()
 
 
 def current() -> Schedule:
     """The schedule in force (the default outside `use`)."""
-    return _schedules[-1] if _schedules else Schedule()
+    return trace_context.current().pipeline_schedule or Schedule()
 
 
 def iterations(stages: int, microbatches: int, repeats: int = 1) -> int:
