@@ -62,8 +62,8 @@ class SourceDataset(grain.MapDataset):
     `MapDataset.source`, so indices past the end are the next epochs').
 
     `MapDataset.source` would serve, but per read it records Prometheus metrics and estimates the
-    window's byte size through a tree map; measured with prefetch 0 (one core of an AMD EPYC,
-    16 x 2048 batches) that added 175 us of CPU to the 330 us a batch costs.
+    window's byte size through a tree map, which costs half again a batch's own CPU time
+    (docs/performance.md#hardware-choices).
     """
 
     def __init__(self, source: RowSource | Any) -> None:

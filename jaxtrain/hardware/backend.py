@@ -5,17 +5,16 @@ choices that follow from it:
 
 - `bf16_products`: bfloat16 products with float32 results read bfloat16 operands (GPUs, TPUs,
   CPUs with AVX512-BF16 or AMX), or operands widened to float32 first (CPUs without bfloat16
-  dot instructions, where XNNPACK's bfloat16 kernel took 1.85x the float32 kernel's time on
-  AVX2; widening is exact). See `jaxtrain.models.layers.products`.
+  dot instructions, where XNNPACK's bfloat16 kernel is the slower one; widening is exact). See
+  `jaxtrain.models.layers.products`.
 - `cudnn_attention`: `jax.nn.dot_product_attention(implementation="cudnn")` is available
   (NVIDIA GPUs); elsewhere blockwise attention in plain XLA.
-- `attention_block`: queries per block of the blockwise kernel, short and long sequences. On a
-  2-core AVX2 CPU one layer's attention forward and backward took 22 vs 28 ms at 256 tokens (64 vs
-  128 queries per block) and 65 vs 72 ms at 1024; at 2048 the two were equal and 64 compiled in
-  twice the time. Accelerators take 128 (larger tiles for their matrix units).
+- `attention_block`: queries per block of the blockwise kernel, short and long sequences: 64 on
+  CPUs up to 1024 tokens (faster there, and no faster at 2048 while compiling twice as long),
+  128 on accelerators (larger tiles for their matrix units).
 - `keep_attention_probabilities`: CPUs keep each attention block's softmax numerator for the
-  backward pass instead of recomputing it (28 instead of 31 ms of CPU for one layer at 8 x 256
-  tokens on 2 cores); accelerators recompute, trading matmuls they have plenty of for memory.
+  backward pass instead of recomputing it (faster there); accelerators recompute, trading
+  matmuls they have plenty of for memory.
 - `fp8_formats`: the float8 types of `model.quantization="fp8"` (`jaxtrain.models.layers.fp8`): "ocp"
   (`float8_e4m3fn` / `float8_e5m2`, the OCP standard of NVIDIA Hopper/Ada/Blackwell and AMD
   MI350X/MI355X) or "fnuz" (`float8_e4m3fnuz` / `float8_e5m2fnuz`, the only ones the matrix
@@ -26,7 +25,8 @@ choices that follow from it:
 `current()` is the backend of this process's devices unless the config names another
 (`backend.target`, e.g. to compile a GPU's program on a CPU host with tools/compile_plan.py) or
 overrides a choice (`backend.bf16_products`, `backend.fp8_formats`). The trainer installs it
-once at start, prints `describe()` and records it in the run's config.json.
+once at start, prints `describe()` and records it in the run's config.json. The figures behind
+each choice, with the CPU they were measured on, are in docs/performance.md#hardware-choices.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 XLA:CPU allocates each step's scratch buffer (hundreds of MB for a small model) afresh. glibc
 serves such sizes with mmap and returns them on free, so every step page-faults the whole buffer
-back in: on the 2-core benchmark machine about 93,000 faults and a quarter of a CPU-second per
-step, a fifth of the step time. With mmap off, one arena and no trimming, the buffer stays mapped
+back in (a fifth of a small model's step time on two cores). With mmap off, one arena and no trimming, the buffer stays mapped
 and is reused. One arena, because an allocation that a worker thread makes in an arena of its own
 cannot grow past 64 MB there and glibc then maps it directly, whatever `MALLOC_MMAP_MAX_` says:
 with two arenas the scratch buffer went back to being mapped and unmapped every step in about one
@@ -11,9 +10,9 @@ start in three, depending on which thread first ran the step.
 
 The heap is also backed by transparent huge pages (`glibc.malloc.hugetlb=1`, glibc 2.35 and
 later; older versions ignore it): the step streams through hundreds of MB of weights, logits and
-activations, and with 2 MB pages it misses the TLB far less. On the 2-core benchmark machine,
-six interleaved pairs of runs were 6-12 ms per step faster with it (about 2%), for about 40%
-more resident memory from the heap's partly used huge pages.
+activations, and with 2 MB pages it misses the TLB far less: about 2% faster steps for about 40%
+more resident memory from the heap's partly used huge pages (docs/performance.md#hardware-choices
+has the figures).
 
 The settings are environment variables glibc reads once, at start-up, so `python -m jaxtrain`
 restarts itself with them before doing anything else (`reexec_with_tuned_malloc`). It does so

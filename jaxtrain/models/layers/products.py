@@ -5,8 +5,8 @@ kernel reads bfloat16 or the same values widened to float32: widening is exact. 
 faster depends on the machine. XLA:CPU already widens products whose result is bfloat16; one
 with a float32 result (`preferred_element_type=float32`: attention scores, logits) instead goes
 to XNNPACK's bfloat16 kernel, which on x86 CPUs without bfloat16 dot instructions (AVX2 only, no
-AVX512-BF16 or AMX) took 1.85x the time of the float32 kernel for a [2048, 256] x [256, 688]
-product. There, `float32_operands` widens them first; GPUs, TPUs and CPUs with bfloat16 dot
+AVX512-BF16 or AMX) is slower than the float32 one (docs/performance.md#hardware-choices). There,
+`float32_operands` widens them first; GPUs, TPUs and CPUs with bfloat16 dot
 instructions keep bfloat16 operands. `jaxtrain.hardware.backend` makes the choice.
 """
 
