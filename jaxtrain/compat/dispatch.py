@@ -40,29 +40,6 @@ from jaxtrain.config import loader as config_lib
 from jaxtrain.config.loader import FOREIGN_SUFFIXES
 from jaxtrain.errors import ConfigError
 
-_MAXTEXT_HINTS = (
-    "base_config",
-    "model_name",
-    "per_device_batch_size",
-    "max_target_length",
-    "base_emb_dim",
-    "ici_fsdp_parallelism",
-    "dcn_data_parallelism",
-)
-_TORCHTITAN_SECTIONS = ("job", "training", "lr_scheduler", "parallelism", "activation_checkpoint")
-_PRIME_RL_KEYS = (
-    "max_steps",
-    "deployment",
-    "ckpt",
-    "optim",
-    "scheduler",
-    "val",
-    "eval",
-    "inference",
-    "orchestrator",
-    "trainer",
-)
-
 
 def is_foreign(path: str) -> bool:
     """Whether a config path is one of the foreign formats (not a jaxtrain .py config)."""
@@ -82,8 +59,7 @@ def detect(path: Path) -> str:
         raise ConfigError(f"config file {str(path)!r} does not exist.")
     suffix = path.suffix.lower()
     if suffix == ".json":
-        data = hf_json.read(path)
-        if "architectures" in data or "model_type" in data:
+        if hf_json.is_config(hf_json.read(path)):
             return "hf_json"
         raise ConfigError(
             f"{path}: a JSON config must be a Hugging Face config.json (with "
@@ -93,20 +69,9 @@ def detect(path: Path) -> str:
         doc = _read_toml(path)
         if prime_rl.is_pretrain(doc):
             return "prime_rl"
-        if (
-            "model" in doc
-            and isinstance(doc["model"], dict)
-            and ("flavor" in doc["model"] or any(s in doc for s in _TORCHTITAN_SECTIONS))
-        ):
+        if torchtitan.is_job_config(doc):
             return "torchtitan"
-        if any(k in doc for k in _PRIME_RL_KEYS) or "mode" in doc:
-            found = [f"[{k}]" for k in ("eval", "inference", "data") if k in doc]
-            raise ConfigError(
-                f'{path}: only prime-rl pretraining files are supported (mode = "pretrain", '
-                "or a [data] table with `paths` of datatrove shard folders); this looks like "
-                f"an SFT/RL config (mode={doc.get('mode')!r}, {', '.join(found) or 'no paths'})"
-                ", which is not a pretraining config."
-            )
+        prime_rl.refuse_other_modes(path, doc)
         raise ConfigError(
             f"{path}: cannot tell whether this TOML is a TorchTitan job config "
             "([job]/[model]/[training]) or a prime-rl pretrain config (mode = "
@@ -118,11 +83,9 @@ def detect(path: Path) -> str:
             raise ConfigError(
                 f"{path} holds a {type(doc).__name__}, not a mapping of keys to values."
             )
-        if "modules" in doc:
+        if primus_yaml.is_experiment(doc):
             return "primus"
-        if any(k in doc for k in _MAXTEXT_HINTS) or any(
-            str(k).startswith(("ici_", "dcn_")) for k in doc
-        ):
+        if maxtext_files.is_config(doc):
             return "maxtext"
         raise ConfigError(
             f"{path}: neither a Primus experiment (no `modules:`) nor a MaxText "
@@ -198,24 +161,6 @@ def _adapt(
     if family == "torchtitan":
         _assume_devices(report, env, known)
         return torchtitan.to_jaxtrain(report), report
-    deployment = doc.get("deployment") or {}
-    nodes = (
-        int(deployment.get("num_train_nodes", 1)) if deployment.get("type") == "multi_node" else 1
-    )
-    per_node = (
-        int(deployment.get("gpus_per_node", 8))
-        if nodes > 1
-        else int(deployment.get("num_train_gpus", 1))
-    )
-    report.world_size, report.num_hosts = nodes * per_node, nodes
-    report.world_source = "from [deployment]"
-    named = [
-        f"{k} = {deployment[k]}"
-        for k in ("num_train_gpus", "num_train_nodes", "gpus_per_node")
-        if k in deployment
-    ]
-    report.launch = f"[deployment] {', '.join(named)}" if named else ""
-    report.note(f"{nodes * per_node} training GPU(s) from [deployment]")
     return prime_rl.to_jaxtrain(report, doc), report
 
 

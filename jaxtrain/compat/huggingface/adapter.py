@@ -138,6 +138,12 @@ def to_jaxtrain(report: KeyReport, path: Path) -> dict[str, Any]:
     return settings
 
 
+def is_config(data: dict[str, Any]) -> bool:
+    """Whether a JSON object is a Hugging Face config (it names `architectures` or
+    `model_type`)."""
+    return "architectures" in data or "model_type" in data
+
+
 def read(path: Path) -> dict[str, Any]:
     """The JSON object of a config.json (ConfigError naming the file and line otherwise)."""
     try:

@@ -95,6 +95,24 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# Keys a MaxText YAML nearly always sets (besides its ici_*/dcn_* mesh sizes).
+_HINTS = (
+    "base_config",
+    "model_name",
+    "per_device_batch_size",
+    "max_target_length",
+    "base_emb_dim",
+    "ici_fsdp_parallelism",
+    "dcn_data_parallelism",
+)
+
+
+def is_config(doc: Mapping[str, Any]) -> bool:
+    """Whether a YAML mapping is a MaxText config: one of its usual keys, or an ici_*/dcn_*
+    mesh size."""
+    return any(k in doc for k in _HINTS) or any(str(k).startswith(("ici_", "dcn_")) for k in doc)
+
+
 def configs_dir(
     start: Path,
     maxtext_root: str | Path | None = None,

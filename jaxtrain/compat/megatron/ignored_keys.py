@@ -1,7 +1,7 @@
 """Megatron-LM / Primus keys that have no meaning for jaxtrain, grouped by why.
 
 Patterns are fnmatch patterns over the key name. Keys that change the numbers (dropout, MoE,
-FP8, ...) are not here: the Megatron adapter checks them one by one (FP8: `compat.fp8`).
+FP8, ...) are not here: the Megatron adapter checks them one by one (FP8: `megatron.fp8`).
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxtrain.compat.common import pipeline_keys
 from jaxtrain.compat.common.report import KeyReport, is_off
 from jaxtrain.compat.common.target import has_key
+from jaxtrain.compat.megatron.pipeline import map_pipeline
 from jaxtrain.config import loader as config_lib
 from jaxtrain.errors import ConfigError
 
@@ -90,7 +90,7 @@ def _batch(r: KeyReport, s: dict[str, Any], tp: int) -> None:
             r.mapped("expert_model_parallel_size", "mesh.ici_expert")
     elif r.has("expert_model_parallel_size"):
         r.ignored("expert_model_parallel_size", "dense model: no experts to place")
-    pipeline_keys.megatron(r, s, pp, micro, dp)
+    map_pipeline(r, s, pp, micro, dp)
     r.note(
         f"data parallel ranks ({dp}) -> mesh.ici_fsdp=-1 (jaxtrain shards parameters, "
         "gradients and optimizer state over them; the update equals Megatron's DDP / "

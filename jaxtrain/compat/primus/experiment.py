@@ -46,6 +46,11 @@ class Experiment:
     platform: dict[str, Any]
 
 
+def is_experiment(doc: Mapping[str, Any]) -> bool:
+    """Whether a YAML mapping is a Primus experiment (it lists `modules:`)."""
+    return "modules" in doc
+
+
 def find_primus_root(start: Path) -> Path | None:
     """The nearest folder at or above `start` that holds primus/configs."""
     for folder in (start, *start.parents):
