@@ -106,6 +106,28 @@ LAYERS = {
 }
 
 
+# The stacks of compat/ are side by side: each imports only the shared pieces (and prime-rl the
+# Hugging Face adapter, for the models it names by hub id); only the dispatcher sees them all.
+COMPAT_MAY_IMPORT = {
+    "common": set(),
+    "huggingface": {"common"},
+    "megatron": {"common"},
+    "maxtext": {"common"},
+    "torchtitan": {"common"},
+    "primus": {"common"},
+    "prime_rl": {"common", "huggingface"},
+    "dispatch": {
+        "common",
+        "huggingface",
+        "megatron",
+        "maxtext",
+        "torchtitan",
+        "primus",
+        "prime_rl",
+    },
+}
+
+
 def _unit(module: str, package: str) -> str | None:
     """The unit of `package` that holds `module`, or None when it lies outside the package."""
     if not module.startswith(package + "."):
@@ -134,6 +156,23 @@ def test_each_package_imports_only_the_layers_below_it():
                 ):
                     wrong.append(f"{name} imports {imported} ({package}: {unit} < {target})")
     assert not wrong, "imports that run back up the layers:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_stacks_of_compat_import_only_the_shared_pieces():
+    files = module_files()
+    known = set(files)
+    units = {_unit(name, "jaxtrain.compat") for name in files} - {None}
+    assert units == set(COMPAT_MAY_IMPORT), sorted(units ^ set(COMPAT_MAY_IMPORT))
+    wrong = []
+    for name, path in files.items():
+        unit = _unit(name, "jaxtrain.compat")
+        if unit is None:
+            continue
+        for imported in imports_of(path, name, known):
+            target = _unit(imported, "jaxtrain.compat")
+            if target not in (None, unit) and target not in COMPAT_MAY_IMPORT[unit]:
+                wrong.append(f"{name} imports {imported}")
+    assert not wrong, "compat/ stacks importing each other:\n" + "\n".join(sorted(wrong))
 
 
 def test_the_package_root_imports_only_what_it_offers():
