@@ -32,9 +32,36 @@ def jaxtrain(*args: str, cwd=REPO, prelude: str = "") -> subprocess.CompletedPro
 def test_help_lists_every_command(argv, capsys):
     assert cli.main(argv) == (2 if not argv else 0)
     out = capsys.readouterr().out
-    for name, (summary, _, _) in cli.COMMANDS.items():
+    for name, summary in cli.COMMANDS.items():
         assert name in out and summary.split()[0] in out
     assert "train is the default command" in out
+
+
+def test_every_command_module_gives_its_options_and_its_handler():
+    parser = cli.build_parser()
+    for name in cli.COMMANDS:
+        module = cli.command_module(name)
+        assert callable(module.add_arguments) and callable(module.handle), name
+    args = parser.parse_args(["runs", "a", "b"])
+    assert args.handler is cli.command_module("runs").handle and args.runs == ["a", "b"]
+
+
+def test_help_imports_no_command_and_no_jax():
+    code = (
+        "import sys\nfrom jaxtrain.cli import main\nmain(['--help'])\n"
+        "heavy = [m for m in sys.modules if m == 'jax' or m.startswith('jaxtrain.commands.')]\n"
+        "print(sorted(heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "['jaxtrain.commands.options']"
 
 
 def test_a_command_and_the_default_command_explain_themselves(capsys):

@@ -13,7 +13,8 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from jaxtrain.cli import main, parse_size
+from jaxtrain.cli import main
+from jaxtrain.commands.options import parse_size
 from jaxtrain.interop import hf_config
 from jaxtrain.interop.hf import (
     INDEX_NAME,

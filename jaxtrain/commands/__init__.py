@@ -1,3 +1,7 @@
-"""One module per command of `python -m jaxtrain` beyond training: `config`, `runs`,
-`checkpoints`, `export`, `convert`, `plot`, `bench` (cli.py holds the argument tree).
+"""One module per command of `python -m jaxtrain`: `train`, `config`, `sample`, `runs`, `plot`,
+`checkpoints`, `export`, `convert`, `bench`.
+
+Each holds what its command does, its options (`add_arguments(parser)`) and its handler
+(`handle(args) -> int`, the exit status); `options.py` holds the options several commands share.
+`jaxtrain/cli.py` builds the argparse tree from them.
 """

@@ -7,13 +7,15 @@ pipeline is not measured; `tools/bench_loader.py` measures that), after warm-up 
 
 FLOPs per token are `ModelSpec.flops_per_token`: 6 x matmul parameters (output projection
 included, embedding gather excluded) + 3 x causal attention (2 x 2 x layers x heads x head_dim x
-seq_len / 2). MFU divides achieved FLOP/s by the peak of `jaxtrain.hardware.peaks.peak_flops`: a data-sheet
-figure for known GPUs (their fp8 peak for `model.quantization="fp8"`), `train.peak_flops` when
-set, or a measured float32 matmul rate on CPUs.
+seq_len / 2). MFU is `jaxtrain.hardware.peaks.mfu`, as the trainer logs it: achieved FLOP/s over
+the mesh's peak, a data-sheet figure for known GPUs (their fp8 peak for
+`model.quantization="fp8"`), `train.peak_flops` when set, or a measured float32 matmul rate on
+CPUs.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import resource
 import tempfile
@@ -25,6 +27,8 @@ import jax
 import numpy as np
 from ml_collections import ConfigDict
 
+from jaxtrain import compat
+from jaxtrain.commands.options import add_config_argument
 from jaxtrain.hardware import peaks as perf
 
 # A Llama shape any CPU trains in seconds: the GPU tools' `--smoke` runs (tools/bench_gpu.py,
@@ -42,7 +46,9 @@ TINY_SHAPE = [
 ]
 
 
-def _synthetic_batch(cfg: ConfigDict, vocab_size: int) -> dict[str, np.ndarray]:
+def synthetic_batch(cfg: ConfigDict, vocab_size: int) -> dict[str, np.ndarray]:
+    """This process's rows of a random batch of `cfg`'s shape (seeded by `run.seed`), every
+    token counted in the loss: place it with `RunSetup.global_batch`."""
     rng = np.random.default_rng(cfg.run.seed)
     b, l = cfg.train.global_batch_size // jax.process_count(), cfg.train.seq_len
     tokens = rng.integers(0, vocab_size, (b, l + 1), dtype=np.int64).astype(np.int32)
@@ -86,40 +92,38 @@ def benchmark(
 
 def _time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     cfg, spec = trainer.cfg, trainer.spec
-    with trainer._mesh_context():
-        batch = trainer._to_global(_synthetic_batch(cfg, spec.vocab_size))
-        compiled, compile_s = trainer.compiled_step, trainer.compile_s
-        state = trainer.state
-        for _ in range(warmup):
-            state, metrics = compiled(state, batch)
-        jax.block_until_ready(metrics)
-        start = time.perf_counter()
-        for _ in range(steps):
-            state, metrics = compiled(state, batch)
-        jax.block_until_ready(metrics)
-        elapsed = time.perf_counter() - start
-        trainer.state = state
+    batch = trainer.setup.global_batch(synthetic_batch(cfg, spec.vocab_size))
+    compiled, compile_s = trainer.compiled_step, trainer.compile_s
+    state = trainer.state
+    for _ in range(warmup):
+        state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+    start = time.perf_counter()
+    for _ in range(steps):
+        state, metrics = compiled(state, batch)
+    jax.block_until_ready(metrics)
+    elapsed = time.perf_counter() - start
+    trainer.state = state
     tokens = cfg.train.global_batch_size * cfg.train.seq_len * steps
     tokens_per_s = tokens / elapsed
-    flops_per_s = spec.flops_per_token(cfg.train.seq_len) * tokens_per_s
-    total_peak, peak_source = perf.mesh_peak_flops(
-        cfg.train.peak_flops, trainer.mesh.devices.size, fp8=spec.quantization == "fp8"
-    )
+    flops_per_token = spec.flops_per_token(cfg.train.seq_len)
+    devices, fp8 = trainer.mesh.devices.size, spec.quantization == "fp8"
+    total_peak, peak_source = perf.mesh_peak_flops(cfg.train.peak_flops, devices, fp8=fp8)
     memory = compiled.memory_analysis()
     temp_bytes = float(getattr(memory, "temp_size_in_bytes", 0) or 0)
     return {
         "tokens_per_s": tokens_per_s,
         "step_time_s": elapsed / steps,
-        "flops_per_token": spec.flops_per_token(cfg.train.seq_len),
-        "achieved_flops_per_s": flops_per_s,
+        "flops_per_token": flops_per_token,
+        "achieved_flops_per_s": flops_per_token * tokens_per_s,
         "peak_flops_per_s": total_peak,
         "peak_source": peak_source,
-        "mfu": flops_per_s / total_peak,
+        "mfu": perf.mfu(flops_per_token, tokens_per_s, cfg.train.peak_flops, devices, fp8=fp8),
         "compile_s": compile_s,
         "temp_memory_gb": temp_bytes / 1e9,
         "host_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
         "num_params": float(trainer.num_params),
-        "devices": float(trainer.mesh.devices.size),
+        "devices": float(devices),
     }
 
 
@@ -133,3 +137,19 @@ def format_report(name: str, figures: dict[str, Any]) -> str:
         f"{f['compile_s']:.1f} s, step temp memory {f['temp_memory_gb']:.2f} GB, "
         f"{f['num_params'] / 1e6:,.1f}M params on {int(f['devices'])} device(s)"
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `bench`: the config and how many steps to time."""
+    add_config_argument(parser, required=True)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Times the config's train step and prints the figures; returns the exit status."""
+    cfg = compat.load_config_file(
+        args.config, args.overrides, native_overrides=args.native, allow_unsupported=True
+    )
+    print(format_report(cfg.run.name, benchmark(cfg, steps=args.steps, warmup=args.warmup)))
+    return 0

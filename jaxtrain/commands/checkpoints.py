@@ -10,6 +10,7 @@ as damaged, and the other steps are still verified.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 from collections.abc import Iterator
@@ -233,3 +234,31 @@ def verify(
     """Reads every array of `step` (latest by default) and checks it; see the module doc."""
     (result,) = verify_steps(path, step, devices, every=False)
     return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `checkpoints`: the run or folder, and whether to verify (which step)."""
+    parser.add_argument("run", help="run directory or checkpoint folder")
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="read every array of every step (newest first) and check it; exit "
+        "status 1 when any step is damaged",
+    )
+    parser.add_argument(
+        "--step", type=int, default=None, help="verify only this step (default: every step)"
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Prints the listing and, with --verify, each step's verification; 1 when any is damaged."""
+    print(format_listing(*list_checkpoints(args.run)), flush=True)
+    if not args.verify:
+        return 0
+    damaged = 0
+    for result in verify_steps(args.run, args.step):
+        print(result, flush=True)
+        damaged += not result.ok
+    if damaged:
+        print(f"{damaged} damaged step(s)", flush=True)
+    return 1 if damaged else 0

@@ -9,13 +9,16 @@ state layout's partition specs, so a 64-device plan can be checked on a laptop (
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from ml_collections import ConfigDict
 
 from jaxtrain import compat, run
+from jaxtrain.commands.options import add_config_argument, add_foreign_options
 from jaxtrain.compat.common.report import KeyReport
 from jaxtrain.config import loader as config_lib
 from jaxtrain.config import mesh_check
@@ -133,3 +136,51 @@ def build(
     plan = plan_devices(devices, hosts, keys)
     figures = derived(cfg, plan.devices, plan.hosts)
     return ConfigReport(cfg, {**figures, **plan.figures(cfg)}, keys)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `config`: the file, JSON output, the device plan, the shipped list."""
+    parser.add_argument("file", nargs="?", help="the config (as --config FILE)")
+    add_config_argument(parser, required=False)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object: config, derived, unsupported (a list of "
+        "{key, value, reason, ...}) and, for a foreign file, report",
+    )
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        help="plan for this many devices in all (default: this host's, or what a "
+        "foreign file's launcher settings give)",
+    )
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=None,
+        help="hosts (processes) the devices are spread over (dcn_* axes)",
+    )
+    parser.add_argument("--list", action="store_true", help="list the configs jaxtrain ships")
+    add_foreign_options(parser)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Prints the report of the named config (or the shipped configs); returns the exit status."""
+    if args.list:
+        print("\n".join(config_lib.preset_names()))
+        return 0
+    path = args.file or args.config
+    if not path:
+        raise config_lib.ConfigError("config: name a config file (or --list the shipped ones).")
+    report = build(
+        path,
+        args.overrides,
+        args.native,
+        devices=args.devices,
+        hosts=args.hosts,
+        primus_root=args.primus_root,
+        maxtext_root=args.maxtext_root,
+    )
+    print(json.dumps(report.to_json(), indent=2, default=str) if args.json else report.text())
+    return 0

@@ -9,6 +9,7 @@ every tensor is identical, so a round trip exercises both directions of the mapp
 
 from __future__ import annotations
 
+import argparse
 import math
 import pathlib
 import sys
@@ -16,18 +17,18 @@ from typing import Any
 
 import numpy as np
 
+from jaxtrain.commands.options import WEIGHT_DTYPES, parse_size
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf import TOKENIZER_FILES, load_hf_params, save_hf_checkpoint
 from jaxtrain.interop.hf_config import hf_architecture, read_hf_config
 
 # Config keys that describe the tokenizer rather than the weights, kept on a round trip.
 _TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
-_DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
 def _input_dtype(cfg: dict[str, Any]) -> str:
     dtype = cfg.get("dtype") or cfg.get("torch_dtype")
-    return dtype if dtype in _DTYPE_NAMES else "float32"
+    return dtype if dtype in WEIGHT_DTYPES else "float32"
 
 
 def convert(
@@ -84,3 +85,36 @@ def _leaves(params: dict[str, Any]) -> list[np.ndarray]:
         value = params[key]
         out.extend(_leaves(value) if isinstance(value, dict) else [value])
     return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `convert`: the folder to read, where to write it back, and how."""
+    parser.add_argument(
+        "--from-hf",
+        required=True,
+        metavar="IN",
+        help="Hugging Face model folder (config.json + safetensors)",
+    )
+    parser.add_argument(
+        "--to-hf",
+        default=None,
+        metavar="OUT",
+        help="write the checkpoint back out here, then verify it reads identically",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=WEIGHT_DTYPES,
+        help="stored weight dtype (default: the input config's, else float32)",
+    )
+    parser.add_argument(
+        "--max-shard-size",
+        type=parse_size,
+        default=5 * 10**9,
+        metavar="SIZE",
+        help="largest safetensors shard, e.g. 5GB (default) or 500MB",
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Runs `convert` on the parsed options; returns the exit status."""
+    return convert(args.from_hf, args.to_hf, dtype=args.dtype, max_shard_bytes=args.max_shard_size)

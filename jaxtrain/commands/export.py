@@ -8,11 +8,14 @@ whatever mesh the run trained on), then written tensor by tensor as a Hugging Fa
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from jaxtrain.checkpoint.saved_run import restore_params
+from jaxtrain.commands.options import WEIGHT_DTYPES, parse_size
 from jaxtrain.data.text_inputs import eos_id_from_tokenizer
+from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf import save_hf_checkpoint
 from jaxtrain.train import buffers
 from jaxtrain.train.state import count_params
@@ -62,3 +65,38 @@ def export_hf(
         f"{' with the tokenizer of ' + tokenizer if tokenizer else ''}"
     )
     return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `export`: the run, its step, the format and folder, and how to write."""
+    parser.add_argument("--run", required=True, help="run directory")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (latest)")
+    parser.add_argument(
+        "--to",
+        nargs=2,
+        required=True,
+        metavar=("FORMAT", "OUT"),
+        help="format (hf) and output folder",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=WEIGHT_DTYPES,
+        default=None,
+        help="stored weight dtype (default: the run's model.param_dtype)",
+    )
+    parser.add_argument(
+        "--max-shard-size",
+        type=parse_size,
+        default=5 * 10**9,
+        metavar="SIZE",
+        help="largest safetensors file, e.g. 5GB (default) or 500MB",
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Exports the run's checkpoint in the named format; returns the exit status."""
+    fmt, out = args.to
+    if fmt not in FORMATS:
+        raise ConfigError(f"--to {fmt}: unknown format; known: {', '.join(FORMATS)}.")
+    export_hf(args.run, out, args.step, dtype=args.dtype, max_shard_bytes=args.max_shard_size)
+    return 0

@@ -10,12 +10,14 @@ with the Agg canvas, so nothing touches pyplot's global backend (a notebook keep
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from jaxtrain.errors import ConfigError
 from jaxtrain.rundir.metrics import read_records
 
 # file stem -> (title, y label, [(metric key, line style), ...], log scale)
@@ -147,3 +149,33 @@ def plot_runs(
         if fig is not None:
             written.append(save_png(fig, out / f"{stem}.png"))
     return written
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `plot`: the runs, the output folder and which figures."""
+    parser.add_argument("runs", nargs="+", help="run directories (holding metrics.jsonl)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder for the PNGs (default: RUN/plots, or plots/ for several)",
+    )
+    parser.add_argument(
+        "--only", nargs="+", choices=sorted(FIGURES), default=None, help="draw only these figures"
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Writes the figures and prints their paths; returns the exit status."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "plot needs matplotlib: pip install 'jaxtrain[plot]' (or "
+            "pip install -e '.[plot]' in a clone)."
+        ) from None
+    files = plot_runs(args.runs, args.out, tuple(args.only or FIGURES))
+    for f in files:
+        print(f)
+    if not files:
+        print("no metrics to plot yet", flush=True)
+    return 0

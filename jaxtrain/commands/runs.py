@@ -8,6 +8,7 @@ metrics.jsonl, checkpoint metadata), so it is safe to run next to a live trainin
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import time
@@ -249,3 +250,14 @@ def format_report(report: RunReport, now: float | None = None) -> str:
     return "\n".join(
         [f"{report.name}  [{report.path}]"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `runs`: the run directories."""
+    parser.add_argument("runs", nargs="+", help="run directories")
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Prints one block per run directory; returns the exit status."""
+    print("\n\n".join(format_report(build_report(d)) for d in args.runs))
+    return 0
