@@ -3,23 +3,28 @@
     setup = run.setup(cfg)            # validated, mesh and rules checked, state laid out
     setup.layout.abstract             # the train state's shapes and shardings, nothing allocated
     setup.abstract_batch()            # the global batch the step is compiled for
+    lowered, compiled = setup.compile_train_step()   # the one jitted train step, compiled
+    setup.global_batch(host_batch)    # this process's rows placed as the step's global batch
 
 The order: every setting (`config.validate`) and the data settings (`data.sources`), the mesh
 from the `ici_*`/`dcn_*` sizes and the rule table, the model and batch checked against them
 (uneven shards fail late inside XLA, so they are refused here with the key to change), the
 optimizer and its schedule, and the abstract train state with its shardings. The trainer, the
-compile-only planner (`compile_plan`), checkpoint inspection and export (`runs`,
-`checkpoint_listing`) and the benchmarks start from it, so they all see the same run.
+compile-only planner (`planning.compile`), checkpoint inspection and export and the benchmarks
+start from it, so they all see the same run. The jitted train and eval steps are built here once
+(`train_step`, `eval_step`), so the trainer, the planner and the benchmarks compile one program.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 from ml_collections import ConfigDict
@@ -34,6 +39,7 @@ from jaxtrain.models.assembly import pipeline as pipeline_lib
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 from jaxtrain.parallel import sharding
 from jaxtrain.train import state as state_lib
+from jaxtrain.train import step as step_lib
 from jaxtrain.train.optimizer import learning_rate_schedule, make_optimizer
 
 
@@ -72,7 +78,7 @@ class RunSetup:
         """{mesh axis: size}."""
         return sharding.mesh_shape(self.mesh)
 
-    @property
+    @functools.cached_property
     def batch_sharding(self) -> NamedSharding:
         """How a global batch is split: rows over the batch axes, positions over `context`."""
         return NamedSharding(
@@ -102,6 +108,60 @@ class RunSetup:
             name: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sharding)
             for name, dtype in pipeline.batch_fields(self.cfg).items()
         }
+
+    def global_batch(self, local_batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+        """A host batch placed as the global arrays the steps take, split by `batch_sharding`.
+
+        `local_batch` holds this process's rows ({field: [rows, seq_len]}, the global batch
+        divided by the processes); with one process, the whole batch.
+        """
+        return {
+            name: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(rows))
+            for name, rows in local_batch.items()
+        }
+
+    @functools.cached_property
+    def train_step(self) -> jax.stages.Wrapped:
+        """The jitted `train.step.train_step` of this run: `(state, batch) -> (state, metrics)`.
+
+        The state comes in and goes out laid out by `layout.shardings` and is donated; the
+        batch keeps the sharding it arrives with (`global_batch`, `abstract_batch`). Lower or
+        first call it under `mesh_context()` (model code reads the mesh and rules while
+        tracing); `compile_train_step` compiles it for the abstract state and batch.
+        """
+        step_fn = functools.partial(
+            step_lib.train_step,
+            graphdef=self.layout.graphdef,
+            tx=self.tx,
+            schedule=self.schedule,
+            num_micro=self.num_micro,
+            **step_lib.loss_options(self.cfg.train),
+        )
+        return jax.jit(
+            step_fn,
+            in_shardings=(self.layout.shardings, None),
+            out_shardings=(self.layout.shardings, None),
+            donate_argnums=(0,),
+        )
+
+    def compile_train_step(self) -> tuple[jax.stages.Lowered, jax.stages.Compiled]:
+        """`train_step` lowered and compiled for the abstract state and batch (nothing is
+        allocated): the program the trainer runs and the planner measures."""
+        with self.mesh_context():
+            lowered = self.train_step.lower(self.layout.abstract, self.abstract_batch())
+            return lowered, lowered.compile()
+
+    @functools.cached_property
+    def eval_step(self) -> jax.stages.Wrapped:
+        """The jitted `train.step.eval_step`: `(params, batch) -> {"ce_sum", "tokens"}`, the
+        parameters laid out as in the train state; compiled on its first call, which must be
+        under `mesh_context()`."""
+        step_fn = functools.partial(
+            step_lib.eval_step,
+            graphdef=self.layout.graphdef,
+            loss_chunks=step_lib.loss_options(self.cfg.train)["loss_chunks"],
+        )
+        return jax.jit(step_fn, in_shardings=(self.layout.shardings["params"], None))
 
 
 def setup(

@@ -13,7 +13,6 @@ never waits for the device before dispatching the next step.
 from __future__ import annotations
 
 import collections
-import functools
 import math
 import time
 from typing import Any
@@ -42,7 +41,6 @@ from jaxtrain.rundir.lock import RunLock
 from jaxtrain.rundir.metrics import MetricsWriter, read_jsonl
 from jaxtrain.train import buffers
 from jaxtrain.train import state as state_lib
-from jaxtrain.train.step import eval_step, loss_options, train_step
 from jaxtrain.train.step_timer import StepTimer
 from jaxtrain.train.stop import StopRequests
 
@@ -82,7 +80,7 @@ class Trainer:
         self.run_dir = config_lib.run_dir(cfg)
         self.is_primary = jax.process_index() == 0
         if self.is_primary:  # only process 0 writes run-directory files
-            self.run_lock.acquire(self._log)
+            self.run_lock.acquire(self.log)
 
         self.train_iter = pipeline.make_train_iterator(
             cfg,
@@ -126,16 +124,13 @@ class Trainer:
         )
         # The recent steps' metrics, for notebooks and tests; metrics.jsonl keeps every step.
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
-        self.stops = StopRequests(self._log)
+        self.stops = StopRequests(self.log)
         self._timer = StepTimer()
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
         peer_watch.ResumeHint.checkpoint_dir = self.checkpointer.directory
 
     # ----------------------------------------------------------------------------- setup
-    def _mesh_context(self):
-        return self.setup.mesh_context()
-
     def _restore_or_init(self) -> dict[str, Any]:
         self._restored_step: int | None = None
         # Orbax's own list of complete steps decides (checked against the disk in _build).
@@ -146,7 +141,7 @@ class Trainer:
             self.cfg.checkpoint.get("resume_step", -1),
         )
         for path in self.checkpointer.unfinished:
-            self._log(
+            self.log(
                 f"warning: ignoring {path}: a save that never completed (the process "
                 "writing it stopped); "
                 + (
@@ -157,16 +152,16 @@ class Trainer:
             )
         init_from = self.cfg.checkpoint.init_from
         if latest is None and init_from:
-            with self._mesh_context():
+            with self.setup.mesh_context():
                 params, report = init_from_lib.load_params(
                     init_from, self.cfg.checkpoint.init_step, self.spec, self.layout
                 )
-                self._log(report)
+                self.log(report)
                 return init_from_lib.initial_state(params, self.tx, self.layout)
         if latest is not None and init_from:
-            self._log(f"checkpoint.init_from ignored: the run resumes from its own step {latest}")
+            self.log(f"checkpoint.init_from ignored: the run resumes from its own step {latest}")
         if latest is None:
-            with self._mesh_context():
+            with self.setup.mesh_context():
                 return state_lib.init_state(self.spec, self.tx, self.layout, self.cfg.run.seed)
         data_changes = self._data_changes(latest)
         self._status(f"restoring checkpoint step {latest} from {self.checkpointer.directory}...")
@@ -175,20 +170,20 @@ class Trainer:
         state, data_state, _ = self.checkpointer.restore(latest, self.layout.abstract)
         self._restored_step = latest
         if cast:
-            self._log(
+            self.log(
                 f"checkpoint step {latest} holds other dtypes than this run "
                 f"(model.param_dtype={self.cfg.model.param_dtype}); cast after checking "
                 f"their checksums: {describe_dtype_changes(cast)}"
             )
         if data_changes:
-            self._log(
+            self.log(
                 f"data.reset=true: the data settings changed since checkpoint step "
                 f"{latest} ({'; '.join(data_changes)}); reading the new data from its "
                 "first batch, with the model and optimizer state of that step"
             )
         elif data_state:
             self.train_iter.set_state(data_state)
-        self._log(
+        self.log(
             f"resumed from step {latest} in {self.checkpointer.directory} "
             f"({time.perf_counter() - restore_start:.1f}s)"
         )
@@ -205,35 +200,20 @@ class Trainer:
         if changes and not self.cfg.data.reset:
             raise ConfigError(data_resume.refusal(step, self.checkpointer.directory, changes))
         if self.cfg.data.reset and not changes:
-            self._log(
+            self.log(
                 f"data.reset=true ignored: the data settings are those of checkpoint step "
                 f"{step}, so the data stream continues where it stopped"
             )
         return changes
 
     def _compile_functions(self) -> None:
-        """Compiles the train step for the abstract state and batch, checking its memory.
+        """Compiles the run's train step (`RunSetup.train_step`), checking its memory.
 
         Sets `compiled_step` (called as `compiled_step(state, batch)`, the state donated), the
-        `lowered_step` it came from, `compile_s` and `memory` (per-device bytes), and the lazily
-        compiled eval step.
+        `lowered_step` it came from, `compile_s` and `memory` (per-device bytes). The eval step
+        (`RunSetup.eval_step`) compiles on its first call.
         """
         cfg = self.cfg
-        options = loss_options(cfg.train)
-        step_fn = functools.partial(
-            train_step,
-            graphdef=self.layout.graphdef,
-            tx=self.tx,
-            schedule=self.schedule,
-            num_micro=self.num_micro,
-            **options,
-        )
-        jitted = jax.jit(
-            step_fn,
-            in_shardings=(self.layout.shardings, None),
-            out_shardings=(self.layout.shardings, None),
-            donate_argnums=(0,),
-        )
         batch = self.setup.abstract_batch()
         axis_sizes = self.setup.axis_sizes
         check = cfg.train.get("check_memory", True)
@@ -244,20 +224,12 @@ class Trainer:
         self._status(self.setup.backend.describe())
         self._status("compiling train step...")
         start = time.perf_counter()
-        with self._mesh_context():
-            self.lowered_step = jitted.lower(self.layout.abstract, batch)
-            self.compiled_step = self.lowered_step.compile()
+        self.lowered_step, self.compiled_step = self.setup.compile_train_step()
         self.compile_s = time.perf_counter() - start
         self._status(f"compiled train step in {self.compile_s:.1f}s")
         self.memory = memory_plan.add_compiled(self.memory, self.compiled_step)
         if check:
             memory_plan.check_fits(self.memory, capacity, source, cfg, axis_sizes)
-        self._eval_step = jax.jit(
-            functools.partial(
-                eval_step, graphdef=self.layout.graphdef, loss_chunks=options["loss_chunks"]
-            ),
-            in_shardings=(self.layout.shardings["params"], None),
-        )
 
     # ----------------------------------------------------------------------------- helpers
     def _status(self, message: str) -> None:
@@ -265,15 +237,10 @@ class Trainer:
         if self.console and jax.process_index() == 0:
             print(message, flush=True)
 
-    def _log(self, message: str) -> None:
+    def log(self, message: str) -> None:
+        """A line of the run's log (what it trains, restores, skips), printed by process 0."""
         if self.is_primary:
             print(message, flush=True)
-
-    def _to_global(self, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-        return {
-            k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(v))
-            for k, v in local_batch.items()
-        }
 
     @property
     def step(self) -> int:
@@ -290,9 +257,10 @@ class Trainer:
         if self.make_eval_iter is None:
             return {}
         ce_sum, tokens = 0.0, 0.0
-        with self._mesh_context():
+        with self.setup.mesh_context():
             for local in self.make_eval_iter():
-                out = jax.device_get(self._eval_step(self.state["params"], self._to_global(local)))
+                batch = self.setup.global_batch(local)
+                out = jax.device_get(self.setup.eval_step(self.state["params"], batch))
                 ce_sum += float(out["ce_sum"])
                 tokens += float(out["tokens"])
         loss = ce_sum / max(tokens, 1.0)
@@ -337,7 +305,7 @@ class Trainer:
 
     def _dispatch(self) -> tuple[int, Any]:
         """Starts the next step on the devices; returns its number and its (future) metrics."""
-        batch = self._to_global(next(self.train_iter))
+        batch = self.setup.global_batch(next(self.train_iter))
         self.state, device_metrics = self.compiled_step(self.state, batch)
         self._host_step += 1
         self._timer.dispatched(self._host_step)
@@ -354,10 +322,10 @@ class Trainer:
         cfg = self.cfg
         target = cfg.train.steps if steps is None else min(self.step + steps, cfg.train.steps)
         if self.step >= target:
-            self._log(f"nothing to do: at step {self.step}, target {target}")
+            self.log(f"nothing to do: at step {self.step}, target {target}")
             return self.history[-1] if self.history else {}
         self._write_run_config()
-        self._log(
+        self.log(
             f"training {self.spec.family} model, {self.num_params:,} parameters, "
             f"mesh {sharding.mesh_shape(self.mesh)}, steps {self.step} -> {target}; run "
             f"directory {self.run_dir}"
@@ -366,7 +334,7 @@ class Trainer:
         pending: tuple[int, Any] | None = None
         last: dict[str, Any] = {}
         self._timer.started()
-        with self.stops.handling(), self._mesh_context():
+        with self.stops.handling(), self.setup.mesh_context():
             self.stops.start(self.step)
             while not self.stops.requested and (self.step < target or pending is not None):
                 current = self._dispatch() if self.step < target else None
@@ -387,7 +355,7 @@ class Trainer:
                 last = self._after_step(*pending, target, tokens_per_step)
             if self.stops.requested:
                 self.save(wait=True)
-                self._log(
+                self.log(
                     f"stopped by {self.stops.reason} at step {self.step}: checkpoint step "
                     f"{self.step} is complete on disk in {self.checkpointer.directory}; run "
                     "the same command to resume."
@@ -518,7 +486,7 @@ def _finished(trainer: Trainer) -> dict[str, Any]:
     final_eval = trainer.evaluate() if _final_eval_missing(trainer) else {}
     if final_eval:
         trainer.metrics.write(trainer.step, final_eval)
-    trainer._log(
+    trainer.log(
         f"run {trainer.run_dir} is finished at step {trainer.step} "
         f"(train.steps={trainer.cfg.train.steps}); its checkpoints are in "
         f"{trainer.checkpointer.directory}. Nothing to train"

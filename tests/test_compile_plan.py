@@ -8,13 +8,16 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 from conftest import REPO
 
 from jaxtrain import run
+from jaxtrain.commands.bench import synthetic_batch
 from jaxtrain.config import loader as config_lib
 from jaxtrain.models.assembly.pipeline import bubble_fraction
 from jaxtrain.planning import compile as compile_plan
 from jaxtrain.planning.compile import count_collectives
+from jaxtrain.trainer import Trainer
 
 
 def _bytes_per_device(tree) -> int:
@@ -98,6 +101,40 @@ def test_plan_of_a_pipeline_shows_stages_bubble_and_the_permutes():
         "pipeline at 4 layers: 4 stages of 1 of the model.num_layers=4 blocks, 8 micro "
         "batches of 2 sequences per pass, 1 repeat(s): stages idle 27.3% of each pass" in text
     )
+
+
+def test_the_trainer_and_the_planner_compile_the_run_setups_one_step(tmp_path):
+    """`RunSetup` builds the jitted step once; the trainer runs what the planner measures."""
+    cfg = config_lib.load_config(
+        str(REPO / "configs" / "llama_debug.py"),
+        [
+            f"run.dir={tmp_path / 'run'}",
+            "mesh.ici_fsdp=4",
+            "mesh.ici_data=2",
+            "train.global_batch_size=16",
+            "train.micro_batch_size=8",
+            "train.seq_len=32",
+            "train.loss_chunks=2",
+            "train.progress=False",
+        ],
+    )
+    setup = run.setup(cfg, check_data=False)
+    assert setup.train_step is setup.train_step and setup.eval_step is setup.eval_step
+    lowered, _ = setup.compile_train_step()
+    trainer = Trainer(cfg, console=False)
+    try:
+        assert trainer.lowered_step.as_text() == lowered.as_text()
+        local = synthetic_batch(cfg, trainer.spec.vocab_size)
+        batch = trainer.setup.global_batch(local)
+        assert batch.keys() == local.keys()
+        for name, array in batch.items():
+            assert array.sharding == setup.batch_sharding
+            np.testing.assert_array_equal(np.asarray(array), local[name])
+        state, metrics = trainer.compiled_step(trainer.state, batch)
+        trainer.state = state
+        assert np.isfinite(float(metrics["loss"]))
+    finally:
+        trainer.close()
 
 
 def test_collectives_are_counted_by_opcode():

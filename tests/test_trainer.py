@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO
 
 from jaxtrain.checkpoint.manager import CheckpointError
-from jaxtrain.commands.bench import _synthetic_batch
+from jaxtrain.commands.bench import synthetic_batch
 from jaxtrain.config import loader as config_lib
 from jaxtrain.data.errors import DataError
 from jaxtrain.rundir.metrics import read_jsonl
@@ -93,11 +93,11 @@ def test_loss_chunks_from_the_config_train_and_validate_like_the_plain_path(
         try:
             trainer.run()
             assert trainer.step == 3
-            batch = trainer._to_global(_synthetic_batch(cfg, trainer.spec.vocab_size))
-            with trainer._mesh_context():
+            batch = trainer.setup.global_batch(synthetic_batch(cfg, trainer.spec.vocab_size))
+            with trainer.setup.mesh_context():
                 traced[chunks] = [
                     trainer.lowered_step.as_text(debug_info=True),
-                    trainer._eval_step.lower(trainer.state["params"], batch).as_text(
+                    trainer.setup.eval_step.lower(trainer.state["params"], batch).as_text(
                         debug_info=True
                     ),
                 ]

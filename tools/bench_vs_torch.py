@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))  # runs from a clone without installing
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxtrain.commands.bench import _synthetic_batch  # noqa: E402
+from jaxtrain.commands.bench import synthetic_batch  # noqa: E402
 from jaxtrain.config import loader as config_lib  # noqa: E402
 from jaxtrain.hardware import backend  # noqa: E402
 from jaxtrain.hardware import peaks as perf  # noqa: E402
@@ -60,11 +60,10 @@ class JaxContender:
         cfg.run.dir = self._tmp.name
         cfg.checkpoint.resume = False
         self.trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
-        with self.trainer._mesh_context():
-            self.batch = self.trainer._to_global(
-                _synthetic_batch(cfg, self.trainer.spec.vocab_size)
-            )
-            self.step_fn, self.compile_s = self.trainer.compiled_step, self.trainer.compile_s
+        self.batch = self.trainer.setup.global_batch(
+            synthetic_batch(cfg, self.trainer.spec.vocab_size)
+        )
+        self.step_fn, self.compile_s = self.trainer.compiled_step, self.trainer.compile_s
         self.state = self.trainer.state
 
     def run(self, steps: int) -> float:
@@ -108,7 +107,7 @@ class TorchContender:
             eps=cfg.optim.eps,
             weight_decay=cfg.optim.weight_decay,
         )
-        batch = _synthetic_batch(cfg, m.vocab_size)
+        batch = synthetic_batch(cfg, m.vocab_size)
         self.inputs = torch.from_numpy(batch["inputs"].astype(np.int64))
         self.targets = torch.from_numpy(batch["targets"].astype(np.int64))
         self.vocab = m.vocab_size
@@ -256,13 +255,14 @@ def main(argv: list[str]) -> int:
         # Each contender against jaxtrain at the same precision.
         ours = JAX_BF16 if name in (JAX_BF16, TORCH_BF16) else "jaxtrain"
         median, base = statistics.median(values), statistics.median(rates[ours])
+        mfu = perf.mfu(flops, median, configured_peak=peak, num_devices=1)
         # The ratio within each round, where the contenders ran seconds apart, is steadier
         # than the ratio of medians when the machine's load drifts during the run.
         per_round = sorted(a / b for a, b in zip(rates[ours], values))
         # The spread says how far one run's figure can be trusted on a machine shared with
         # others: a target inside it is met by some runs and missed by others.
         print(
-            f"{name:>20}: {median:8,.0f} tokens/s  MFU {flops * median / peak:6.1%}  "
+            f"{name:>20}: {median:8,.0f} tokens/s  MFU {mfu:6.1%}  "
             f"{ours}/{name} = {base / median:.2f}x (per round: median "
             f"{statistics.median(per_round):.2f}x, {per_round[0]:.2f}-{per_round[-1]:.2f}x)"
         )

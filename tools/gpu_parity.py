@@ -178,12 +178,11 @@ def _losses(overrides: list[str], steps: int) -> list[dict[str, float]]:
     """Loss and gradient norm of `steps` train steps on one fixed random batch."""
     cfg = config_lib.load_config(str(REPO / "configs/llama3_2_1b.py"), overrides)
     with bench.synthetic_trainer(cfg, steps + 1, jax.devices()[:1]) as trainer:
-        with trainer._mesh_context():
-            batch = trainer._to_global(bench._synthetic_batch(cfg, trainer.spec.vocab_size))
-            state, out = trainer.state, []
-            for _ in range(steps):
-                state, metrics = trainer.compiled_step(state, batch)
-                out.append({k: float(metrics[k]) for k in ("loss", "grad_norm")})
+        batch = trainer.setup.global_batch(bench.synthetic_batch(cfg, trainer.spec.vocab_size))
+        state, out = trainer.state, []
+        for _ in range(steps):
+            state, metrics = trainer.compiled_step(state, batch)
+            out.append({k: float(metrics[k]) for k in ("loss", "grad_norm")})
     return out
 
 

@@ -1,9 +1,10 @@
 """Compile-only planning: lower and compile the real train step for a mesh, allocate nothing.
 
 The state layout (`jaxtrain.train.state.state_layout`) and the batch are abstract
-(ShapeDtypeStructs carrying shardings), so `jit(train_step).lower(...).compile()` sizes a 70B
-model on a laptop. From the compiled program come the per-device memory XLA plans (arguments,
-outputs, scratch, code), its FLOP count, and the collectives in the optimised HLO.
+(ShapeDtypeStructs carrying shardings), so compiling the run's jitted step
+(`RunSetup.compile_train_step`, the program the trainer runs) sizes a 70B model on a laptop.
+From the compiled program come the per-device memory XLA plans (arguments, outputs, scratch,
+code), its FLOP count, and the collectives in the optimised HLO.
 
 Depth. Layers are scanned, so memory is affine in the layer count: compiling at two small
 depths and extrapolating to the config's depth (`plan(cfg, layers=(2, 4))`) sizes an 80-layer
@@ -21,7 +22,6 @@ collectives chosen by the SPMD partitioner are the same.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 import time
 from collections.abc import Sequence
@@ -36,7 +36,6 @@ from jaxtrain.config import loader as config_lib
 from jaxtrain.config import mesh_check
 from jaxtrain.errors import ConfigError
 from jaxtrain.parallel import sharding
-from jaxtrain.train.step import loss_options, train_step
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 # An HLO instruction's opcode is followed by its operand list: `all-gather(`, `all-reduce-start(`.
@@ -94,23 +93,8 @@ def compile_step(
     devices = list(devices if devices is not None else jax.devices())
     mesh_cfg = fold_hosts(cfg.mesh, len(devices), hosts) if hosts > 1 else None
     setup = run.setup(cfg, devices, check_data=False, mesh_cfg=mesh_cfg)
-    step_fn = functools.partial(
-        train_step,
-        graphdef=setup.layout.graphdef,
-        tx=setup.tx,
-        schedule=setup.schedule,
-        num_micro=setup.num_micro,
-        **loss_options(cfg.train),
-    )
     start = time.perf_counter()
-    with setup.mesh_context():
-        jitted = jax.jit(
-            step_fn,
-            in_shardings=(setup.layout.shardings, None),
-            out_shardings=(setup.layout.shardings, None),
-            donate_argnums=(0,),
-        )
-        compiled = jitted.lower(setup.layout.abstract, setup.abstract_batch()).compile()
+    _, compiled = setup.compile_train_step()
     seconds = time.perf_counter() - start
     stats = compiled.memory_analysis()
     memory = {f: float(getattr(stats, f"{f}_size_in_bytes", 0) or 0) for f in MEMORY_FIELDS}

@@ -171,8 +171,8 @@ def fp8_statistics(histories: dict, spec: Any) -> dict[str, jax.Array]:
 def loss_options(train_cfg: Any) -> dict[str, Any]:
     """The `train_step` keywords that `cfg.train` sets: `z_loss` and `loss_chunks`.
 
-    One place for the Trainer and the compile planner, so that both compile the same step.
-    `eval_step` takes `loss_chunks` only (validation reports the cross-entropy).
+    `RunSetup.train_step` and `RunSetup.eval_step` (jaxtrain/run.py) bind them; `eval_step`
+    takes `loss_chunks` only (validation reports the cross-entropy).
     """
     # Configs saved before `loss_chunks` existed compute the logits at once.
     return {"z_loss": float(train_cfg.z_loss), "loss_chunks": int(train_cfg.get("loss_chunks", 0))}
