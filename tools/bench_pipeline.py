@@ -59,7 +59,7 @@ def _set_device_count(devices: int) -> None:
 
 def main(argv: list[str]) -> int:
     """Parses arguments, times every layout and prints the table."""
-    from jaxtrain.cli import split_overrides
+    from jaxtrain.commands.options import split_overrides
 
     rest, overrides, _ = split_overrides(argv)
     parser = argparse.ArgumentParser(prog="bench_pipeline.py", description=__doc__.split("\n")[0])

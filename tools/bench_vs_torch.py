@@ -167,7 +167,7 @@ def _contender_process(kind: str, overrides: list[str], connection) -> None:
 def main(argv: list[str]) -> int:
     import multiprocessing
 
-    from jaxtrain.cli import split_overrides
+    from jaxtrain.commands.options import split_overrides
     from jaxtrain.hardware.host_malloc import reexec_with_tuned_malloc
 
     # The malloc settings `python -m jaxtrain` runs with on CPUs; the contenders' processes

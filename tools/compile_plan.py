@@ -36,7 +36,7 @@ def _set_device_count(devices: int) -> None:
 
 def main(argv: list[str]) -> int:
     """Parses arguments, sets the device count, compiles and prints the plan."""
-    from jaxtrain.cli import split_overrides
+    from jaxtrain.commands.options import split_overrides
 
     rest, overrides, _ = split_overrides(argv)
     parser = argparse.ArgumentParser(prog="compile_plan.py", description=__doc__.split("\n")[0])
