@@ -399,6 +399,12 @@ PRESETS.update(SSM_PRESETS)
 PUBLISHED_PARAMS.update(SSM_PUBLISHED_PARAMS)
 
 
+def families() -> tuple[str, ...]:
+    """The families the zoo builds (`ModelSpec.family`), in the registry's order: a family is
+    in the zoo once it has a preset."""
+    return tuple(dict.fromkeys(values["family"] for values in PRESETS.values()))
+
+
 def preset_names() -> list[str]:
     """Every registered architecture name."""
     return sorted(PRESETS)
