@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conftest import REPO
 
 from jaxtrain.config.loader import load_config, load_py_config
 from jaxtrain.config.ranges import RANGES, Range, numeric_settings
 from jaxtrain.errors import ConfigError
+from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.models.spec.ranges import MODEL_RANGES
 from jaxtrain.run import validate
 
 BASE = str(REPO / "configs" / "base.py")
@@ -121,3 +125,31 @@ def test_boundaries_and_special_values_are_accepted() -> None:
     validate(load_config(BASE, good), check_data=False)
     assert Range(0, 1, low_open=True).describe() == "in (0, 1]"
     assert Range().describe() == "any finite number"
+
+
+def test_a_spec_built_without_a_config_checks_the_same_model_ranges() -> None:
+    """A ModelSpec from a Hugging Face config.json, a preset or a saved run never passes a
+    config's checks; the model's ranges are the spec's own, with the words a config gets."""
+    defaults = ModelSpec()
+    numbers = {
+        f.name
+        for f in dataclasses.fields(ModelSpec)
+        if isinstance(getattr(defaults, f.name), (int, float))
+        and not isinstance(getattr(defaults, f.name), bool)
+    }
+    assert numbers == set(MODEL_RANGES)
+    assert {f"model.{k}": r for k, r in MODEL_RANGES.items()}.items() <= RANGES.items()
+    for key, value, expected in (
+        ("hidden_size", 0, "model.hidden_size=0 is out of range: it must be >= 1."),
+        ("norm_eps", float("nan"), "model.norm_eps=nan is not a finite number; it must be > 0."),
+        (
+            "sliding_window",
+            -1,
+            "model.sliding_window=-1 is out of range: it must be >= 0 (0: full causal attention).",
+        ),
+    ):
+        with pytest.raises(ConfigError) as from_spec:
+            dataclasses.replace(defaults, **{key: value}).validate()
+        with pytest.raises(ConfigError) as from_config:
+            validate(load_config(BASE, {f"model.{key}": value}), check_data=False)
+        assert str(from_spec.value) == str(from_config.value) == expected

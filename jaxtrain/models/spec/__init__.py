@@ -1,5 +1,6 @@
 """A model's hyperparameters (`hyperparameters.ModelSpec`) and what follows from them before any
-model code runs: their checks, parameter counts and FLOPs, and the per-layer patterns.
+model code runs: the range of each number (`ranges`), the checks between them (`checks`),
+parameter counts and FLOPs, and the per-layer patterns.
 """
 
 from jaxtrain._moved import forward_old_names

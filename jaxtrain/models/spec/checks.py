@@ -2,8 +2,10 @@
 fields allow.
 
 Each check raises ConfigError naming the `model.*` key whose value cannot work and what would.
-`ModelSpec.validate` runs them. `spec` is a ModelSpec; this module reads only its fields and
-imports no model module that imports `spec`.
+`ModelSpec.validate` runs them. The range of each number on its own (sizes positive, rates
+non-negative, ...) is `ranges.MODEL_RANGES`, checked first; what follows here are the relations
+between fields and the sizes a feature needs once it is on. `spec` is a ModelSpec; this module
+reads only its fields and imports no model module that imports `spec`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.spec import block_pattern as blocks
+from jaxtrain.models.spec.ranges import check_model_ranges
 
 DTYPES = ("float32", "bfloat16", "float16")
 ROPE_SCALINGS = ("none", "llama3", "linear", "yarn")
@@ -52,19 +55,7 @@ _UNSUPPORTED_SCALING = {
 
 def validate(spec: Any) -> None:
     """Raises ConfigError naming the first `model.*` key whose value cannot work."""
-    positive = (
-        "vocab_size",
-        "hidden_size",
-        "num_layers",
-        "num_heads",
-        "num_kv_heads",
-        "head_dim",
-        "intermediate_size",
-        "max_seq_len",
-    )
-    for key in positive:
-        if int(getattr(spec, key)) <= 0:
-            raise ConfigError(f"model.{key}={getattr(spec, key)} must be a positive integer.")
+    check_model_ranges(spec)
     if spec.num_heads % spec.num_kv_heads:
         raise ConfigError(
             f"model.num_heads={spec.num_heads} is not divisible by model.num_kv_heads="
@@ -87,18 +78,6 @@ def validate(spec: Any) -> None:
         raise ConfigError(
             f"model.attention_impl={spec.attention_impl!r} is not one of {list(ATTENTION_IMPLS)}."
         )
-    if spec.attention_block < 0:
-        raise ConfigError(
-            f"model.attention_block={spec.attention_block} must be a number "
-            "of query positions per block, or 0 to choose by device and "
-            "sequence length."
-        )
-    if spec.sliding_window < 0:
-        raise ConfigError(
-            f"model.sliding_window={spec.sliding_window} must be >= 0 "
-            "(0 means full causal attention)."
-        )
-    _check_rope(spec)
     _check_grok(spec)
     _check_fp8(spec)
     _check_mla(spec)
@@ -133,17 +112,6 @@ def _check_grok(spec: Any) -> None:
         raise ConfigError(
             f"model.mlp_activation={spec.mlp_activation!r} is not one of {list(MLP_ACTIVATIONS)}."
         )
-    for key in (
-        "attn_logit_softcap",
-        "router_logit_softcap",
-        "final_logit_softcap",
-        "attn_temperature_len",
-    ):
-        if getattr(spec, key) < 0:
-            raise ConfigError(f"model.{key}={getattr(spec, key)} must be >= 0 (0: off).")
-    for key in ("embed_multiplier", "output_multiplier"):
-        if getattr(spec, key) <= 0:
-            raise ConfigError(f"model.{key}={getattr(spec, key)} must be > 0 (1: off).")
     if spec.attention_impl == "cudnn" and spec.attn_logit_softcap:
         raise ConfigError(
             f"model.attention_impl='cudnn' cannot soft-cap attention scores "
@@ -202,21 +170,6 @@ def _check_blocks(spec: Any) -> None:
             "(gated delta net / Kimi delta attention) sublayers but "
             "model.linear_num_key_heads=0; set the model.linear_* sizes."
         )
-    if spec.mamba_version not in (1, 2):
-        raise ConfigError(f"model.mamba_version={spec.mamba_version} must be 1 or 2.")
-    for key in (
-        "ssm_state_size",
-        "ssm_head_dim",
-        "ssm_expand",
-        "ssm_n_groups",
-        "ssm_conv_kernel",
-        "ssm_chunk_size",
-    ):
-        if getattr(spec, key) <= 0:
-            raise ConfigError(f"model.{key}={getattr(spec, key)} must be a positive integer.")
-    for key in ("ssm_num_heads", "ssm_dt_rank"):
-        if getattr(spec, key) < 0:
-            raise ConfigError(f"model.{key}={getattr(spec, key)} must be >= 0 (0: derived).")
     if spec.mamba_version == 2 and "mamba" in kinds:
         heads = blocks.ssm_heads(spec)
         if not spec.ssm_num_heads and (spec.ssm_expand * spec.hidden_size % spec.ssm_head_dim):
@@ -237,27 +190,18 @@ def _check_linear(spec: Any) -> None:
     """The delta-rule mixer keys, when linear_num_key_heads > 0 turns them on."""
     if not spec.linear_num_key_heads:
         return
-    for key in (
-        "linear_num_key_heads",
-        "linear_num_value_heads",
-        "linear_key_head_dim",
-        "linear_value_head_dim",
-        "linear_conv_kernel",
-    ):
-        if int(getattr(spec, key)) <= 0:
-            raise ConfigError(
-                f"model.{key}={getattr(spec, key)} must be a positive integer"
-                " for Gated DeltaNet / Kimi delta attention blocks."
-            )
+    # The head widths and the conv are positive in any case (their ranges); value heads only
+    # once key heads turn these blocks on.
+    if spec.linear_num_value_heads <= 0:
+        raise ConfigError(
+            f"model.linear_num_value_heads={spec.linear_num_value_heads} must be a positive "
+            "integer for Gated DeltaNet / Kimi delta attention blocks."
+        )
     if spec.linear_num_value_heads % spec.linear_num_key_heads:
         raise ConfigError(
             f"model.linear_num_value_heads={spec.linear_num_value_heads} is not a multiple "
             f"of model.linear_num_key_heads={spec.linear_num_key_heads}: each query/key head "
             "serves a whole number of value heads."
-        )
-    if spec.linear_chunk < 0:
-        raise ConfigError(
-            f"model.linear_chunk={spec.linear_chunk} must be >= 0 (0: the mixer's default chunk)."
         )
 
 
@@ -281,13 +225,6 @@ def _check_fp8(spec: Any) -> None:
                 "matmuls."
             )
         raise ConfigError(f"model.{key}={value!r} is not one of {list(allowed)}.")
-    if spec.fp8_amax_history < 1:
-        raise ConfigError(f"model.fp8_amax_history={spec.fp8_amax_history} must be >= 1.")
-    if not 0 <= spec.fp8_margin <= 8:
-        raise ConfigError(
-            f"model.fp8_margin={spec.fp8_margin} must be between 0 and 8 "
-            "(powers of two of headroom)."
-        )
     if spec.quantization:
         return
     defaults = {f.name: f.default for f in dataclasses.fields(spec)}
@@ -311,16 +248,13 @@ def _check_fp8(spec: Any) -> None:
 
 def _check_layer_pattern(spec: Any) -> None:
     """Local / global attention layers, chunks, NoPE and attention temperature keys."""
-    for key in ("attention_chunk", "global_layer_step"):
-        if getattr(spec, key) < 0:
-            raise ConfigError(f"model.{key}={getattr(spec, key)} must be >= 0 (0: off).")
     if spec.attention_chunk and spec.sliding_window:
         raise ConfigError(
             f"model.attention_chunk={spec.attention_chunk} and model."
             f"sliding_window={spec.sliding_window} are both set; local layers "
             "use one of them, so set the other to 0."
         )
-    if spec.leading_global_layers < 0 or spec.leading_global_layers >= spec.num_layers:
+    if spec.leading_global_layers >= spec.num_layers:
         raise ConfigError(
             f"model.leading_global_layers={spec.leading_global_layers} must be "
             f"between 0 and model.num_layers - 1 = {spec.num_layers - 1}: at "
@@ -348,8 +282,6 @@ def _check_layer_pattern(spec: Any) -> None:
             "model.attn_temperature_tuning=True applies to NoPE layers only; "
             "set model.nope_global=True (and global_layer_step) or turn it off."
         )
-    if spec.attn_floor_scale <= 0:
-        raise ConfigError(f"model.attn_floor_scale={spec.attn_floor_scale} must be > 0.")
     if spec.mla:
         for key in (
             "attention_chunk",
@@ -367,37 +299,9 @@ def _check_layer_pattern(spec: Any) -> None:
                 )
 
 
-def _check_rope(spec: Any) -> None:
-    """The context-extension keys of the chosen rope_scaling."""
-    if spec.rope_scaling == "none":
-        return
-    if spec.rope_factor <= 0:
-        raise ConfigError(
-            f"model.rope_factor={spec.rope_factor} must be > 0 with "
-            f"model.rope_scaling={spec.rope_scaling!r}."
-        )
-    if spec.rope_scaling == "yarn":
-        if spec.rope_original_max_len <= 0:
-            raise ConfigError(
-                f"model.rope_original_max_len={spec.rope_original_max_len} "
-                "must be the positive pretraining context length for yarn."
-            )
-        for key in ("rope_beta_fast", "rope_beta_slow"):
-            if getattr(spec, key) <= 0:
-                raise ConfigError(f"model.{key}={getattr(spec, key)} must be > 0 for yarn.")
-        for key in ("rope_mscale", "rope_mscale_all_dim"):
-            if getattr(spec, key) < 0:
-                raise ConfigError(
-                    f"model.{key}={getattr(spec, key)} must be >= 0 (0 means not set)."
-                )
-
-
 def _check_mla(spec: Any) -> None:
     """Multi-head latent attention keys: all set consistently, or all left at 0."""
     mla_keys = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-    for key in ("kv_lora_rank", *mla_keys):
-        if getattr(spec, key) < 0:
-            raise ConfigError(f"model.{key}={getattr(spec, key)} must be >= 0.")
     if not spec.mla:
         for key in mla_keys:
             if getattr(spec, key):
@@ -431,13 +335,6 @@ def _check_mla(spec: Any) -> None:
 
 def _check_moe(spec: Any) -> None:
     """The mixture-of-experts keys, checked only when num_experts > 0."""
-    if spec.moe_capacity_factor < 0:
-        raise ConfigError(
-            f"model.moe_capacity_factor={spec.moe_capacity_factor} must be >= 0 "
-            "(0: dropless routing; 1.25 is a common capacity)."
-        )
-    if spec.num_experts < 0:
-        raise ConfigError(f"model.num_experts={spec.num_experts} must be >= 0 (0: dense).")
     if not 0 < spec.num_experts_per_tok <= spec.num_experts:
         raise ConfigError(
             f"model.num_experts_per_tok={spec.num_experts_per_tok} must be "
@@ -450,18 +347,7 @@ def _check_moe(spec: Any) -> None:
         )
     if spec.moe_score not in MOE_SCORES:
         raise ConfigError(f"model.moe_score={spec.moe_score!r} is not one of {list(MOE_SCORES)}.")
-    for key in (
-        "moe_aux_loss_coef",
-        "moe_z_loss_coef",
-        "moe_shared_experts",
-        "moe_shared_intermediate_size",
-        "moe_bias_update_rate",
-    ):
-        if getattr(spec, key) < 0:
-            raise ConfigError(f"model.{key}={getattr(spec, key)} must be >= 0.")
-    if spec.moe_routed_scaling <= 0:
-        raise ConfigError(f"model.moe_routed_scaling={spec.moe_routed_scaling} must be > 0.")
-    if not 0 <= spec.num_dense_layers < spec.num_layers:
+    if spec.num_dense_layers >= spec.num_layers:
         raise ConfigError(
             f"model.num_dense_layers={spec.num_dense_layers} must be between 0 "
             f"and model.num_layers - 1 = {spec.num_layers - 1}: at least one "
@@ -477,11 +363,8 @@ def _check_moe(spec: Any) -> None:
         raise ConfigError(
             f"model.moe_activation={spec.moe_activation!r} is not one of {list(MOE_ACTIVATIONS)}."
         )
-    for key in ("moe_swiglu_alpha", "moe_swiglu_limit"):
-        if getattr(spec, key) <= 0:
-            raise ConfigError(f"model.{key}={getattr(spec, key)} must be > 0.")
     step = spec.moe_layer_step
-    if step < 1 or spec.num_layers % step:
+    if spec.num_layers % step:
         raise ConfigError(
             f"model.moe_layer_step={step} must be a positive divisor of "
             f"model.num_layers={spec.num_layers}: the blocks form whole groups "
@@ -517,7 +400,7 @@ def _check_groups(spec: Any) -> None:
             f"{list(MOE_TOPK_METHODS)}."
         )
     e, n, g = spec.num_experts, spec.moe_n_group, spec.moe_topk_group
-    if n < 1 or e % n:
+    if e % n:
         raise ConfigError(
             f"model.moe_n_group={n} must divide model.num_experts={e}: groups "
             "hold equal shares of the experts; pick a divisor of num_experts."

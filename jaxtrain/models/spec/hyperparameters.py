@@ -202,8 +202,8 @@ class ModelSpec:
         return spec
 
     def validate(self) -> None:
-        """Raises ConfigError naming the first `model.*` key whose value cannot work
-        (`spec_checks`)."""
+        """Raises ConfigError naming the first `model.*` key whose value cannot work: a
+        number out of its range (`ranges`), then the relations between fields (`checks`)."""
         checks.validate(self)
 
     def shared_expert_size(self) -> int:
