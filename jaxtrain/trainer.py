@@ -297,7 +297,9 @@ class Trainer:
             saved.run.dir = str(self.run_dir)
             saved.backend.used = self.setup.backend.to_dict()  # what the step was compiled for
             try:
-                (self.run_dir / "config.json").write_text(saved.to_json_best_effort(indent=2))
+                config_lib.saved_config_path(self.run_dir).write_text(
+                    saved.to_json_best_effort(indent=2)
+                )
             except OSError as e:
                 if is_disk_full(e):
                     raise disk_full_error(self.run_dir, "writing config.json") from e

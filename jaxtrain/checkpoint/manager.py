@@ -24,9 +24,8 @@ from jaxtrain.checkpoint import checksums as checksums_lib
 from jaxtrain.checkpoint import items
 from jaxtrain.errors import JaxtrainError
 from jaxtrain.rundir import disk_full
+from jaxtrain.rundir.step_folders import committed_steps, step_folder, unfinished_saves
 
-# Orbax names a step folder being written `<step>` + this (+ a suffix in some versions).
-TMP_MARKER = ".orbax-checkpoint-tmp"
 # The items of a step folder, each a subfolder; Orbax lists those written in the step's metadata.
 ITEMS = ("state", "data", "config", "checksums")
 
@@ -71,21 +70,6 @@ def describe_dtype_changes(changes: list[tuple[str, str, str]]) -> str:
         f"{', ...' if len(names) > 3 else ''})"
         for (saved, wanted), names in pairs.items()
     )
-
-
-def unfinished_saves(directory: Path) -> list[Path]:
-    """Step folders a save began but never committed (the writer died or is still writing)."""
-    if not Path(directory).is_dir():
-        return []
-    return sorted(p for p in Path(directory).iterdir() if TMP_MARKER in p.name)
-
-
-def committed_steps(directory: Path) -> list[int]:
-    """The steps of a folder's committed step folders (named `<step>`; a save in progress has
-    another name until it commits), oldest first, read without opening a manager."""
-    if not Path(directory).is_dir():
-        return []
-    return sorted(int(p.name) for p in Path(directory).iterdir() if p.name.isdigit())
 
 
 def _check_writable(directory: Path) -> None:
@@ -166,7 +150,7 @@ class Checkpointer:
 
     def step_dir(self, step: int) -> Path:
         """The folder of a step."""
-        return self.directory / str(step)
+        return step_folder(self.directory, step)
 
     def written_at(self, step: int) -> float | None:
         """When a step was committed (seconds since the epoch), if Orbax recorded it."""

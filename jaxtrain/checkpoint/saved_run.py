@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,25 +13,19 @@ from jaxtrain import run
 from jaxtrain.checkpoint.manager import Checkpointer, CheckpointError
 from jaxtrain.config import loader as config_lib
 from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.rundir.step_folders import committed_step
 from jaxtrain.train import state as state_lib
 
 
 def load_run_config(run_dir: str | Path) -> ConfigDict:
-    """The resolved config a run was started with (`<run dir>/config.json`)."""
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} does not exist: {run_dir} is not a jaxtrain run "
-            "directory (train once with run.dir pointing there)."
-        )
-    cfg = ConfigDict(json.loads(path.read_text()))
-    with cfg.unlocked():
-        cfg.run.dir = str(run_dir)
-    return cfg
+    """The resolved config a run was started with (`<run dir>/config.json`), as
+    `config.loader.read_saved_config` reads it."""
+    return config_lib.read_saved_config(run_dir)
 
 
 def _is_step_folder(path: Path) -> bool:
-    return path.name.isdigit() and (path / "state").is_dir()
+    """A committed step folder that holds a train state (not any folder named by a number)."""
+    return committed_step(path) is not None and (path / "state").is_dir()
 
 
 def find_checkpoints(path: str | Path) -> tuple[Path, int | None]:
@@ -42,8 +35,8 @@ def find_checkpoints(path: str | Path) -> tuple[Path, int | None]:
     if not path.exists():
         raise CheckpointError(f"{path} does not exist.")
     if _is_step_folder(path):
-        return path.parent.absolute(), int(path.name)
-    if (path / "config.json").is_file() and not (path / "checkpoints").is_dir():
+        return path.parent.absolute(), committed_step(path)
+    if config_lib.saved_config_path(path).is_file() and not (path / "checkpoints").is_dir():
         # A run whose checkpoint.dir pointed elsewhere.
         return config_lib.checkpoint_dir(load_run_config(path)).absolute(), None
     if (path / "checkpoints").is_dir():

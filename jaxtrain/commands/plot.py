@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,13 +45,13 @@ class RunMetrics:
 
 
 def _run_name(run_dir: Path) -> str:
-    config = run_dir / "config.json"
-    if config.is_file():
-        try:
-            return json.loads(config.read_text())["run"]["name"] or run_dir.name
-        except (ValueError, KeyError, TypeError):
-            pass
-    return run_dir.name
+    """The run's `run.name` from its saved config, else the folder's name."""
+    from jaxtrain.config.loader import read_saved_config
+
+    try:
+        return read_saved_config(run_dir).get("run", {}).get("name") or run_dir.name
+    except (FileNotFoundError, ConfigError):
+        return run_dir.name
 
 
 def load_run_metrics(run_dir: str | Path) -> RunMetrics:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Any
 
+from jaxtrain.errors import ConfigError
 from jaxtrain.rundir.metrics import read_records
 
 # Step rate from the last few logged steps: recent enough to follow a change of speed, long
@@ -56,12 +56,13 @@ class RunReport:
 
 
 def _load_config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "config.json"
-    if not path.is_file():
-        return {}
+    """The run's saved config as a dict; {} when there is none yet or it cannot be read (the
+    report then says less, and still shows the metrics and checkpoints)."""
+    from jaxtrain.config.loader import read_saved_config
+
     try:
-        return json.loads(path.read_text())
-    except ValueError:
+        return read_saved_config(run_dir).to_dict()
+    except (FileNotFoundError, ConfigError):
         return {}
 
 

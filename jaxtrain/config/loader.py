@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib.util
+import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -199,6 +200,45 @@ def checkpoint_dir(cfg: ConfigDict) -> Path:
     return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else run_dir(cfg) / "checkpoints"
 
 
+# The resolved config a run writes into its directory when it starts.
+SAVED_CONFIG = "config.json"
+
+
+def saved_config_path(directory: str | Path) -> Path:
+    """Where a run directory keeps the resolved config the run was started with."""
+    return Path(directory) / SAVED_CONFIG
+
+
+def read_saved_config(directory: str | Path) -> ConfigDict:
+    """The resolved config of the run in `directory`, with `run.dir` set to that directory.
+
+    The one reader of `<run dir>/config.json`. FileNotFoundError when the directory holds none;
+    ConfigError naming the file when it is not a JSON object of sections. The result is not
+    locked: a run saved by another version may hold keys today's configs lack.
+    """
+    path = saved_config_path(directory)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} does not exist: {directory} is not a jaxtrain run "
+            "directory (train once with run.dir pointing there)."
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ConfigError(
+            f"{path} is not valid JSON ({e}); write it again from the config the run was "
+            "started with (each checkpoint also keeps a copy, in its `config` item)."
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("run", {}), dict):
+        raise ConfigError(f"{path} does not hold a jaxtrain config (a JSON object of sections).")
+    cfg = ConfigDict(data)
+    with cfg.unlocked():
+        if "run" not in cfg:
+            cfg.run = ConfigDict()
+        cfg.run.dir = str(directory)
+    return cfg
+
+
 def split_paths(value: str | Iterable[str]) -> list[str]:
     """`data.paths` as a list: comma-separated text or a sequence."""
     if isinstance(value, str):
@@ -227,7 +267,7 @@ def validate(cfg: ConfigDict) -> ModelSpec:
     """Checks every setting that could fail later and returns the model spec.
 
     Each failure is a ConfigError naming the key, its value and a fix. The range of every
-    number is checked first (`config_ranges`), then relations between settings. The data
+    number is checked first (`ranges`), then relations between settings. The data
     settings (paths, split, weights) are the data layer's: `jaxtrain.run.validate` checks both.
     """
     check_ranges(cfg)

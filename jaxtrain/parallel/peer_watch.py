@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jaxtrain.rundir.step_folders import latest_committed_step
+
 EXIT_PEER_LOST = 3
 KEY_PREFIX = "jaxtrain/alive/"
 # A process that finished cleanly says so, so that peers still saving or evaluating do not
@@ -45,14 +47,6 @@ def jax_heartbeat_timeout(timeout_s: int) -> int:
     return 2 * timeout_s
 
 
-def latest_checkpoint(directory: Path | None) -> int | None:
-    """The newest committed step folder (a plain listing: safe from any thread)."""
-    if directory is None or not Path(directory).is_dir():
-        return None
-    steps = [int(p.name) for p in Path(directory).iterdir() if p.name.isdigit()]
-    return max(steps) if steps else None
-
-
 class ResumeHint:
     """Where the run's checkpoints live, for the line printed when the job is lost."""
 
@@ -61,7 +55,7 @@ class ResumeHint:
     @classmethod
     def text(cls) -> str:
         """How to resume, naming the latest complete checkpoint when there is one."""
-        step = latest_checkpoint(cls.checkpoint_dir)
+        step = latest_committed_step(cls.checkpoint_dir)  # names only: safe from any thread
         where = (
             f"from checkpoint step {step} in {cls.checkpoint_dir}"
             if step is not None

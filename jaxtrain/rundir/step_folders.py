@@ -1,0 +1,48 @@
+"""How a checkpoint folder names its steps, and the one listing of the steps it holds.
+
+Orbax writes step s into `<s>.orbax-checkpoint-tmp*` and renames the folder to `<s>` when the save
+commits, so a folder named by a number alone is a committed step and one carrying the marker is a
+save that has not finished (or never will). The listing reads names only: it opens no Orbax
+manager and imports nothing, so any layer can use it, from any thread (the lost-process report
+of `jaxtrain.parallel.peer_watch` runs in an abort handler), while a run is writing there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Orbax names a step folder being written `<step>` + this (+ a suffix in some versions).
+TMP_MARKER = ".orbax-checkpoint-tmp"
+
+
+def step_folder(directory: str | Path, step: int) -> Path:
+    """The folder of committed step `step` in `directory`."""
+    return Path(directory) / str(step)
+
+
+def committed_step(path: str | Path) -> int | None:
+    """The step a folder holds when its name is that of a committed step, else None."""
+    name = Path(path).name
+    return int(name) if name.isdigit() else None
+
+
+def committed_steps(directory: str | Path | None) -> list[int]:
+    """The steps of a folder's committed step folders, oldest first ([] without the folder)."""
+    if directory is None or not Path(directory).is_dir():
+        return []
+    return sorted(
+        step for step in (committed_step(p) for p in Path(directory).iterdir()) if step is not None
+    )
+
+
+def latest_committed_step(directory: str | Path | None) -> int | None:
+    """The newest committed step of a folder, or None when it holds none."""
+    steps = committed_steps(directory)
+    return steps[-1] if steps else None
+
+
+def unfinished_saves(directory: str | Path) -> list[Path]:
+    """Step folders a save began but never committed (the writer died or is still writing)."""
+    if not Path(directory).is_dir():
+        return []
+    return sorted(p for p in Path(directory).iterdir() if TMP_MARKER in p.name)
