@@ -182,8 +182,9 @@ def setup(
     mesh_check.check_config_fits_mesh(cfg, spec, mesh, rules)
     if cfg.train.global_batch_size % jax.process_count():
         raise ConfigError(
-            f"train.global_batch_size={cfg.train.global_batch_size} is not "
-            f"divisible by the {jax.process_count()} processes."
+            f"train.global_batch_size={cfg.train.global_batch_size} is not divisible by the "
+            f"{jax.process_count()} processes; each process reads an equal share of every "
+            "batch. Pick a multiple of the process count."
         )
     return _laid_out(cfg, spec, mesh, rules)
 

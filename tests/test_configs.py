@@ -478,6 +478,19 @@ def test_invalid_combinations_name_the_key(overrides: dict, keys: tuple[str, ...
         assert key in str(error.value)
 
 
+def test_a_batch_the_processes_cannot_share_is_refused_at_setup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Checked once, before any data is read: every process reads an equal share of a batch."""
+    from jaxtrain import run
+
+    cfg = load_config(str(CONFIGS / "base.py"), {"train.global_batch_size": 6})
+    devices = jax.devices()[:2]
+    monkeypatch.setattr(jax, "process_count", lambda: 4)
+    with pytest.raises(ConfigError, match="train.global_batch_size=6 is not divisible by the 4"):
+        run.setup(cfg, devices, check_data=False)
+
+
 def test_pretrain_config_without_data_path_is_rejected() -> None:
     with pytest.raises(ConfigError, match="data.paths"):
         validate(load_py_config(str(CONFIGS / "llama3_1_8b.py")))

@@ -251,8 +251,8 @@ def test_config_and_data_errors(
     base_cfg: ConfigDict, counting_shards: Path, tmp_path: Path
 ) -> None:
     cfg = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=6)
-    with pytest.raises(ConfigError, match="global_batch_size=6 is not divisible by the 4"):
-        make_train_iterator(cfg, 161, process_count=4)
+    with pytest.raises(ConfigError, match="process_index=4 must lie in 0..process_count-1"):
+        make_train_iterator(cfg, 161, process_index=4, process_count=4)
     with pytest.raises(DataError, match=r"00001_unshuffled\.ds: token id 100 at token 30 "):
         make_train_iterator(cfg, 100)
     big = _cfg(base_cfg, data__paths=str(counting_shards), train__global_batch_size=64)

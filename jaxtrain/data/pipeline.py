@@ -87,7 +87,6 @@ FULL_VOCAB_SCAN_TOKENS = 1 << 28
 HEAD_VOCAB_SCAN_TOKENS = 1 << 22
 # Synthetic validation windows come from a different stream than the training ones.
 SYNTHETIC_EVAL_SEED_OFFSET = 1_000_003
-SHARD_KINDS = ("datatrove", "megatron")
 
 
 def _check_vocab(source: WindowSource, vocab_size: int | None) -> WindowSource:
@@ -124,10 +123,10 @@ def build_sources(cfg: ConfigDict, vocab_size: int | None, which: str = "train")
     """The sources `which` ("train" or "valid") reads; None when there is no validation data.
 
     Validation is `data.val_paths` (whole datasets) or else the valid part of `data.split`.
+    `cfg` is a validated config (`jaxtrain.run.validate`) of a kind with files: its data.kind and
+    data.paths were checked there.
     """
     d = cfg.data
-    if d.kind not in SHARD_KINDS:
-        raise ConfigError(f"data.kind={d.kind!r} is not one of {SHARD_KINDS + ('synthetic',)}.")
     if which == "train":
         specs, split, part, key = (
             parse_sources(d.paths, d.kind, d.weights),
@@ -143,11 +142,6 @@ def build_sources(cfg: ConfigDict, vocab_size: int | None, which: str = "train")
         key = f"the valid part of data.split={d.split!r} of data.paths"
     else:
         return None
-    if not specs:
-        raise ConfigError(
-            f"data.kind={d.kind!r} needs data.paths: the shard folders (or "
-            "Megatron prefixes) to train on."
-        )
     datasets = load_datasets(specs, d.kind, split, part)
     shards = [s for ds in datasets for s in ds.shards]
     if d.tokenizer:
@@ -196,18 +190,16 @@ def _allow_worker_processes() -> None:
 def _plan(
     cfg: ConfigDict, num_windows: int, process_index: int, process_count: int, what: str
 ) -> BatchPlan:
-    """Checks the batch against the process count and the data, and returns the plan."""
+    """Checks the batch against the data, and returns the plan.
+
+    That the processes split the global batch evenly is a setting checked before any data is
+    read (`jaxtrain.run.setup`, for the processes of the run).
+    """
     g = cfg.train.global_batch_size
     if process_count <= 0 or not 0 <= process_index < process_count:
         raise ConfigError(
             f"process_index={process_index} must lie in 0..process_count-1 "
             f"(process_count={process_count})."
-        )
-    if g % process_count:
-        raise ConfigError(
-            f"train.global_batch_size={g} is not divisible by the {process_count} "
-            "processes; each process reads an equal share of every batch. Pick a "
-            "multiple of the process count."
         )
     if num_windows < g:
         raise DataError(
