@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from jaxtrain.errors import ConfigError
-from jaxtrain.models.presets.registry import families
+from jaxtrain.models.presets.registry import family_names
 
-# The zoo's families (ModelSpec.family): those with a preset, so a new family needs no change here.
-ZOO_FAMILIES = families()
+# The zoo's families (ModelSpec.family): those with a preset, so a new family needs no change
+# here.
+ZOO_FAMILIES = family_names()
 
 
 def unbuildable(source: str, key: str, value: Any, what: str) -> ConfigError:

@@ -399,7 +399,7 @@ PRESETS.update(SSM_PRESETS)
 PUBLISHED_PARAMS.update(SSM_PUBLISHED_PARAMS)
 
 
-def families() -> tuple[str, ...]:
+def family_names() -> tuple[str, ...]:
     """The families the zoo builds (`ModelSpec.family`), in the registry's order: a family is
     in the zoo once it has a preset."""
     return tuple(dict.fromkeys(values["family"] for values in PRESETS.values()))
