@@ -34,7 +34,7 @@ from jaxtrain.data.prepare import prepare_data
 from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.hardware import peaks as perf
 from jaxtrain.models.generation import complete, load_tokenizer
-from jaxtrain.parallel import peer_watch, sharding
+from jaxtrain.parallel import distributed, sharding
 from jaxtrain.planning import memory as memory_plan
 from jaxtrain.rundir.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
 from jaxtrain.rundir.lock import RunLock
@@ -128,7 +128,7 @@ class Trainer:
         self._timer = StepTimer()
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
-        peer_watch.ResumeHint.checkpoint_dir = self.checkpointer.directory
+        distributed.report_checkpoints_in(self.checkpointer.directory)
 
     # ----------------------------------------------------------------------------- setup
     def _restore_or_init(self) -> dict[str, Any]:

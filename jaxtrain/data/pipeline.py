@@ -10,16 +10,11 @@ See `sources` for the path, weight, blend and split syntax, `windows` for the wi
 Datasets. Everything after reading a window is grain's own: `MapDataset.source`, `shuffle`,
 `slice`, `repeat`, `select_from_datasets`, `batch` and the process slice, then
 `to_iter_dataset` with reader threads (and `mp_prefetch` for `data.worker_count`). The batches and
-iterator states are bit for bit those of the hand-written batch sources this replaced (checked on
-196 settings: pools, per_file, mixtures, Megatron blends and splits, document fields, 1/2/4
-processes, validation). Cost, measured on one machine in one session (AMD EPYC, 2 shared cores):
-CPU per batch with data.prefetch=0, best of 7 x 200 batches, three alternating rounds,
-hand-written -> grain: 16 x 2048: 274-323 -> 349-360 us; 8 x 4096: 161-182 -> 200-227 us;
-16 x 2048 with document fields: 645-734 -> 727-795 us. That is 10-25% more CPU (a Python call per
-layer and window), still ~90M tokens per CPU-second, thousands of times what a training step
-consumes; tools/bench_loader.py's wall-clock tokens/s moved within the shared machine's noise
-(docs/data.md, "Speed"). grain's `MapDataset.source` wrapper is the one piece not used: its
-per-read metrics added another 175 us per batch (see `batches.SourceDataset`).
+iterator states are bit for bit those of the hand-written batch sources this replaced. grain's
+layers cost some CPU per batch (a Python call per layer and window) and still deliver thousands of
+times what a training step consumes; docs/data.md ("Speed") has the figures. grain's
+`MapDataset.source` wrapper is the one piece not used: its per-read metrics cost more than the
+read (see `batches.SourceDataset`).
 
 State. The iterator is a grain `DatasetIterator` over global batch numbers; `get_state()` is a small
 dict ({"next_index": n} without worker processes, as before) and `set_state()` on a freshly built
@@ -173,8 +168,8 @@ def build_sources(cfg: ConfigDict, vocab_size: int | None, which: str = "train")
 def _read_options(cfg: ConfigDict) -> grain.ReadOptions:
     prefetch = max(0, int(cfg.data.prefetch))
     # Each element is a whole local batch, so a few threads keep `prefetch` batches in flight.
-    # More reader threads than half the cores only fight over them (and the GIL): on a 2-core
-    # machine 4 threads read 2.7x slower than 1 (tools/bench_loader.py).
+    # More reader threads than half the cores only fight over them (and the GIL): docs/data.md,
+    # "Speed".
     threads = min(prefetch, 8, max(1, (os.cpu_count() or 1) // 2))
     return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=prefetch)
 

@@ -37,6 +37,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import jax
 from jax._src import distributed as jax_distributed
@@ -319,10 +320,18 @@ def _start_watching(timeout_s: int, coordinator: str) -> None:
     client = coordination_client()
     if client is None or jax.process_count() < 2:
         return
+    hint = peer_watch.ResumeHint()
     _WATCH = peer_watch.PeerWatch(
-        client, jax.process_index(), jax.process_count(), timeout_s=timeout_s
+        client, jax.process_index(), jax.process_count(), timeout_s=timeout_s, hint=hint
     ).start()
-    peer_watch.install_abort_report(jax.process_index(), jax.process_count(), coordinator)
+    peer_watch.install_abort_report(jax.process_index(), jax.process_count(), coordinator, hint)
+
+
+def report_checkpoints_in(directory: str | os.PathLike) -> None:
+    """Names the run's checkpoint folder in the line a lost process prints, so it says which
+    step the run resumes from (no-op in a single-process run, which has no watch)."""
+    if _WATCH is not None:
+        _WATCH.hint.checkpoint_dir = Path(directory)
 
 
 def stop_watching() -> None:

@@ -21,6 +21,7 @@ Neither runs in a single-process run.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import signal
 import socket
@@ -47,21 +48,24 @@ def jax_heartbeat_timeout(timeout_s: int) -> int:
     return 2 * timeout_s
 
 
+@dataclasses.dataclass
 class ResumeHint:
-    """Where the run's checkpoints live, for the line printed when the job is lost."""
+    """Where the run's checkpoints live, for the line printed when the job is lost.
+
+    One instance per process, shared by its watch and its abort report; the trainer names the
+    folder once it knows it (`distributed.report_checkpoints_in`)."""
 
     checkpoint_dir: Path | None = None
 
-    @classmethod
-    def text(cls) -> str:
+    def text(self) -> str:
         """How to resume, naming the latest complete checkpoint when there is one."""
-        step = latest_committed_step(cls.checkpoint_dir)  # names only: safe from any thread
+        step = latest_committed_step(self.checkpoint_dir)  # names only: safe from any thread
         where = (
-            f"from checkpoint step {step} in {cls.checkpoint_dir}"
+            f"from checkpoint step {step} in {self.checkpoint_dir}"
             if step is not None
             else "from the latest complete checkpoint"
-            if cls.checkpoint_dir is None
-            else f"(no checkpoint yet in {cls.checkpoint_dir}: it starts over)"
+            if self.checkpoint_dir is None
+            else f"(no checkpoint yet in {self.checkpoint_dir}: it starts over)"
         )
         return f"Run the same command on every host to resume {where}."
 
@@ -75,7 +79,8 @@ class PeerWatch:
     """Publishes this process's beats and exits when another process's beats stop.
 
     `client` is JAX's coordination-service client (key_value_set / key_value_dir_get);
-    `on_lost(message)` is called once with the report instead of exiting (tests pass their own).
+    `on_lost(message)` is called once with the report instead of exiting (tests pass their own);
+    `hint` says how to resume at the end of the report.
     """
 
     def __init__(
@@ -87,8 +92,10 @@ class PeerWatch:
         timeout_s: float,
         interval_s: float = DEFAULT_INTERVAL_S,
         on_lost: Callable[[str], None] | None = None,
+        hint: ResumeHint | None = None,
     ):
         self.client = client
+        self.hint = hint or ResumeHint()
         self.process_id = process_id
         self.num_processes = num_processes
         self.timeout_s = timeout_s
@@ -158,7 +165,7 @@ class PeerWatch:
                     self.on_lost(
                         f"lost contact with the coordinator (process 0 of {self.num_processes}) "
                         f"for {self.timeout_s:g} s ({first}). Process 0 stopped or its host is "
-                        f"unreachable; its log says why. {ResumeHint.text()}"
+                        f"unreachable; its log says why. {self.hint.text()}"
                     )
                     return
                 self._stop.wait(self.interval_s)
@@ -179,7 +186,7 @@ class PeerWatch:
                 self.on_lost(
                     f"process {', '.join(map(str, failed))} of {self.num_processes} stopped "
                     f"with an error (its log says which); process {self.process_id} stops too. "
-                    f"{ResumeHint.text()}"
+                    f"{self.hint.text()}"
                 )
                 return
             # A peer that never beat is counted from the watch's start.
@@ -196,7 +203,7 @@ class PeerWatch:
                 self.on_lost(
                     f"lost process {names} of {self.num_processes}: no sign of life for "
                     f"{self.timeout_s:g} s (it crashed, was killed, or its host went down; its "
-                    f"log says why). Process {self.process_id} stops too. {ResumeHint.text()}"
+                    f"log says why). Process {self.process_id} stops too. {self.hint.text()}"
                 )
                 return
             self._stop.wait(self.interval_s)
@@ -218,7 +225,9 @@ def _reachable(address: str, timeout_s: float = 1.0) -> bool:
 _ABORT_HANDLER: Any = None
 
 
-def install_abort_report(process_id: int, num_processes: int, coordinator: str) -> bool:
+def install_abort_report(
+    process_id: int, num_processes: int, coordinator: str, hint: ResumeHint
+) -> bool:
     """Prints one jaxtrain line when JAX's runtime aborts this process; False where unsupported.
 
     The handler runs on the aborting thread after JAX has logged its reason; it writes the line
@@ -245,7 +254,7 @@ def install_abort_report(process_id: int, num_processes: int, coordinator: str) 
                 "distributed runtime (the log above gives its reason: usually another "
                 "process died)"
             )
-        _report(f"{cause}. {ResumeHint.text()}")
+        _report(f"{cause}. {hint.text()}")
         os._exit(EXIT_PEER_LOST)
 
     _ABORT_HANDLER = handler_type(on_abort)
