@@ -1,0 +1,90 @@
+"""Broken input as a user meets it on the command line: a config that does not load, a folder
+that cannot be written, a truncated weights file, a tokenizer that is not there. Each ends in one
+line, `jaxtrain COMMAND: error: MESSAGE`, exit status 2 and no traceback; those a run can see
+before compiling its step are refused before it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from jaxtrain import cli
+
+# A config of the debug model that would train two steps, were nothing broken.
+TRAIN = ("--config", "llama_debug.py", "--config.train.steps=2", "--config.train.eval_every=0")
+
+
+def jaxtrain(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`python -m jaxtrain ARGS` in a fresh process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "jaxtrain", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
+
+
+def one_line_error(out: subprocess.CompletedProcess, command: str = "train") -> str:
+    """The error line of a run that must fail with exit status 2 and no traceback."""
+    printed = out.stdout + out.stderr
+    assert out.returncode == 2, printed
+    assert "Traceback" not in printed, printed
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"jaxtrain {command}: error: "), printed
+    return last
+
+
+# ------------------------------------------------------------------------------------ configs
+def test_a_config_with_a_syntax_error_names_the_file_line_and_column(tmp_path):
+    (tmp_path / "my.py").write_text(
+        "from jaxtrain.configs import base\n\n\ndef get_config()\n    return base.get_config()\n"
+    )
+    line = one_line_error(jaxtrain("--config", "my.py", cwd=tmp_path))
+    assert line.endswith(
+        "config file 'my.py' is not valid Python: line 4, column 17: expected ':'."
+    )
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (
+            "import helper\n",
+            "config file 'my.py' imports {tmp}/helper.py, which is not valid Python: line 1, "
+            "column 5: invalid syntax.",
+        ),
+        (
+            "from jaxtrain.configs import base\nsteps = undefined\n",
+            "config file 'my.py' failed at line 2 while loading: NameError: name 'undefined' "
+            "is not defined",
+        ),
+        (
+            "import no_such_module_here\n",
+            "config file 'my.py' failed at line 1 while loading: ModuleNotFoundError: No module "
+            "named 'no_such_module_here'",
+        ),
+        (
+            "from jaxtrain.configs import base\n\ndef get_config():\n    c = base.get_config()\n"
+            "    return c.train.no_such_key\n",
+            "config file 'my.py' failed at line 5 in get_config(): AttributeError: ",
+        ),
+    ],
+    ids=["imported-syntax", "import-time", "missing-module", "get_config"],
+)
+def test_a_config_that_raises_is_one_line_naming_the_file(
+    tmp_path, monkeypatch, capsys, source, message
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "helper.py").write_text("x = = 1\n")
+    (tmp_path / "my.py").write_text(source)
+    assert cli.main(["--config", "my.py"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"jaxtrain train: error: {message.format(tmp=tmp_path)}" in err
