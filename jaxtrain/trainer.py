@@ -26,7 +26,12 @@ from ml_collections import ConfigDict
 from jaxtrain import run as run_lib
 from jaxtrain.checkpoint import init_from as init_from_lib
 from jaxtrain.checkpoint import resume as resume_lib
-from jaxtrain.checkpoint.manager import Checkpointer, committed_steps, describe_dtype_changes
+from jaxtrain.checkpoint.manager import (
+    Checkpointer,
+    check_writable,
+    committed_steps,
+    describe_dtype_changes,
+)
 from jaxtrain.config import loader as config_lib
 from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
@@ -102,6 +107,8 @@ class Trainer:
             cfg.checkpoint.resume,
             cfg.checkpoint.get("resume_step", -1),
         )
+        # A folder the checkpoints cannot be written to is refused before the compile too.
+        check_writable(config_lib.checkpoint_dir(cfg))
         # Compiled before anything is allocated or written, so a step that cannot fit is refused
         # with the figures instead of failing to allocate (see jaxtrain/planning/memory.py).
         self._compile_functions()

@@ -88,3 +88,22 @@ def test_a_config_that_raises_is_one_line_naming_the_file(
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert f"jaxtrain train: error: {message.format(tmp=tmp_path)}" in err
+
+
+# ---------------------------------------------------------------------------- read-only folders
+def test_a_read_only_run_directory_is_refused_naming_it(read_only_folder):
+    out = jaxtrain(*TRAIN, f"--config.run.dir={read_only_folder}")
+    line = one_line_error(out)
+    assert f"run directory {read_only_folder} is not writable (" in line
+    assert "Point run.dir at a folder this process can write" in line
+    assert "compiling train step" not in out.stdout + out.stderr
+
+
+def test_a_read_only_checkpoint_folder_is_refused_before_compiling(tmp_path, read_only_folder):
+    folder = read_only_folder / "checkpoints"
+    out = jaxtrain(
+        *TRAIN, f"--config.run.dir={tmp_path / 'run'}", f"--config.checkpoint.dir={folder}"
+    )
+    line = one_line_error(out)
+    assert f"checkpoint folder {folder} is not writable (" in line and "nothing was trained" in line
+    assert "compiling train step" not in out.stdout + out.stderr
