@@ -100,13 +100,16 @@ class Trainer:
             process_count=jax.process_count(),
         )
 
-        # A start that would overwrite a checkpoint is refused before the (long) compile too.
-        resume_lib.start_step(
+        # A start that would overwrite a checkpoint is refused before the (long) compile too,
+        # and so are initial weights that cannot be loaded.
+        start = resume_lib.start_step(
             config_lib.checkpoint_dir(cfg),
             committed_steps(config_lib.checkpoint_dir(cfg)),
             cfg.checkpoint.resume,
             cfg.checkpoint.get("resume_step", -1),
         )
+        if start is None and cfg.checkpoint.init_from:
+            init_from_lib.check_source(cfg.checkpoint.init_from, self.spec)
         # A folder the checkpoints cannot be written to is refused before the compile too.
         check_writable(config_lib.checkpoint_dir(cfg))
         # Compiled before anything is allocated or written, so a step that cannot fit is refused

@@ -9,10 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
+import numpy as np
 import pytest
 from conftest import REPO
+from flax import nnx
 
 from jaxtrain import cli
+from jaxtrain.config.loader import load_config
+from jaxtrain.interop.hf import INDEX_NAME, save_hf_checkpoint
+from jaxtrain.models.assembly.decoder import Decoder
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 # A config of the debug model that would train two steps, were nothing broken.
 TRAIN = ("--config", "llama_debug.py", "--config.train.steps=2", "--config.train.eval_every=0")
@@ -106,4 +113,50 @@ def test_a_read_only_checkpoint_folder_is_refused_before_compiling(tmp_path, rea
     )
     line = one_line_error(out)
     assert f"checkpoint folder {folder} is not writable (" in line and "nothing was trained" in line
+    assert "compiling train step" not in out.stdout + out.stderr
+
+
+# ------------------------------------------------------------------- truncated Hugging Face files
+@pytest.fixture(scope="module")
+def hf_weights(tmp_path_factory) -> Path:
+    """A Hugging Face folder of the debug model (zeros), in several safetensors shards."""
+    spec = ModelSpec.from_config(load_config("llama_debug.py").model)
+    abstract = nnx.eval_shape(lambda: Decoder(spec, rngs=nnx.Rngs(params=0)))
+    params = jax.tree.map(
+        lambda a: np.zeros(a.shape, a.dtype), nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
+    )
+    folder = tmp_path_factory.mktemp("hf") / "debug"
+    save_hf_checkpoint(spec, params, folder, max_shard_bytes=200_000)
+    assert (folder / INDEX_NAME).is_file()
+    return folder
+
+
+def _truncated_copy(folder: Path, dest: Path) -> Path:
+    """A copy of `folder` whose second shard lost its second half, as an interrupted copy."""
+    import shutil
+
+    shutil.copytree(folder, dest)
+    shard = sorted(dest.glob("model-*.safetensors"))[1]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    return shard
+
+
+def test_convert_names_a_truncated_shard(hf_weights, tmp_path):
+    shard = _truncated_copy(hf_weights, tmp_path / "hf")
+    line = one_line_error(jaxtrain("convert", "--from-hf", str(tmp_path / "hf")), "convert")
+    assert f"{shard}: not a complete safetensors file (" in line
+    assert "truncated or damaged (an interrupted download or copy): download or copy it again." in (
+        line
+    )
+
+
+def test_init_from_a_truncated_shard_is_refused_before_compiling(hf_weights, tmp_path):
+    shard = _truncated_copy(hf_weights, tmp_path / "hf")
+    out = jaxtrain(
+        *TRAIN,
+        f"--config.run.dir={tmp_path / 'run'}",
+        f"--config.checkpoint.init_from={tmp_path / 'hf'}",
+    )
+    line = one_line_error(out)
+    assert f"checkpoint.init_from: {shard}: not a complete safetensors file (" in line
     assert "compiling train step" not in out.stdout + out.stderr
