@@ -17,6 +17,8 @@ from flax import nnx
 
 from jaxtrain import cli
 from jaxtrain.config.loader import load_config
+from jaxtrain.data.sources import validate_data_config
+from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf import INDEX_NAME, save_hf_checkpoint
 from jaxtrain.models.assembly.decoder import Decoder
 from jaxtrain.models.spec.hyperparameters import ModelSpec
@@ -160,3 +162,39 @@ def test_init_from_a_truncated_shard_is_refused_before_compiling(hf_weights, tmp
     line = one_line_error(out)
     assert f"checkpoint.init_from: {shard}: not a complete safetensors file (" in line
     assert "compiling train step" not in out.stdout + out.stderr
+
+
+# --------------------------------------------------------------------------------- tokenizers
+def test_a_missing_tokenizer_folder_is_refused_before_compiling(tmp_path):
+    out = jaxtrain(
+        *TRAIN,
+        f"--config.run.dir={tmp_path / 'run'}",
+        "--config.data.tokenizer=/no/such/dir",
+        "--config.sample.prompt=Once",
+    )
+    line = one_line_error(out)
+    assert "data.tokenizer='/no/such/dir' does not exist. Point data.tokenizer at the" in line
+    assert "compiling train step" not in out.stdout + out.stderr
+
+
+def test_the_tokenizer_is_checked_when_the_run_reads_it(tmp_path, monkeypatch, tiny_tokenizer):
+    def check(**values):
+        validate_data_config(load_config("llama_debug.py", values))
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"^data.tokenizer='.*empty': .*empty holds no tokenizer"):
+        check(**{"data.tokenizer": str(tmp_path / "empty"), "sample.prompt": "Once"})
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^data.tokenizer='empty/tok' does not exist \(relative"):
+        check(**{"data.tokenizer": "empty/tok", "sample.prompt": "Once"})
+    check(**{"data.tokenizer": str(tiny_tokenizer), "sample.prompt": "Once"})
+    check(**{"data.tokenizer": "meta-llama/Llama-3.1-8B", "sample.prompt": "Once"})  # a hub id
+    check(**{"data.tokenizer": "/no/such/dir"})  # synthetic tokens, no sample: never read
+
+
+def test_sample_names_a_missing_tokenizer_before_reading_the_checkpoint(tmp_path, capsys):
+    argv = ["sample", "--run", str(tmp_path), "--prompt", "Once", "--tokenizer", "/no/such/tok"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxtrain sample: error: --tokenizer='/no/such/tok' does not exist.")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
