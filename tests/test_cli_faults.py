@@ -192,6 +192,30 @@ def test_the_tokenizer_is_checked_when_the_run_reads_it(tmp_path, monkeypatch, t
     check(**{"data.tokenizer": "/no/such/dir"})  # synthetic tokens, no sample: never read
 
 
+# ----------------------------------------------------------------------------- other commands
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "--run", "{run}", "--to", "hf", "{out}"],
+        ["convert", "--from-hf", "{run}", "--to-hf", "{out}"],
+        ["plot", "{run}", "--out", "{out}"],
+    ],
+    ids=["export", "convert", "plot"],
+)
+def test_an_output_folder_that_cannot_be_written_is_refused_first(
+    tmp_path, read_only_folder, capsys, argv
+):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    out = read_only_folder / "out"
+    assert cli.main([a.format(run=run, out=out) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"{out}: cannot write there (" in err and "nothing was written" in err
+    assert not out.exists()
+
+
 def test_sample_names_a_missing_tokenizer_before_reading_the_checkpoint(tmp_path, capsys):
     argv = ["sample", "--run", str(tmp_path), "--prompt", "Once", "--tokenizer", "/no/such/tok"]
     assert cli.main(argv) == 2
