@@ -75,8 +75,8 @@ def get_config() -> ConfigDict:
     c.data.eod_mask_loss = False  # no loss where the input is a document's last token (its EOS)
     c.data.tokenizer = ""  # Hugging Face tokenizer folder, for sampling and .ds.metadata checks
     c.data.prepare = ""  # build missing shards first: "" (never) | "demo" (embedded corpus, into
-    #                      the parent folder of data.paths: <root>/train, val, tokenizer;
-    #                      only folders it made itself are replaced)
+    #                      the parent folder of data.paths: <root>/train, val; its tokenizer into
+    #                      data.tokenizer, or <root>/tokenizer; only folders it made are replaced)
     c.data.shuffle = True  # shuffle windows (a new order each epoch, from run.seed)
     c.data.worker_count = 0  # grain worker processes; 0 reads in the training process
     c.data.prefetch = 4  # batches read ahead by background threads

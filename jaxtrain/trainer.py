@@ -26,7 +26,12 @@ from ml_collections import ConfigDict
 from jaxtrain import run as run_lib
 from jaxtrain.checkpoint import init_from as init_from_lib
 from jaxtrain.checkpoint import resume as resume_lib
-from jaxtrain.checkpoint.manager import Checkpointer, committed_steps, describe_dtype_changes
+from jaxtrain.checkpoint.manager import (
+    Checkpointer,
+    check_writable,
+    committed_steps,
+    describe_dtype_changes,
+)
 from jaxtrain.config import loader as config_lib
 from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
@@ -95,13 +100,18 @@ class Trainer:
             process_count=jax.process_count(),
         )
 
-        # A start that would overwrite a checkpoint is refused before the (long) compile too.
-        resume_lib.start_step(
+        # A start that would overwrite a checkpoint is refused before the (long) compile too,
+        # and so are initial weights that cannot be loaded.
+        start = resume_lib.start_step(
             config_lib.checkpoint_dir(cfg),
             committed_steps(config_lib.checkpoint_dir(cfg)),
             cfg.checkpoint.resume,
             cfg.checkpoint.get("resume_step", -1),
         )
+        if start is None and cfg.checkpoint.init_from:
+            init_from_lib.check_source(cfg.checkpoint.init_from, self.spec)
+        # A folder the checkpoints cannot be written to is refused before the compile too.
+        check_writable(config_lib.checkpoint_dir(cfg))
         # Compiled before anything is allocated or written, so a step that cannot fit is refused
         # with the figures instead of failing to allocate (see jaxtrain/planning/memory.py).
         self._compile_functions()

@@ -33,3 +33,44 @@ def compat_samples() -> pathlib.Path:
 
 # Session fixtures of the data-layer tests (a tiny tokenizer, shards written by datatrove).
 from data_fixtures import datatrove_corpus, tiny_tokenizer  # noqa: E402,F401
+
+
+def _can_write(folder: pathlib.Path) -> bool:
+    try:
+        (folder / ".write-probe").touch()
+    except OSError:
+        return False
+    (folder / ".write-probe").unlink()
+    return True
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: pathlib.Path):
+    """A folder this process cannot write into, even as root.
+
+    Permission bits stop other users; root writes through them, so there the folder is made
+    immutable (`chattr +i`, on filesystems that have the flag), or else a path under /sys is
+    used (sysfs refuses new entries to everyone). Skipped where none of these works.
+    """
+    import shutil
+    import subprocess
+
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    immutable = False
+    if _can_write(folder) and shutil.which("chattr"):
+        immutable = (
+            subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0
+        )
+    try:
+        if not _can_write(folder):
+            yield folder
+        elif not _can_write(pathlib.Path("/sys")):
+            yield pathlib.Path("/sys/jaxtrain-read-only-test")
+        else:
+            pytest.skip("no folder can be made read-only for this user here")
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(0o755)

@@ -222,17 +222,16 @@ def test_unwritable_checkpoint_folder_fails_before_training(tmp_path):
         Trainer(cfg, devices=jax.devices()[:1], console=False)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through read-only permissions")
-def test_read_only_checkpoint_folder_fails_before_training(tmp_path):
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    folder.chmod(0o555)
-    cfg = small_config(tmp_path / "run", **{"checkpoint.dir": str(folder)})
-    try:
-        with pytest.raises(CheckpointError, match="is not writable"):
-            Trainer(cfg, devices=jax.devices()[:1], console=False)
-    finally:
-        folder.chmod(0o755)
+def test_read_only_checkpoint_folder_fails_before_compiling(
+    tmp_path, read_only_folder, monkeypatch
+):
+    def no_compile(self):
+        raise AssertionError("compiled although the checkpoint folder cannot be written")
+
+    monkeypatch.setattr(Trainer, "_compile_functions", no_compile)
+    cfg = small_config(tmp_path / "run", **{"checkpoint.dir": str(read_only_folder)})
+    with pytest.raises(CheckpointError, match="is not writable"):
+        Trainer(cfg, devices=jax.devices()[:1], console=False)
 
 
 def _host_params(trainer: Trainer) -> list[np.ndarray]:

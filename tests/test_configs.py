@@ -68,8 +68,9 @@ def _abstract_param_count(spec: ModelSpec) -> int:
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
 def test_config_file_loads_validates_and_builds(path: Path) -> None:
     cfg = load_py_config(str(path))
-    # Data checks need real shard folders; they are covered by the invalid-combination tests.
-    apply_overrides(cfg, {"data.kind": "synthetic"})
+    # Data checks need real shard and tokenizer folders; the invalid-combination tests and
+    # test_cli_faults cover them.
+    apply_overrides(cfg, {"data.kind": "synthetic", "data.tokenizer": ""})
     spec = validate(cfg)
     assert _abstract_param_count(spec) == spec.num_params()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -14,7 +15,9 @@ from typing import Any
 import pytest
 from conftest import REPO
 
+from jaxtrain import run
 from jaxtrain.config.loader import load_config
+from jaxtrain.data import pipeline, prepare
 from jaxtrain.data.datatrove import find_shards
 from jaxtrain.data.demo_corpus import OWNER_MARK, build_demo_data, is_validation, stdlib_documents
 from jaxtrain.data.errors import DataError
@@ -129,6 +132,54 @@ def test_prepare_refuses_folders_it_did_not_write(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="manifest.json: not written by the demo data build"):
         build_demo_data(tmp_path / "other", vocab_size=512, max_documents=4)
     assert (tmp_path / "other" / "manifest.json").read_text() == "{not json"
+
+
+def test_prepare_writes_the_tokenizer_where_data_tokenizer_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo config with its shards moved elsewhere: the tokenizer still goes where
+    data.tokenizer says, the shards record it, and the run reads them without a warning."""
+    monkeypatch.setattr(
+        prepare, "build_demo_data", functools.partial(build_demo_data, max_documents=120)
+    )
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(
+        str(REPO / "configs" / "demo.py"),
+        {
+            "data.paths": str(tmp_path / "mine" / "train"),
+            "data.val_paths": str(tmp_path / "mine" / "val"),
+            "model.vocab_size": 512,
+        },
+    )
+    assert cfg.data.tokenizer == "data/demo/tokenizer"
+    prepare_data(cfg)
+    assert (tmp_path / "data" / "demo" / "tokenizer" / "tokenizer.json").is_file()
+    assert not (tmp_path / "mine" / "tokenizer").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "cannot be compared", no missing EOS
+        run.validate(cfg)
+        pipeline.make_train_iterator(cfg, 512)
+    manifest = json.loads((tmp_path / "mine" / "manifest.json").read_text())
+    assert manifest["tokenizer"] == str(tmp_path / "data" / "demo" / "tokenizer")
+    before = (tmp_path / "mine" / "train").stat().st_mtime_ns
+    prepare_data(cfg)  # complete: nothing is built again
+    assert (tmp_path / "mine" / "train").stat().st_mtime_ns == before
+    # Another build into the same tokenizer folder changes it: this one is then rebuilt.
+    (tmp_path / "data" / "demo" / "tokenizer" / "tokenizer.json").write_text("{}")
+    assert (
+        build_demo_data(
+            tmp_path / "mine", 512, max_documents=120, tokenizer_dir="data/demo/tokenizer"
+        )["tokenizer_sha256"]
+        == (manifest["tokenizer_sha256"])
+    )
+    # A tokenizer folder the build did not write is never replaced.
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "tokenizer.json").write_text("{}")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path / 'theirs'))}: not written"):
+        build_demo_data(
+            tmp_path / "mine", 512, max_documents=120, tokenizer_dir=tmp_path / "theirs"
+        )
+    assert (tmp_path / "theirs" / "tokenizer.json").read_text() == "{}"
 
 
 def test_rebuild_replaces_only_its_own_folders(small_demo: dict[str, Any], tmp_path: Path) -> None:

@@ -20,7 +20,12 @@ import optax
 from jaxtrain.checkpoint.manager import Checkpointer, CheckpointError
 from jaxtrain.checkpoint.saved_run import find_checkpoints
 from jaxtrain.errors import ConfigError
-from jaxtrain.interop.hf import INDEX_NAME, WEIGHTS_NAME, load_hf_params
+from jaxtrain.interop.hf import (
+    INDEX_NAME,
+    WEIGHTS_NAME,
+    check_checkpoint_files,
+    load_hf_params,
+)
 from jaxtrain.interop.hf_config import spec_from_hf_config
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 from jaxtrain.train import buffers
@@ -179,6 +184,20 @@ def _with_fresh_histories(params: Any, layout: StateLayout) -> Any:
         out_shardings=jax.tree.map(lambda a: a.sharding, abstract),
     )()
     return buffers.merge(params, zeros)
+
+
+def check_source(path: str | Path, spec: ModelSpec) -> None:
+    """CheckpointError, before anything is compiled, for a source that cannot be loaded: no
+    such path or no checkpoint there; for a Hugging Face folder also another model, or a weights
+    file that is missing, truncated or damaged (headers only: nothing is read into memory)."""
+    source = find_source(path)
+    if source.kind != "hf":
+        return
+    try:
+        compare_specs(spec_from_hf_config(source.path), spec, str(source.path))
+        check_checkpoint_files(source.path)
+    except ConfigError as e:
+        raise CheckpointError(f"checkpoint.init_from: {e}") from e
 
 
 def _from_hf(folder: Path, spec: ModelSpec, layout: StateLayout) -> tuple[Any, list[str], str]:

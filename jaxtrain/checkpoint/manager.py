@@ -72,8 +72,10 @@ def describe_dtype_changes(changes: list[tuple[str, str, str]]) -> str:
     )
 
 
-def _check_writable(directory: Path) -> None:
-    """CheckpointError now, rather than a failed save after hours of training."""
+def check_writable(directory: Path) -> None:
+    """CheckpointError now, rather than a failed save after hours of training: creates the
+    folder and a file in it (the permission bits alone would not stop root, nor show a
+    read-only filesystem)."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".jaxtrain-write-test-"):
@@ -115,7 +117,7 @@ class Checkpointer:
         # Listed before the manager starts: a writer removes these leftovers when it opens.
         self.unfinished = [] if read_only else unfinished_saves(self.directory)
         if not read_only:
-            _check_writable(self.directory)
+            check_writable(self.directory)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep if keep > 0 else None,
             keep_period=keep_every if keep_every > 0 else None,

@@ -72,6 +72,7 @@ def synthetic_trainer(
         cfg.run.dir = run_dir
         cfg.data.kind = "synthetic"
         cfg.data.prepare = ""
+        cfg.data.tokenizer = ""  # nothing to check shards against, no sample
         cfg.train.eval_every = 0
         cfg.checkpoint.resume = False
         cfg.train.steps = max(cfg.train.steps, steps)

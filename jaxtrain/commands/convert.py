@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxtrain.commands.options import WEIGHT_DTYPES, parse_size
+from jaxtrain.commands.options import WEIGHT_DTYPES, check_output_folder, parse_size
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf import TOKENIZER_FILES, load_hf_params, save_hf_checkpoint
 from jaxtrain.interop.hf_config import hf_architecture, read_hf_config
@@ -117,4 +117,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Runs `convert` on the parsed options; returns the exit status."""
+    if args.to_hf is not None:
+        check_output_folder(args.to_hf, "--to-hf")  # before the weights are read
     return convert(args.from_hf, args.to_hf, dtype=args.dtype, max_shard_bytes=args.max_shard_size)

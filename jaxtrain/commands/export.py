@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from jaxtrain.checkpoint.saved_run import restore_params
-from jaxtrain.commands.options import WEIGHT_DTYPES, parse_size
+from jaxtrain.commands.options import WEIGHT_DTYPES, check_output_folder, parse_size
 from jaxtrain.data.text_inputs import eos_id_from_tokenizer
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf import save_hf_checkpoint
@@ -98,5 +98,6 @@ def handle(args: argparse.Namespace) -> int:
     fmt, out = args.to
     if fmt not in FORMATS:
         raise ConfigError(f"--to {fmt}: unknown format; known: {', '.join(FORMATS)}.")
+    check_output_folder(out, f"--to {fmt}")  # before the checkpoint is read
     export_hf(args.run, out, args.step, dtype=args.dtype, max_shard_bytes=args.max_shard_size)
     return 0

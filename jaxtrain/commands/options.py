@@ -9,8 +9,13 @@ nothing here imports JAX until a config is read.
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from jaxtrain.errors import ConfigError
 
 if TYPE_CHECKING:
     from ml_collections import ConfigDict
@@ -58,6 +63,26 @@ def parse_size(text: str) -> int:
     if not match or unit not in _SIZE_UNITS:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 5GB, 500MiB or 1000000.")
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def check_output_folder(path: str | Path, option: str) -> None:
+    """ConfigError naming `option` when this process cannot write into the folder `path`,
+    checked before any work and without creating it: a folder is made and removed again in it,
+    or in its nearest existing parent (the permission bits alone would not stop root, nor show a
+    read-only filesystem)."""
+    folder = Path(path)
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        if not probe.is_dir():
+            raise NotADirectoryError(f"{probe} is a file")
+        os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".jaxtrain-write-test-"))
+    except OSError as e:
+        raise ConfigError(
+            f"{option} {folder}: cannot write there ({e.strerror or e}); nothing was written. "
+            "Choose a folder this process can write, or fix its permissions."
+        ) from None
 
 
 def add_config_argument(parser: argparse.ArgumentParser, required: bool) -> None:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jaxtrain.commands.options import check_output_folder
 from jaxtrain.errors import ConfigError
 from jaxtrain.rundir.metrics import read_records
 
@@ -54,12 +55,8 @@ def _run_name(run_dir: Path) -> str:
         return run_dir.name
 
 
-def load_run_metrics(run_dir: str | Path) -> RunMetrics:
-    """Reads <run_dir>/metrics.jsonl (or a metrics file itself).
-
-    A resumed run repeats the steps after its last checkpoint; records of the same step are
-    merged, later values replacing earlier ones, so each step is drawn once.
-    """
+def metrics_file(run_dir: str | Path) -> Path:
+    """<run_dir>/metrics.jsonl (or a metrics file itself); FileNotFoundError naming a missing one."""
     path = Path(run_dir)
     file = path if path.is_file() else path / "metrics.jsonl"
     if not file.is_file():
@@ -67,6 +64,16 @@ def load_run_metrics(run_dir: str | Path) -> RunMetrics:
             f"{file} does not exist: {run_dir} is not a run directory with "
             "metrics (train first, or check the path)."
         )
+    return file
+
+
+def load_run_metrics(run_dir: str | Path) -> RunMetrics:
+    """Reads <run_dir>/metrics.jsonl (or a metrics file itself).
+
+    A resumed run repeats the steps after its last checkpoint; records of the same step are
+    merged, later values replacing earlier ones, so each step is drawn once.
+    """
+    file = metrics_file(run_dir)
     by_step: dict[int, dict[str, Any]] = {}
     records, notes = read_records(file)
     for note in notes:
@@ -172,7 +179,11 @@ def handle(args: argparse.Namespace) -> int:
             "plot needs matplotlib: pip install 'jaxtrain[plot]' (or "
             "pip install -e '.[plot]' in a clone)."
         ) from None
-    files = plot_runs(args.runs, args.out, tuple(args.only or FIGURES))
+    for run in args.runs:  # a missing run is named first
+        metrics_file(run)
+    out = Path(args.out) if args.out else default_out_dir(args.runs)
+    check_output_folder(out, "--out" if args.out else "plots folder")
+    files = plot_runs(args.runs, out, tuple(args.only or FIGURES))
     for f in files:
         print(f)
     if not files:

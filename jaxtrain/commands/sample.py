@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from jaxtrain.checkpoint.saved_run import load_model
+from jaxtrain.data.tokenizer_check import check_tokenizer_folder
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.generation import complete, load_tokenizer
 
@@ -27,12 +28,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Prints `[step N] PROMPT+CONTINUATION`; returns the exit status."""
+    fix = (
+        "Pass --tokenizer DIR: the folder of the tokenizer the run was trained with (one "
+        "holding tokenizer.json)."
+    )
+    check_tokenizer_folder(args.tokenizer, "--tokenizer", fix)  # before the checkpoint is read
     model, cfg, step = load_model(args.run, args.step)
+    if not args.tokenizer:
+        if not cfg.data.tokenizer:
+            raise ConfigError(
+                f"the run {args.run} names no tokenizer (data.tokenizer); pass --tokenizer DIR."
+            )
+        check_tokenizer_folder(cfg.data.tokenizer, "data.tokenizer", fix)
     tokenizer_dir = args.tokenizer or cfg.data.tokenizer
-    if not tokenizer_dir:
-        raise ConfigError(
-            f"the run {args.run} names no tokenizer (data.tokenizer); pass --tokenizer DIR."
-        )
     text = complete(
         model,
         load_tokenizer(tokenizer_dir),

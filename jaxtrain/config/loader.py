@@ -13,6 +13,7 @@ import difflib
 import importlib.util
 import json
 import os
+import traceback
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from jaxtrain.config.ranges import check_ranges
-from jaxtrain.errors import ConfigError
+from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 SCHEDULES = ("cosine", "linear", "sqrt", "constant")
@@ -74,6 +75,30 @@ def find_config_file(path: str) -> Path:
     )
 
 
+def _syntax_error(path: str, file: Path, error: SyntaxError) -> ConfigError:
+    """One line naming the file, line and column of a syntax error in a config (or a module
+    it imports)."""
+    where = f"line {error.lineno}, column {error.offset}: {error.msg}"
+    if error.filename and Path(error.filename).resolve() != file.resolve():
+        return ConfigError(
+            f"config file {path!r} imports {error.filename}, which is not valid Python: {where}."
+        )
+    return ConfigError(f"config file {path!r} is not valid Python: {where}.")
+
+
+def _failed(path: str, file: Path, error: Exception, when: str) -> ConfigError:
+    """One line for a config that raised: the file, its line that raised and the exception."""
+    lines = [
+        frame.lineno
+        for frame in traceback.extract_tb(error.__traceback__)
+        if Path(frame.filename).resolve() == file.resolve()
+    ]
+    text = str(error).strip().splitlines()
+    detail = f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    line = lines[-1] if lines else "?"
+    return ConfigError(f"config file {path!r} failed at line {line} {when}: {detail}")
+
+
 def load_py_config(spec: str) -> ConfigDict:
     """Runs `get_config` of a `.py` config file; `file.py:arg` passes arg to it."""
     path, _, arg = spec.partition(":")
@@ -85,15 +110,26 @@ def load_py_config(spec: str) -> ConfigDict:
         module_spec.loader.exec_module(module)
     except ModuleNotFoundError as e:
         if e.name != "configs" and not (e.name or "").startswith("configs."):
-            raise
+            raise _failed(path, file, e, "while loading") from None
         raise ConfigError(
             f"config file {path!r} imports `{e.name}`, the configs folder of a "
             "source checkout; jaxtrain's defaults and presets are the package "
             "`jaxtrain.configs` now: write `from jaxtrain.configs import base`."
         ) from None
+    except SyntaxError as e:
+        raise _syntax_error(path, file, e) from None
+    except JaxtrainError:
+        raise
+    except Exception as e:
+        raise _failed(path, file, e, "while loading") from None
     if not hasattr(module, "get_config"):
         raise ConfigError(f"config file {path!r} has no get_config() function.")
-    cfg = module.get_config(arg) if arg else module.get_config()
+    try:
+        cfg = module.get_config(arg) if arg else module.get_config()
+    except JaxtrainError:
+        raise
+    except Exception as e:
+        raise _failed(path, file, e, "in get_config()") from None
     if not isinstance(cfg, ConfigDict):
         raise ConfigError(
             f"get_config() in {path!r} returned {type(cfg).__name__}, "

@@ -7,10 +7,12 @@ never imported (no import side effects). Only their prose is kept, one paragraph
 validation by a hash of their name, a byte-level BPE is trained on the training text, and both
 splits are tokenized with an EOS after every document:
 
-    out/tokenizer/   a transformers-loadable tokenizer folder (eos_token "<|endoftext|>")
+    out/tokenizer/   a transformers-loadable tokenizer folder (eos_token "<|endoftext|>"), or
+                     wherever `tokenizer_dir` says (`data.tokenizer`, which the run then reads)
     out/text/        train.jsonl, val.jsonl (the documents)
     out/train/       out/val/   datatrove shards
-    out/manifest.json  counts; its presence with the same settings means the build is complete
+    out/manifest.json  counts; its presence with the same settings (the tokenizer where it was
+                       written, unchanged) means the build is complete
 
 Each of the four folders holds a `.jaxtrain-demo` marker from the moment it is created. A rebuild
 replaces only marked folders (and the build's own manifest); a folder that holds anything else is
@@ -165,19 +167,33 @@ def _own_manifest(out: Path) -> dict[str, Any] | None:
     return data
 
 
-def _foreign(out: Path) -> list[Path]:
+def _folders(out: Path, tokenizer: Path) -> list[Path]:
+    """The folders a build under `out` writes, its tokenizer's first (BUILD_FOLDERS' order)."""
+    return [tokenizer if sub == "tokenizer" else out / sub for sub in BUILD_FOLDERS]
+
+
+def _tokenizer_digest(tokenizer: Path) -> str:
+    """A hash of the tokenizer.json a build wrote: another build into the same tokenizer
+    folder changes it, and the shards of this one then no longer match it."""
+    return hashlib.sha256((tokenizer / "tokenizer.json").read_bytes()).hexdigest()
+
+
+def _foreign(out: Path, tokenizer: Path) -> list[Path]:
     """What a build under `out` would replace but did not write: unmarked non-empty folders
     (folders of a complete earlier build, named by its manifest, count as the build's own) and
     a manifest.json that is not a build's."""
-    legacy = _own_manifest(out) is not None
+    earlier = _own_manifest(out)
     manifest = out / "manifest.json"
-    found = [manifest] if manifest.exists() and not legacy else []
-    for sub in BUILD_FOLDERS:
-        folder = out / sub
+    found = [manifest] if manifest.exists() and earlier is None else []
+    # An earlier build's folders: those under `out` and the tokenizer folder it names.
+    named = {str(out / sub) for sub in BUILD_FOLDERS if sub != "tokenizer"} if earlier else set()
+    if earlier:
+        named.add(str(earlier.get("tokenizer", out / "tokenizer")))
+    for folder in _folders(out, tokenizer):
         if (
             folder.exists()
             and not (folder / OWNER_MARK).is_file()
-            and not legacy
+            and str(folder) not in named
             and (not folder.is_dir() or any(folder.iterdir()))
         ):
             found.append(folder)
@@ -195,16 +211,20 @@ def _claim(folder: Path) -> None:
     )
 
 
-def _complete(out: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
-    """The manifest when a previous build with the same settings finished, else None."""
+def _complete(out: Path, settings: dict[str, Any], tokenizer: Path) -> dict[str, Any] | None:
+    """The manifest when a previous build with the same settings finished and its tokenizer is
+    in `tokenizer`, as it wrote it; else None."""
     data = _own_manifest(out)
-    if data is None or data.get("settings") != settings:
+    if data is None or data.get("settings") != settings or data.get("tokenizer") != str(tokenizer):
         return None
     try:
         find_shards([data["train"]]), find_shards([data["val"]])
     except ValueError:
         return None
-    return data if (Path(data["tokenizer"]) / "tokenizer.json").is_file() else None
+    if not (tokenizer / "tokenizer.json").is_file():
+        return None
+    digest = data.get("tokenizer_sha256")  # absent from the manifests of older builds
+    return data if digest is None or digest == _tokenizer_digest(tokenizer) else None
 
 
 def build_demo_data(
@@ -213,11 +233,13 @@ def build_demo_data(
     seed: int = 0,
     max_documents: int | None = None,
     progress: Callable[[str], None] | None = None,
+    tokenizer_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Builds (or finds already built) the demo corpus, tokenizer and shards under `out_dir`.
 
-    Only folders the build made (or missing or empty ones) are written; DataError names the
-    first that holds other files, and then nothing has been changed.
+    The tokenizer goes into `tokenizer_dir` (default `out_dir/tokenizer`), and the shards record
+    it there. Only folders the build made (or missing or empty ones) are written; DataError
+    names the first that holds other files, and then nothing has been changed.
 
     `max_documents` keeps only the first documents (the reference topics come first), for quick
     smoke tests. `progress` receives one line per stage of a build (a build takes 15-30 s).
@@ -225,23 +247,25 @@ def build_demo_data(
     counts (train/val documents, characters and tokens, seconds taken).
     """
     out = Path(out_dir).resolve()
+    tokenizer = Path(tokenizer_dir).expanduser().resolve() if tokenizer_dir else out / "tokenizer"
     settings = _settings(vocab_size, seed, max_documents)
-    if (done := _complete(out, settings)) is not None:
+    if (done := _complete(out, settings, tokenizer)) is not None:
         return done
-    if foreign := _foreign(out):
+    if foreign := _foreign(out, tokenizer):
         raise DataError(
             f"{', '.join(map(str, foreign))}: not written by the demo data build "
-            '(data.prepare="demo"), which writes tokenizer/, text/, train/, val/ and '
-            f"manifest.json into {out}; nothing was changed. Point data.paths at a new folder "
-            '(the demo goes into its parent), or set data.prepare="" to train on your own '
+            '(data.prepare="demo"), which writes text/, train/, val/ and manifest.json into '
+            f"{out} and its tokenizer into {tokenizer} (data.tokenizer); nothing was changed. "
+            "Point data.paths at a new folder (the demo goes into its parent) and "
+            'data.tokenizer at a new or empty one, or set data.prepare="" to train on your own '
             "shards."
         )
     start = time.perf_counter()
     say = progress or (lambda _message: None)
     say(f"building the demo corpus in {out}: reading the standard library's documentation...")
     (out / "manifest.json").unlink(missing_ok=True)
-    for sub in BUILD_FOLDERS:
-        _claim(out / sub)
+    for folder in _folders(out, tokenizer):
+        _claim(folder)
 
     docs = itertools.islice(itertools.chain(topic_documents(), stdlib_documents()), max_documents)
     splits: dict[str, list[tuple[str, str]]] = {"train": [], "val": []}
@@ -250,20 +274,21 @@ def build_demo_data(
     if not splits["val"] and len(splits["train"]) > 1:  # tiny builds: keep validation non-empty
         splits["val"].append(splits["train"].pop())
     say(f"training a {vocab_size}-token BPE on {len(splits['train'])} documents...")
-    train_tokenizer([t for _, t in splits["train"]], vocab_size, out / "tokenizer")
+    train_tokenizer([t for _, t in splits["train"]], vocab_size, tokenizer)
 
     manifest: dict[str, Any] = {
         "settings": settings,
         "root": str(out),
-        "tokenizer": str(out / "tokenizer"),
-        "eos_id": eos_id_from_tokenizer(out / "tokenizer"),
+        "tokenizer": str(tokenizer),
+        "tokenizer_sha256": _tokenizer_digest(tokenizer),
+        "eos_id": eos_id_from_tokenizer(tokenizer),
     }
     for split, split_docs in splits.items():
         say(f"tokenizing {split}: {len(split_docs)} documents...")
         _write_jsonl(out / "text" / f"{split}.jsonl", split_docs)
         tokenize_files(
             [str(out / "text" / f"{split}.jsonl")],
-            out / "tokenizer",
+            tokenizer,
             out / split,
             seed=seed,
             overwrite=True,
@@ -276,9 +301,7 @@ def build_demo_data(
         manifest[f"{split}_tokens"] = sum(s.num_tokens for s in shards)
     from tokenizers import Tokenizer
 
-    manifest["vocab_size"] = Tokenizer.from_file(
-        str(out / "tokenizer" / "tokenizer.json")
-    ).get_vocab_size()
+    manifest["vocab_size"] = Tokenizer.from_file(str(tokenizer / "tokenizer.json")).get_vocab_size()
     manifest["seconds"] = round(time.perf_counter() - start, 1)
     # Written last: its presence marks a complete build.
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))

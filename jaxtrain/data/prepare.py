@@ -31,4 +31,12 @@ def prepare_data(cfg: ConfigDict, progress: Callable[[str], None] | None = None)
             "corpus is written into its parent folder."
         )
     root = Path(paths[0]).parent
-    build_demo_data(root, vocab_size=cfg.model.vocab_size, seed=cfg.run.seed, progress=progress)
+    # The tokenizer goes where data.tokenizer says, which the run then reads and checks the
+    # shards against; without one, beside the shards (<root>/tokenizer).
+    build_demo_data(
+        root,
+        vocab_size=cfg.model.vocab_size,
+        seed=cfg.run.seed,
+        progress=progress,
+        tokenizer_dir=cfg.data.tokenizer or None,
+    )

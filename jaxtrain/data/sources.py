@@ -27,6 +27,7 @@ from jaxtrain.config.loader import split_paths
 from jaxtrain.data.datatrove import find_shards, warn_if_no_eos
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.megatron import megatron_files
+from jaxtrain.data.tokenizer_check import check_tokenizer_folder
 from jaxtrain.errors import ConfigError
 
 SPLIT_PARTS = ("train", "valid", "test")
@@ -239,7 +240,8 @@ def validate_data_config(cfg: Any, check_data: bool = True) -> None:
     """The `data` checks of `config.validate`; ConfigError naming the key and the fix.
 
     Syntax (windowing, split, weights) is always checked; `check_data` also checks that every
-    path exists and that periodic validation has data to read.
+    path exists (data.tokenizer's too, when the run reads it) and that periodic validation has
+    data to read.
     """
     d, t = cfg.data, cfg.train
     windowing = d.get("windowing", "pool")
@@ -247,6 +249,10 @@ def validate_data_config(cfg: Any, check_data: bool = True) -> None:
         raise ConfigError(f"data.windowing={windowing!r} is not one of ('pool', 'per_file').")
     split = d.get("split", "")
     parse_split(split)
+    # The run reads data.tokenizer to check shards against it and to sample after training.
+    sample = cfg.get("sample")
+    if check_data and (d.kind != "synthetic" or (sample is not None and sample.get("prompt"))):
+        check_tokenizer_folder(d.get("tokenizer", ""))
     if d.kind == "synthetic":
         return
     train = parse_sources(d.paths, d.kind, d.get("weights", ""))

@@ -6,12 +6,17 @@ difference is an error: the token ids would mean other words. When either side i
 hub id, or a path from the machine that tokenized), the names are compared and a difference is a
 warning, since copies and sibling models often share one tokenizer. Megatron files record no
 tokenizer, so they are not checked.
+
+Before any of that, `check_tokenizer_folder` refuses a `data.tokenizer` that names a local folder
+which does not exist or holds no tokenizer files: the run would train and only sampling or an
+export would find out.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,9 +24,52 @@ from typing import Any
 
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.text_inputs import tokenizer_json
+from jaxtrain.errors import ConfigError
 
 # What datatrove writes when it was given no tokenizer name.
 UNKNOWN_NAMES = ("", "unknown tokenizer")
+
+
+# Any one of these makes a folder loadable by transformers' AutoTokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+# A Hugging Face hub id: `name` or `org/name`.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+def _hub_id(name: str) -> bool:
+    """Whether `name`, which is not a path here, reads as a hub id (`gpt2`, `org/name`) rather
+    than a local path: no `/`, `./` or `~` in front, one slash at most, and no folder here named
+    like its organisation (`data/tokenizer` is a path when `data/` exists)."""
+    if not _HUB_ID.fullmatch(name):
+        return False
+    org, slash, _ = name.partition("/")
+    return not (slash and Path(org).is_dir())
+
+
+def check_tokenizer_folder(tokenizer: str, key: str = "data.tokenizer", fix: str = "") -> None:
+    """ConfigError naming `key` when `tokenizer` is a local path that does not exist, or a
+    folder without tokenizer files; "" (no tokenizer) and hub ids pass. `fix` ends the message
+    (by default: what to set data.tokenizer to)."""
+    if not tokenizer:
+        return
+    path = Path(tokenizer).expanduser()
+    fix = fix or (
+        "Point data.tokenizer at the tokenizer folder the shards were written with (one holding "
+        'tokenizer.json), or set data.tokenizer="" to train without one (no sample, no '
+        "tokenizer in exports)."
+    )
+    if path.is_dir():
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            raise ConfigError(
+                f"{key}={tokenizer!r}: {path.absolute()} holds no tokenizer files "
+                f"({', '.join(TOKENIZER_FILES)}). {fix}"
+            )
+    elif path.is_file():
+        if tokenizer_json(path) is None:
+            raise ConfigError(f"{key}={tokenizer!r} is a file, not a tokenizer folder. {fix}")
+    elif not _hub_id(tokenizer):
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        raise ConfigError(f"{key}={tokenizer!r} does not exist{where}. {fix}")
 
 
 def vocabulary(file: Path) -> dict[str, int]:

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from jaxtrain.errors import ConfigError
@@ -58,12 +58,32 @@ _SHARD_FILE = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
 Params = dict[str, Any]
 
 
+def _open_shard(path: pathlib.Path) -> Any:
+    """safetensors' reader of one weights file; ConfigError naming a truncated or damaged one
+    (safetensors checks the header and the file's length when it opens it)."""
+    try:
+        return safe_open(path, framework="numpy")
+    except (SafetensorError, OSError) as e:
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(
+            f"{path}: not a complete safetensors file ({detail}); it is truncated or damaged "
+            "(an interrupted download or copy): download or copy it again."
+        ) from None
+
+
 def _checkpoint_index(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     """Tensor name -> safetensors file, from the index json or the single weights file."""
     index = folder / INDEX_NAME
     if index.is_file():
-        with open(index) as f:
-            weight_map = json.load(f)["weight_map"]
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise TypeError(type(weight_map).__name__)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(
+                f"{index} is not a safetensors index (JSON with a weight_map: {e}); it is "
+                "truncated or damaged: download or copy it again."
+            ) from None
         files = {name: folder / file for name, file in weight_map.items()}
         for path in sorted(set(files.values())):
             if not path.is_file():
@@ -71,7 +91,7 @@ def _checkpoint_index(folder: pathlib.Path) -> dict[str, pathlib.Path]:
         return files
     single = folder / WEIGHTS_NAME
     if single.is_file():
-        with safe_open(single, framework="numpy") as f:
+        with _open_shard(single) as f:
             return {name: single for name in f.keys()}
     present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     raise ConfigError(
@@ -80,9 +100,20 @@ def _checkpoint_index(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     )
 
 
+def check_checkpoint_files(folder: str | pathlib.Path) -> None:
+    """ConfigError naming a weights file of `folder` that is missing, truncated or damaged.
+
+    Reads the index and each file's header only (safetensors checks that the file is as long
+    as its header says), so it is cheap to run before anything is built.
+    """
+    for path in sorted(set(_checkpoint_index(pathlib.Path(folder)).values())):
+        with _open_shard(path):
+            pass
+
+
 def _shape(path: pathlib.Path, name: str) -> tuple[int, ...]:
     """A stored tensor's shape, read from its file header."""
-    with safe_open(path, framework="numpy") as f:
+    with _open_shard(path) as f:
         return tuple(f.get_slice(name).get_shape())
 
 
@@ -138,8 +169,7 @@ def load_hf_params(
     params: Params = {}
     with contextlib.ExitStack() as stack:
         handles = {
-            path: stack.enter_context(safe_open(path, framework="numpy"))
-            for path in sorted(set(files.values()))
+            path: stack.enter_context(_open_shard(path)) for path in sorted(set(files.values()))
         }
 
         def read(name: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -78,8 +78,16 @@ def read_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path) -> tuple[dict[st
         path = path / "config.json"
     if not path.is_file():
         raise ConfigError(f"Hugging Face config {path} does not exist.")
-    with open(path) as f:
-        return json.load(f), str(path)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # UnicodeDecodeError too
+        raise ConfigError(
+            f"{path} is not valid JSON ({e}); it is truncated or damaged: download or copy "
+            "it again."
+        ) from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path} does not hold a Hugging Face config (a JSON object).")
+    return cfg, str(path)
 
 
 def hf_architecture(cfg: Mapping[str, Any], where: str = "<config dict>") -> str:

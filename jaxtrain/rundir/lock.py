@@ -41,6 +41,10 @@ class RunLockError(JaxtrainError, RuntimeError):
     """Another trainer holds the run directory; the message names its pid and host."""
 
 
+class RunDirError(JaxtrainError, OSError):
+    """The run directory cannot be created or written (read-only, a file in the way, ...)."""
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -93,9 +97,18 @@ class RunLock:
         lock is taken over with a line sent to `log`."""
         if self.held:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        # "a+" neither truncates (the holder's record stays readable) nor fails if present.
-        self._file = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            # "a+" neither truncates (the holder's record stays readable) nor fails if present.
+            self._file = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (until release)
+        except OSError as e:
+            if is_disk_full(e):
+                raise disk_full_error(self.run_dir, f"creating {LOCK_NAME}") from e
+            raise RunDirError(
+                f"run directory {self.run_dir} is not writable ({e.strerror or e}); nothing was "
+                "trained. Point run.dir at a folder this process can write, or fix its "
+                "permissions."
+            ) from e
         try:
             record = self._lock()
         except BaseException:
