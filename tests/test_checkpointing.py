@@ -21,8 +21,9 @@ from conftest import REPO
 
 from jaxtrain.checkpoint.manager import Checkpointer, CheckpointError
 from jaxtrain.parallel.sharding import mesh_shape
+from jaxtrain.run import RunSetup
 from jaxtrain.rundir.metrics import read_jsonl
-from jaxtrain.trainer import Trainer
+from jaxtrain.trainer import Trainer, train
 
 
 def cli_command(run_dir: Path, **overrides) -> list[str]:
@@ -156,6 +157,30 @@ def test_a_second_signal_aborts_at_once_without_a_checkpoint(tmp_path):
     assert trainer.checkpointer.all_steps() == []
     assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is back
     trainer.close()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_step_compiles_stops_before_the_first_step(
+    tmp_path, monkeypatch, capsys, signum
+):
+    cfg = small_config(tmp_path / "run")
+    compile_train_step = RunSetup.compile_train_step
+
+    def signalled_while_compiling(self):
+        os.kill(os.getpid(), signum)
+        return compile_train_step(self)
+
+    monkeypatch.setattr(RunSetup, "compile_train_step", signalled_while_compiling)
+    before = signal.getsignal(signum)
+    assert train(cfg) == {}
+    assert signal.getsignal(signum) == before  # the previous handler is back
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1] == (
+        f"stopped by {signal.Signals(signum).name} before the first step: nothing was trained "
+        "yet; run the same command to start from step 0."
+    )
+    assert saved_steps(tmp_path / "run") == []
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 def test_unfinished_step_folder_is_ignored_with_a_warning(tmp_path, capsys):
