@@ -159,6 +159,75 @@ def test_a_second_signal_aborts_at_once_without_a_checkpoint(tmp_path):
     trainer.close()
 
 
+def _save_in_flight(run_dir: Path) -> bool:
+    folder = run_dir / "checkpoints"
+    return folder.is_dir() and any(".orbax-checkpoint-tmp" in p.name for p in folder.iterdir())
+
+
+def _assert_no_crash(text: str) -> None:
+    for crash in ("Traceback", "ERROR:absl", "Exception ignored"):
+        assert crash not in text, text
+
+
+@pytest.mark.slow  # three runs of the CLI
+def test_two_signals_during_a_save_abort_cleanly_and_nothing_is_lost(tmp_path, straight_losses):
+    run_dir = tmp_path / "run"
+    command = cli_command(run_dir, **{"checkpoint.every": 1})  # a save in flight at every step
+    log = tmp_path / "aborted.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for_step(proc, run_dir, 2)
+            deadline = time.monotonic() + 60
+            # Step 2 committed and a later save being written.
+            while not ((run_dir / "checkpoints" / "2").is_dir() and _save_in_flight(run_dir)):
+                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+                time.sleep(0.002)
+            proc.send_signal(signal.SIGTERM)  # finish the step, then save ...
+            time.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)  # ... no: stop now
+        finally:
+            proc.wait(timeout=120)
+    text = log.read_text()
+    assert proc.returncode == 130, text
+    assert text.strip().splitlines()[-1] == (
+        "jaxtrain train: aborted (second signal 15: aborting without a checkpoint); the last "
+        "complete checkpoint is intact."
+    )
+    _assert_no_crash(text)
+    kept = max(saved_steps(run_dir))
+
+    # A signal while the rerun compiles: it stops before its first step, saying where the
+    # next run starts.
+    rerun = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        lines = []
+        for line in rerun.stdout:
+            lines.append(line)
+            if line.startswith("compiling train step..."):
+                rerun.send_signal(signal.SIGTERM)
+                break
+        lines += rerun.stdout.readlines()
+    finally:
+        rerun.wait(timeout=120)
+    text = "".join(lines)
+    assert rerun.returncode == 0, text
+    assert text.strip().splitlines()[-1] == (
+        "stopped by SIGTERM before the first step: nothing was trained yet; run the same "
+        f"command to resume from checkpoint step {kept} in {run_dir / 'checkpoints'}."
+    )
+    _assert_no_crash(text)
+    assert max(saved_steps(run_dir)) == kept
+
+    result = run_to_end(run_dir, tmp_path / "resumed.log")
+    text = (tmp_path / "resumed.log").read_text()
+    assert result.returncode == 0, text
+    assert f"resumed from step {kept} " in text
+    assert losses(run_dir) == straight_losses  # exact float equality, every step
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_while_the_step_compiles_stops_before_the_first_step(
     tmp_path, monkeypatch, capsys, signum
