@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -396,3 +397,19 @@ def test_checkpointer_lists_only_complete_steps(tmp_path):
     assert reader.unfinished == []  # readers neither report nor remove other writers' folders
     reader.close()
     assert (ckpt / "5.orbax-checkpoint-tmp").exists()
+
+
+def test_a_save_refused_at_once_leaves_no_wait_hanging(tmp_path):
+    # Orbax marks a save "in progress" before it checks the tree, and a save refused there
+    # never clears the mark; the Checkpointer, which waits for saves in flight in its own
+    # loop, must not wait for that one forever.
+    checkpointer = Checkpointer(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="TypeHandler lookup failed"):
+        checkpointer.save(1, {"not an array": object()}, {"next_index": 0}, {})
+    waiting = threading.Thread(target=checkpointer.wait, daemon=True)
+    waiting.start()
+    waiting.join(timeout=10)
+    assert not waiting.is_alive(), "wait() hangs on a save that never started"
+    checkpointer.save(2, {"w": jax.numpy.ones(8)}, {"next_index": 0}, {})
+    checkpointer.close()
+    assert checkpointer.all_steps() == [2]

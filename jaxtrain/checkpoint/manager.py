@@ -115,6 +115,7 @@ class Checkpointer:
         compression: str = "none",
     ):
         self.directory = Path(directory).absolute()
+        self._poll_saves = True  # see _await_save_in_flight
         # Listed before the manager starts: a writer removes these leftovers when it opens.
         self.unfinished = [] if read_only else unfinished_saves(self.directory)
         if not read_only:
@@ -198,8 +199,14 @@ class Checkpointer:
             checksums=items.ChecksumsSave(checksums_lib.record_later(state, data)),
         )
         self._await_save_in_flight()  # Orbax's save would wait for it too (see there)
-        with self._disk_full_reported():
-            self._manager.save(step, args=args, force=True)
+        try:
+            with self._disk_full_reported():
+                self._manager.save(step, args=args, force=True)
+        except BaseException:
+            # A save that fails before its background thread starts leaves Orbax's "in
+            # progress" flag set for good: from now on, wait in Orbax's own way.
+            self._poll_saves = False
+            raise
 
     def wait(self) -> None:
         """Blocks until every pending save is durable."""
@@ -213,7 +220,7 @@ class Checkpointer:
         KeyboardInterrupt, `jaxtrain.train.stop`) is logged by Orbax as a failed save, with a
         traceback, before the abort line. Errors of the save are raised by the wait that
         follows."""
-        while self._manager.is_saving_in_progress():
+        while self._poll_saves and self._manager.is_saving_in_progress():
             time.sleep(SAVE_POLL_S)
 
     def complete_steps_on_disk(self) -> list[int]:
