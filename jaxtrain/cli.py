@@ -96,9 +96,23 @@ def _quiet_library_notices() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
+def _exit_now(status: int) -> None:
+    """Ends the process at once, as a kill would, once its output is flushed.
+
+    After an abort, a checkpoint save may still be writing on Orbax's threads: a normal exit
+    would shut the interpreter down under them, and they would fail with tracebacks. Nothing is
+    lost by not waiting: an unfinished save is a `.orbax-checkpoint-tmp` folder that the next
+    start ignores, and metrics are written a whole line per system call.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs one command line; returns its exit status."""
-    if argv is None:  # a real command line, which may restart with CPU malloc settings
+    real_process = argv is None
+    if real_process:  # a real command line, which may restart with CPU malloc settings
         from jaxtrain.hardware.host_malloc import reexec_with_tuned_malloc
 
         reexec_with_tuned_malloc()
@@ -125,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         distributed.abandon(130)
+        if real_process:
+            _exit_now(130)
         return 130
     except Exception as e:
         import traceback

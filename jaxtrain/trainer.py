@@ -57,10 +57,26 @@ class TrainingError(JaxtrainError, RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the last checkpoint is kept intact."""
 
 
+class StoppedBeforeTraining(Exception):
+    """A signal came while the Trainer was being built: its message is the run's last line."""
+
+
 class Trainer:
     """Owns the mesh, the train state, the data iterators, checkpoints and metric sinks."""
 
-    def __init__(self, cfg: ConfigDict, *, devices: list[Any] | None = None, console: bool = True):
+    def __init__(
+        self,
+        cfg: ConfigDict,
+        *,
+        devices: list[Any] | None = None,
+        console: bool = True,
+        stops: StopRequests | None = None,
+    ):
+        """`stops`: the stop requests whose handlers are already installed (the train command
+        installs them before building, so that a signal while compiling stops the run before
+        its first step: `StoppedBeforeTraining`); by default each `run` installs its own."""
+        self.is_primary = jax.process_index() == 0
+        self.stops = stops if stops is not None else StopRequests(self.log)
         # Taken once the config is validated, before anything reads or writes the run
         # directory, and held until close(); released here if building fails.
         self.run_lock = RunLock(config_lib.run_dir(cfg))
@@ -83,7 +99,6 @@ class Trainer:
             buffers.weights(self.layout.graphdef, self.layout.abstract["params"])
         )
         self.run_dir = config_lib.run_dir(cfg)
-        self.is_primary = jax.process_index() == 0
         if self.is_primary:  # only process 0 writes run-directory files
             self.run_lock.acquire(self.log)
 
@@ -112,9 +127,11 @@ class Trainer:
             init_from_lib.check_source(cfg.checkpoint.init_from, self.spec)
         # A folder the checkpoints cannot be written to is refused before the compile too.
         check_writable(config_lib.checkpoint_dir(cfg))
+        self._stop_if_signalled(start)
         # Compiled before anything is allocated or written, so a step that cannot fit is refused
         # with the figures instead of failing to allocate (see jaxtrain/planning/memory.py).
         self._compile_functions()
+        self._stop_if_signalled(start)  # a signal while compiling: no restore to wait for
         self.checkpointer = Checkpointer(
             config_lib.checkpoint_dir(cfg),
             keep=cfg.checkpoint.keep,
@@ -134,13 +151,21 @@ class Trainer:
         )
         # The recent steps' metrics, for notebooks and tests; metrics.jsonl keeps every step.
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
-        self.stops = StopRequests(self.log)
+        self._first_step = self._host_step  # where this Trainer started: nothing trained yet
         self._timer = StepTimer()
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
         distributed.report_checkpoints_in(self.checkpointer.directory)
 
     # ----------------------------------------------------------------------------- setup
+    def _stop_if_signalled(self, start: int | None) -> None:
+        """StoppedBeforeTraining when a signal came while building (one process; with several,
+        the stop is agreed at the start of `run`)."""
+        if self.stops.signal is not None and not self.stops.coordinated:
+            raise StoppedBeforeTraining(
+                self.stops.before_training(start, config_lib.checkpoint_dir(self.cfg))
+            )
+
     def _restore_or_init(self) -> dict[str, Any]:
         self._restored_step: int | None = None
         # Orbax's own list of complete steps decides (checked against the disk in _build).
@@ -336,35 +361,27 @@ class Trainer:
         if self.step >= target:
             self.log(f"nothing to do: at step {self.step}, target {target}")
             return self.history[-1] if self.history else {}
-        self._write_run_config()
-        self.log(
-            f"training {self.spec.family} model, {self.num_params:,} parameters, "
-            f"mesh {sharding.mesh_shape(self.mesh)}, steps {self.step} -> {target}; run "
-            f"directory {self.run_dir}"
-        )
-        tokens_per_step = cfg.train.global_batch_size * cfg.train.seq_len
-        pending: tuple[int, Any] | None = None
         last: dict[str, Any] = {}
-        self._timer.started()
         with self.stops.handling(), self.setup.mesh_context():
             self.stops.start(self.step)
-            while not self.stops.requested and (self.step < target or pending is not None):
-                current = self._dispatch() if self.step < target else None
-                if pending is not None:
-                    last = self._after_step(*pending, target, tokens_per_step)
-                pending = current
-                if current is None:
-                    continue
-                step_no = current[0]
-                stop = self.stops.stop_after(step_no)
-                if stop or (self._save_due(step_no) and step_no < cfg.train.steps):
-                    # Read this step's metrics before its state is saved or donated.
-                    last = self._after_step(*current, target, tokens_per_step)
-                    pending = None
-                    if not stop:
-                        self.save()  # copies to host before returning: donation is safe
-            if pending is not None:
-                last = self._after_step(*pending, target, tokens_per_step)
+            if self.stops.requested and self.step == self._first_step:
+                # Stopped before this Trainer's first step: there is nothing new to save.
+                self.log(
+                    self.stops.before_training(self._restored_step, self.checkpointer.directory)
+                )
+                return last
+            self._write_run_config()
+            self.log(
+                f"training {self.spec.family} model, {self.num_params:,} parameters, "
+                f"mesh {sharding.mesh_shape(self.mesh)}, steps {self.step} -> {target}; run "
+                f"directory {self.run_dir}"
+            )
+            self._timer.started()
+            self.stops.training = True
+            try:
+                last = self._train_until(target)
+            finally:
+                self.stops.training = False
             if self.stops.requested:
                 self.save(wait=True)
                 self.log(
@@ -376,9 +393,35 @@ class Trainer:
                 self.save(wait=True)
         return last
 
+    def _train_until(self, target: int) -> dict[str, Any]:
+        """Dispatches steps up to `target` or a stop, each read one step late; returns the last
+        metrics read."""
+        tokens_per_step = self.cfg.train.global_batch_size * self.cfg.train.seq_len
+        pending: tuple[int, Any] | None = None
+        last: dict[str, Any] = {}
+        while not self.stops.requested and (self.step < target or pending is not None):
+            current = self._dispatch() if self.step < target else None
+            if pending is not None:
+                last = self._after_step(*pending, target, tokens_per_step)
+            pending = current
+            if current is None:
+                continue
+            step_no = current[0]
+            stop = self.stops.stop_after(step_no)
+            if stop or (self._save_due(step_no) and step_no < self.cfg.train.steps):
+                # Read this step's metrics before its state is saved or donated.
+                last = self._after_step(*current, target, tokens_per_step)
+                pending = None
+                if not stop:
+                    self.save()  # copies to host before returning: donation is safe
+        if pending is not None:
+            last = self._after_step(*pending, target, tokens_per_step)
+        return last
+
     @property
     def stopped_by_signal(self) -> bool:
-        """Whether the last `run` ended early on SIGTERM/SIGINT (after saving a checkpoint)."""
+        """Whether the last `run` ended early on SIGTERM/SIGINT (after saving a checkpoint, or
+        before its first step)."""
         return self.stops.requested
 
     def _save_due(self, step_no: int) -> bool:
@@ -511,30 +554,60 @@ def _finished(trainer: Trainer) -> dict[str, Any]:
     return final_eval
 
 
-def train(cfg: ConfigDict) -> dict[str, Any]:
-    """Trains to train.steps (resuming if possible) and returns the final metrics."""
-    quiet_writer_logs()  # a full disk is reported once, as one line, not by each writer thread
+def _log(message: str) -> None:
+    """A line of the run's log, printed by process 0."""
     if jax.process_index() == 0:
-        prepare_data(cfg, progress=print)  # data.prepare: build missing demo shards first
-    if jax.process_count() > 1:  # the others wait until the shards exist
-        multihost_utils.sync_global_devices("jaxtrain prepare_data")
-    trainer = Trainer(cfg)
-    try:
-        if trainer.step >= cfg.train.steps:
-            return _finished(trainer)
-        last = trainer.run()
-        if trainer.stopped_by_signal:
-            return last  # preempted: the grace period is for the checkpoint, not evaluation
-        already = trainer.history and "val_loss" in trainer.history[-1]
-        final_eval = {} if already else trainer.evaluate()
-        if final_eval:
-            trainer.metrics.write(trainer.step, final_eval)
-            last = {**last, **final_eval}
-        if cfg.sample.prompt and trainer.is_primary:
+        print(message, flush=True)
+
+
+def train(cfg: ConfigDict) -> dict[str, Any]:
+    """Trains to train.steps (resuming if possible) and returns the final metrics.
+
+    SIGTERM and SIGINT are handled from here on, before the data is prepared or the step is
+    compiled (`jaxtrain.train.stop`): a signal before the first step stops the run with one
+    line and nothing trained; during training it stops after a checkpointed step.
+    """
+    quiet_writer_logs()  # a full disk is reported once, as one line, not by each writer thread
+    stops = StopRequests(_log)
+    with stops.handling():
+        if jax.process_index() == 0:
+            prepare_data(cfg, progress=print)  # data.prepare: build missing demo shards first
+        if jax.process_count() > 1:  # the others wait until the shards exist
+            multihost_utils.sync_global_devices("jaxtrain prepare_data")
+        try:
+            trainer = Trainer(cfg, stops=stops)
+        except StoppedBeforeTraining as stopped:
+            _log(str(stopped))
+            return {}
+        try:
+            return _train(trainer)
+        finally:
+            if not trainer.aborted:
+                trainer.close()
+            else:  # aborted: no waiting for saves, but the run directory is free again
+                trainer.run_lock.release()
+
+
+def _train(trainer: Trainer) -> dict[str, Any]:
+    """`train` once the Trainer is built: the steps, the final validation and the sample."""
+    cfg = trainer.cfg
+    if trainer.step >= cfg.train.steps:
+        return _finished(trainer)
+    last = trainer.run()
+    if trainer.stopped_by_signal:
+        return last  # preempted: the grace period is for the checkpoint, not evaluation
+    already = trainer.history and "val_loss" in trainer.history[-1]
+    final_eval = {} if already else trainer.evaluate()
+    if final_eval:
+        trainer.metrics.write(trainer.step, final_eval)
+        last = {**last, **final_eval}
+    if cfg.sample.prompt and trainer.is_primary:
+        if trainer.stops.signal is not None:  # came after the last step: the run is complete
+            trainer.log(
+                f"stopped by {trainer.stops.reason} after the last step: the run is complete "
+                f"(checkpoint step {trainer.step} in {trainer.checkpointer.directory}); the "
+                "sample was skipped."
+            )
+        else:
             print_sample(trainer)
-        return last
-    finally:
-        if not trainer.aborted:
-            trainer.close()
-        else:  # aborted: no waiting for saves, but the run directory is free again
-            trainer.run_lock.release()
+    return last

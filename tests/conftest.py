@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import sys
 
 # Tests are dominated by XLA compile time on two cores: compile with LLVM optimisations off
 # (4x faster to compile, numerically the same programs) and reuse compiled programs across tests.
@@ -29,6 +30,17 @@ COMPAT_SAMPLES = REPO / "tests" / "fixtures" / "compat"
 def compat_samples() -> pathlib.Path:
     """The folder of real Primus / TorchTitan / MaxText / prime-rl config files."""
     return COMPAT_SAMPLES
+
+
+@pytest.fixture
+def unraisable(monkeypatch) -> list[str]:
+    """What Python reports as "Exception ignored" while the test runs (callbacks from
+    library threads that fail, e.g. into a closed event loop), instead of printing it."""
+    caught: list[str] = []
+    monkeypatch.setattr(
+        sys, "unraisablehook", lambda u: caught.append(f"{u.exc_type.__name__}: {u.exc_value}")
+    )
+    return caught
 
 
 # Session fixtures of the data-layer tests (a tiny tokenizer, shards written by datatrove).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import shutil
+import time
 from pathlib import Path
 
 import jax
@@ -82,6 +83,22 @@ def test_verify_reports_a_damaged_step_and_exits_nonzero(run_dir, tmp_path, caps
     assert "step 2: OK" in capsys.readouterr().out
     assert main(["checkpoints", str(copy), "--verify", "--step", "3"]) == 2
     assert "no checkpoint at step 3; saved steps: [2, 4]" in capsys.readouterr().err
+
+
+def test_verify_of_emptied_array_files_reports_the_step_and_nothing_else(
+    run_dir, tmp_path, capsys, unraisable
+):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    for data_file in (copy / "checkpoints" / "4" / "state").rglob("d/*"):
+        data_file.write_bytes(b"")
+    capsys.readouterr()
+    assert main(["checkpoints", str(copy), "--verify"]) == 1
+    time.sleep(0.5)  # a read left running would complete into its closed event loop by now
+    out, err = capsys.readouterr()
+    assert "step 4: FAILED" in out and "step 2: OK" in out
+    assert "Traceback" not in out + err
+    assert unraisable == []  # e.g. "RuntimeError: Event loop is closed" from Orbax's opens
 
 
 def test_verify_names_the_arrays_whose_values_changed(run_dir, tmp_path, capsys):

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from conftest import REPO
 
 from jaxtrain.checkpoint.manager import Checkpointer, CheckpointError
 from jaxtrain.parallel.sharding import mesh_shape
+from jaxtrain.run import RunSetup
 from jaxtrain.rundir.metrics import read_jsonl
-from jaxtrain.trainer import Trainer
+from jaxtrain.trainer import Trainer, train
 
 
 def cli_command(run_dir: Path, **overrides) -> list[str]:
@@ -156,6 +158,99 @@ def test_a_second_signal_aborts_at_once_without_a_checkpoint(tmp_path):
     assert trainer.checkpointer.all_steps() == []
     assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is back
     trainer.close()
+
+
+def _save_in_flight(run_dir: Path) -> bool:
+    folder = run_dir / "checkpoints"
+    return folder.is_dir() and any(".orbax-checkpoint-tmp" in p.name for p in folder.iterdir())
+
+
+def _assert_no_crash(text: str) -> None:
+    for crash in ("Traceback", "ERROR:absl", "Exception ignored"):
+        assert crash not in text, text
+
+
+@pytest.mark.slow  # three runs of the CLI
+def test_two_signals_during_a_save_abort_cleanly_and_nothing_is_lost(tmp_path, straight_losses):
+    run_dir = tmp_path / "run"
+    command = cli_command(run_dir, **{"checkpoint.every": 1})  # a save in flight at every step
+    log = tmp_path / "aborted.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for_step(proc, run_dir, 2)
+            deadline = time.monotonic() + 60
+            # Step 2 committed and a later save being written.
+            while not ((run_dir / "checkpoints" / "2").is_dir() and _save_in_flight(run_dir)):
+                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+                time.sleep(0.002)
+            proc.send_signal(signal.SIGTERM)  # finish the step, then save ...
+            time.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)  # ... no: stop now
+        finally:
+            proc.wait(timeout=120)
+    text = log.read_text()
+    assert proc.returncode == 130, text
+    assert text.strip().splitlines()[-1] == (
+        "jaxtrain train: aborted (second signal 15: aborting without a checkpoint); the last "
+        "complete checkpoint is intact."
+    )
+    _assert_no_crash(text)
+    kept = max(saved_steps(run_dir))
+
+    # A signal while the rerun compiles: it stops before its first step, saying where the
+    # next run starts.
+    rerun = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        lines = []
+        for line in rerun.stdout:
+            lines.append(line)
+            if line.startswith("compiling train step..."):
+                rerun.send_signal(signal.SIGTERM)
+                break
+        lines += rerun.stdout.readlines()
+    finally:
+        rerun.wait(timeout=120)
+    text = "".join(lines)
+    assert rerun.returncode == 0, text
+    assert text.strip().splitlines()[-1] == (
+        "stopped by SIGTERM before the first step: nothing was trained yet; run the same "
+        f"command to resume from checkpoint step {kept} in {run_dir / 'checkpoints'}."
+    )
+    _assert_no_crash(text)
+    assert max(saved_steps(run_dir)) == kept
+
+    result = run_to_end(run_dir, tmp_path / "resumed.log")
+    text = (tmp_path / "resumed.log").read_text()
+    assert result.returncode == 0, text
+    assert f"resumed from step {kept} " in text
+    assert losses(run_dir) == straight_losses  # exact float equality, every step
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_step_compiles_stops_before_the_first_step(
+    tmp_path, monkeypatch, capsys, signum
+):
+    cfg = small_config(tmp_path / "run")
+    compile_train_step = RunSetup.compile_train_step
+
+    def signalled_while_compiling(self):
+        os.kill(os.getpid(), signum)
+        return compile_train_step(self)
+
+    monkeypatch.setattr(RunSetup, "compile_train_step", signalled_while_compiling)
+    before = signal.getsignal(signum)
+    assert train(cfg) == {}
+    assert signal.getsignal(signum) == before  # the previous handler is back
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1] == (
+        f"stopped by {signal.Signals(signum).name} before the first step: nothing was trained "
+        "yet; run the same command to start from step 0."
+    )
+    assert saved_steps(tmp_path / "run") == []
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 def test_unfinished_step_folder_is_ignored_with_a_warning(tmp_path, capsys):
@@ -301,3 +396,19 @@ def test_checkpointer_lists_only_complete_steps(tmp_path):
     assert reader.unfinished == []  # readers neither report nor remove other writers' folders
     reader.close()
     assert (ckpt / "5.orbax-checkpoint-tmp").exists()
+
+
+def test_a_save_refused_at_once_leaves_no_wait_hanging(tmp_path):
+    # Orbax marks a save "in progress" before it checks the tree, and a save refused there
+    # never clears the mark; the Checkpointer, which waits for saves in flight in its own
+    # loop, must not wait for that one forever.
+    checkpointer = Checkpointer(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="TypeHandler lookup failed"):
+        checkpointer.save(1, {"not an array": object()}, {"next_index": 0}, {})
+    waiting = threading.Thread(target=checkpointer.wait, daemon=True)
+    waiting.start()
+    waiting.join(timeout=10)
+    assert not waiting.is_alive(), "wait() hangs on a save that never started"
+    checkpointer.save(2, {"w": jax.numpy.ones(8)}, {"next_index": 0}, {})
+    checkpointer.close()
+    assert checkpointer.all_steps() == [2]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from jaxtrain.rundir.step_folders import committed_steps, step_folder, unfinishe
 
 # The items of a step folder, each a subfolder; Orbax lists those written in the step's metadata.
 ITEMS = ("state", "data", "config", "checksums")
+# How often a wait for the save in flight looks whether it has finished.
+SAVE_POLL_S = 0.01
 
 
 class CheckpointError(JaxtrainError, RuntimeError):
@@ -114,6 +117,7 @@ class Checkpointer:
         compression: str = "none",
     ):
         self.directory = Path(directory).absolute()
+        self._poll_saves = True  # see _await_save_in_flight
         # Listed before the manager starts: a writer removes these leftovers when it opens.
         self.unfinished = [] if read_only else unfinished_saves(self.directory)
         if not read_only:
@@ -196,13 +200,30 @@ class Checkpointer:
             # checksums from these values whatever that step then does with the buffers.
             checksums=items.ChecksumsSave(checksums_lib.record_later(state, data)),
         )
-        with self._disk_full_reported():
-            self._manager.save(step, args=args, force=True)
+        self._await_save_in_flight()  # Orbax's save would wait for it too (see there)
+        try:
+            with self._disk_full_reported():
+                self._manager.save(step, args=args, force=True)
+        except BaseException:
+            # A save that fails before its background thread starts leaves Orbax's "in
+            # progress" flag set for good: from now on, wait in Orbax's own way.
+            self._poll_saves = False
+            raise
 
     def wait(self) -> None:
         """Blocks until every pending save is durable."""
+        self._await_save_in_flight()
         with self._disk_full_reported():
             self._manager.wait_until_finished()
+
+    def _await_save_in_flight(self) -> None:
+        """Blocks until no save is in flight, waiting here rather than in Orbax's
+        `wait_until_finished`: an interrupt that lands in Orbax's wait (a second signal's
+        KeyboardInterrupt, `jaxtrain.train.stop`) is logged by Orbax as a failed save, with a
+        traceback, before the abort line. Errors of the save are raised by the wait that
+        follows."""
+        while self._poll_saves and self._manager.is_saving_in_progress():
+            time.sleep(SAVE_POLL_S)
 
     def complete_steps_on_disk(self) -> list[int]:
         """Committed step folders, listed afresh (the manager's list may hold a failed save)."""

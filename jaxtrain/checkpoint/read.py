@@ -135,15 +135,38 @@ async def read_array(info: Any, arg: Any) -> jax.Array:
     )
 
 
+async def _settled(awaitable: Awaitable[Any]) -> Any:
+    """`awaitable`'s result; when it fails, the tasks it started are waited for first.
+
+    Orbax gathers TensorStore futures without `return_exceptions` (opening every array for its
+    metadata, its own reads): the first failure returns while the other futures still run, and
+    `run_sync` then closes its event loop under them. Each one that completes later calls back
+    into the closed loop, and Python prints `RuntimeError: Event loop is closed` with a traceback
+    per future, after the damage itself was reported. Only tasks created while `awaitable` ran
+    are waited for: those that were there before include the callers waiting for this one.
+    """
+    before = asyncio.all_tasks()
+    try:
+        return await awaitable
+    except Exception:
+        started = [task for task in asyncio.all_tasks() - before if not task.done()]
+        await asyncio.gather(*started, return_exceptions=True)
+        raise
+
+
 class ShardReadArrayHandler(ocp.type_handlers.ArrayHandler):
     """Orbax's jax.Array handler whose restore reads each shard once (see the module)."""
+
+    async def metadata(self, infos: Sequence[Any]) -> Sequence[Any]:
+        """Orbax's metadata of `infos`, leaving nothing running when an array cannot be opened."""
+        return await _settled(super().metadata(infos))
 
     async def deserialize(
         self, infos: Sequence[Any], args: Sequence[Any] | None = None
     ) -> Sequence[jax.Array]:
         """The arrays of `infos`, read here when `covered`, else by Orbax."""
         if self.has_dispatcher() or not covered(infos, args):
-            return await super().deserialize(infos, args)
+            return await _settled(super().deserialize(infos, args))
         await asyncio.gather(*(info.await_path_creation() for info in infos))
         return await _all(read_array(info, arg) for info, arg in zip(infos, args, strict=True))
 

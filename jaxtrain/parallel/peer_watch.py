@@ -15,6 +15,14 @@ that into one readable line and a bounded exit:
   from a background thread before Python can run. A C-level SIGABRT handler prints the
   `jaxtrain train: error:` line after JAX's own log and exits with the same code.
 
+Why JAX's own log still comes first when process 0 dies: jaxlib 0.10's client polls the service
+for errors (`PollForError`), and the moment that connection drops it calls its error callback,
+whose default is `LOG(FATAL)` (`client.h:80] Terminating process ...` and a stack trace); on one
+host this fires about 0.2 s after process 0 is killed, so no watch timeout can come first, and
+JAX's heartbeat timeout plays no part. The callback is the client's `missed_heartbeat_callback`,
+but it cannot be given from Python: jaxlib cannot convert the `absl::Status` it passes, and the
+process ends with `std::bad_cast` instead. Error polling itself is not an option jaxlib exposes.
+
 Neither runs in a single-process run.
 """
 

@@ -1,7 +1,11 @@
 """Stopping a run early on SIGTERM/SIGINT: finish a step, save it, exit 0.
 
 One process: the first signal asks the loop to stop after the step in flight; a second one aborts
-at once (KeyboardInterrupt) without a checkpoint.
+at once (KeyboardInterrupt) without a checkpoint. The train command installs the handlers before
+anything is built, so a signal while the step compiles or the state is restored stops the run
+before its first step (nothing to save), instead of killing it silently. Python runs a handler
+only between bytecodes: a signal during a long native call (XLA compiling) takes effect when
+that call returns.
 
 Several processes: every process runs the same collectives, so they must stop after the same
 step, whichever of them was signalled and however far apart the signals came (a scheduler or a
@@ -38,7 +42,8 @@ class StopRequests:
     """Turns signals into a stop at a step every process agrees on.
 
     Usage: `with stops.handling(): stops.start(step); ... if stops.stop_after(step): ...`.
-    `log` prints a line on the primary process.
+    `log` prints a line on the primary process. `training` is true while steps are dispatched
+    (the signal is then acknowledged at once: the stop comes after the step in flight).
     """
 
     def __init__(self, log: Callable[[str], None]):
@@ -47,6 +52,7 @@ class StopRequests:
         self.stopped_at: int | None = None  # the step the run stopped after, once agreed
         self.aborted = False  # a second signal: exit without waiting for anything
         self.coordinated = False
+        self.training = False
 
     @property
     def requested(self) -> bool:
@@ -62,7 +68,8 @@ class StopRequests:
 
     @contextlib.contextmanager
     def handling(self) -> Iterator[None]:
-        """Installs the handlers for the duration of a `run`, then restores the previous ones."""
+        """Installs the handlers for the duration of the block, then restores the previous ones
+        (blocks may nest: the train command's whole run, and each `Trainer.run` in it)."""
         self.coordinated = _coordinated()
         previous: dict[int, Any] = {}
         signals = (signal.SIGINT,) if self.coordinated else (signal.SIGTERM, signal.SIGINT)
@@ -85,16 +92,30 @@ class StopRequests:
         if self.coordinated:
             self._log(f"\nsignal {signum}: asking every process to stop after the same step")
             signal.raise_signal(signal.SIGTERM)  # JAX's handler takes it from here
-        else:
+        elif self.training:
             self._log(f"\nsignal {signum}: finishing this step, then saving a checkpoint")
+        # Before the first step nothing is said yet: the run stops with one line at its start.
 
     def start(self, step: int) -> None:
         """Registers the step the run starts from, on every process, before its first step.
 
-        A notice that came while the processes were still starting is agreed from here on.
+        A signal (or, with several processes, a notice) that came while the run was being
+        built stops it here, before its first step.
         """
-        if self.coordinated and self.stopped_at is None and self._agreed(step):
-            self.stopped_at = step
+        self.stop_after(step)
+
+    def before_training(self, resume_step: int | None, checkpoint_dir: Any) -> str:
+        """The line of a run stopped before its first step: nothing trained, where a rerun
+        starts (`resume_step`: the checkpoint this run started from, None for step 0)."""
+        where = (
+            f"resume from checkpoint step {resume_step} in {checkpoint_dir}"
+            if resume_step is not None
+            else "start from step 0"
+        )
+        return (
+            f"stopped by {self.reason} before the first step: nothing was trained yet; run "
+            f"the same command to {where}."
+        )
 
     def stop_after(self, step: int) -> bool:
         """Whether to stop after `step` (call once per dispatched step, on every process)."""
