@@ -29,6 +29,7 @@ from typing import Any
 from jaxtrain.compat.common.architectures import unbuildable
 from jaxtrain.compat.common.report import KeyReport, is_off
 from jaxtrain.compat.maxtext.moe import map_experts
+from jaxtrain.errors import ConfigError
 
 FAMILIES = {
     "llama2": "llama",
@@ -207,6 +208,12 @@ def _yarn(r: KeyReport, fields: dict[str, Any], block: str) -> None:
     # leaves cos/sin unscaled; rope_attention_scaling instead scales cos/sin by the default
     # attention factor (mscale 0 in jaxtrain: 0.1 ln(factor) + 1), as gpt-oss does.
     mscale = float(r.get("mscale", 1.0)) if block == "deepseek" else 0.0
+    for key in ("rope_factor", "original_max_position_embeddings", "beta_fast", "beta_slow"):
+        if r.get(key) is None:
+            raise ConfigError(
+                f"rope_type yarn needs {key}, which the file leaves unset: set it (MaxText's "
+                "base.yml has it), or pass --maxtext-root so base.yml is read."
+            )
     fields.update(
         rope_scaling="yarn",
         rope_factor=float(r.get("rope_factor")),
