@@ -16,6 +16,7 @@ import pytest
 
 from jaxtrain import compat
 from jaxtrain.cli import main
+from jaxtrain.compat.common.report import DevicesNotDivisible
 from jaxtrain.data import pipeline
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.presets.registry import PUBLISHED_PARAMS, model_spec
@@ -354,15 +355,13 @@ RESOLVES = [
     (BASE_YML, ["model_name=gpt-oss-120b"], "gpt_oss", published("gpt-oss-120b")),
     (BASE_YML, ["model_name=llama4-17b-16e"], "llama4", published("llama4-scout-17b-16e")),
     (BASE_YML, ["model_name=llama4-17b-128e"], "llama4", published("llama4-maverick-17b-128e")),
-    # Megatron's MambaModel with is_hybrid_model false: 48 Mamba-2 layers. The file ties
-    # its embeddings through `bases: mamba_base.yaml`, a key the YAML loader does not follow
-    # (only `extends`), so it resolves untied, as language_model.yaml sets.
-    (
-        MEGATRON.format("MI300X/mamba_370M-pretrain"),
-        [],
-        "mamba2",
-        model_spec("mamba-370m", tie_embeddings=False),
-    ),
+    # Megatron's MambaModel with is_hybrid_model false: 48 Mamba-2 layers. Its model file's
+    # `bases: mamba_base.yaml` is not a key Primus' loader follows (only `extends`), and
+    # nothing else sets untie_embeddings_and_output_weights: Megatron's default ties them,
+    # ~368M. The MI300X file names gpt-neox-20b's tokenizer (50277 -> 50304), the MI355X
+    # one keeps GPT2BPETokenizer (50257 -> 50304).
+    (MEGATRON.format("MI300X/mamba_370M-pretrain"), [], "mamba2", model_spec("mamba-370m")),
+    (MEGATRON.format("MI355X/mamba_370M-pretrain"), [], "mamba2", model_spec("mamba-370m")),
     # Primus' Zebra-Llama hybrids (Megatron model_type mamba, Primus' hybrid layer specs).
     (
         MEGATRON.format("MI300X/zebra_llama_1B_gdn_pure-pretrain"),
@@ -413,7 +412,11 @@ def _id(case):
 
 
 def _load(samples, path, native, **kwargs):
-    return compat.load_foreign(samples / path, env={}, native_overrides=native, **kwargs)
+    try:
+        return compat.load_foreign(samples / path, env={}, native_overrides=native, **kwargs)
+    except DevicesNotDivisible as short:  # a multi-node example: on the nodes it needs
+        env = {short.nodes_key: str(short.hosts)}
+        return compat.load_foreign(samples / path, env=env, native_overrides=native, **kwargs)
 
 
 @pytest.mark.parametrize("path,native,family,expected", RESOLVES, ids=map(_id, RESOLVES))
