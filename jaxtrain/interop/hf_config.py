@@ -1,6 +1,6 @@
 """Hugging Face `config.json` <-> `ModelSpec`, for Llama 2/3, Qwen 2.5/3, Mistral, Mixtral,
-Qwen3-MoE, DeepSeek V2/V3, gpt-oss and Llama 4 text (the keys of the last three live in
-`hf_deepseek`, `hf_gpt_oss` and `hf_llama4`; the rotary keys in `hf_rope_keys`, the Mixtral and
+Qwen3-MoE, DeepSeek V2/V3, gpt-oss, Llama 4 text and Gemma 1/2/3 text (the keys of the last
+four live in `hf_deepseek`, `hf_gpt_oss`, `hf_llama4` and `hf_gemma`; the rotary keys in `hf_rope_keys`, the Mixtral and
 Qwen3-MoE expert keys in `hf_moe_keys`, what each class can express in `hf_expressible`).
 
 Reading accepts both the transformers-4 layout (`rope_theta` at top level, `rope_scaling`) and
@@ -32,6 +32,14 @@ from jaxtrain.interop.hf_expressible import (
     check_expressible,
     check_pattern_keys,
 )
+from jaxtrain.interop.hf_gemma import (
+    GEMMA_ARCHITECTURES,
+    GEMMA_FAMILIES,
+    check_gemma_expressible,
+    gemma3_rope_config,
+    gemma_config,
+    gemma_fields,
+)
 from jaxtrain.interop.hf_gpt_oss import check_gpt_oss_expressible, gpt_oss_config, gpt_oss_fields
 from jaxtrain.interop.hf_llama4 import check_llama4_expressible, llama4_config, llama4_fields
 from jaxtrain.interop.hf_moe_keys import moe_config, moe_fields, require
@@ -57,6 +65,7 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "DeepseekV3ForCausalLM": ("deepseek_v3", "deepseek_v3"),
     "GptOssForCausalLM": ("gpt_oss", "gpt_oss"),
     "Llama4ForCausalLM": ("llama4", "llama4_text"),
+    **GEMMA_ARCHITECTURES,
     **SSM_ARCHITECTURES,
 }
 FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
@@ -152,7 +161,7 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path, **overrides
     if family in SSM_FAMILIES:
         return _checked_spec({**ssm_fields(cfg, family, where), **overrides}, overrides, where)
     act = cfg.get("hidden_act", "silu")
-    if act not in ("silu", "swish"):
+    if act not in ("silu", "swish") and family not in GEMMA_FAMILIES:  # GeGLU: hf_gemma
         raise ConfigError(f"{where}: hidden_act={act!r} is not supported (SwiGLU needs silu).")
     mlp_bias = bool(cfg.get("mlp_bias", False))
     if mlp_bias and family != "llama":
@@ -200,7 +209,9 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path, **overrides
         **rope_fields(cfg, where),
         **moe_fields(cfg, family, where),
     )
-    if family in DEEPSEEK_FAMILIES:
+    if family in GEMMA_FAMILIES:
+        fields.update(gemma_fields(cfg, family, where))
+    elif family in DEEPSEEK_FAMILIES:
         fields.update(deepseek_fields(cfg, family, where))
     elif family in _FAMILY_KEYS:
         fields.update(_FAMILY_KEYS[family][0](cfg, where))
@@ -258,6 +269,8 @@ def hf_config_from_spec(
         check_deepseek_expressible(spec, arch)
     elif spec.family in _FAMILY_KEYS:
         _FAMILY_KEYS[spec.family][1](spec, arch)
+    elif spec.family in GEMMA_FAMILIES:
+        check_gemma_expressible(spec, arch)
     else:
         check_expressible(spec, arch)
     cfg: dict[str, Any] = {
@@ -288,6 +301,8 @@ def hf_config_from_spec(
         cfg.update(deepseek_config(spec))
     elif spec.family in _FAMILY_KEYS:
         cfg.update(_FAMILY_KEYS[spec.family][2](spec))
+    elif spec.family in GEMMA_FAMILIES:
+        cfg.update(gemma_config(spec))
     else:
         cfg.update(moe_config(spec))
     if spec.family in QWEN:
@@ -311,5 +326,9 @@ def hf_config_from_spec(
         cfg["rope_theta"] = spec.rope_theta
         cfg["rope_scaling"] = None if spec.rope_scaling == "none" else rope
         cfg["torch_dtype"] = weight_dtype
+    if spec.family == "gemma3":  # one rotary entry per layer type
+        for key in ("rope_parameters", "rope_theta", "rope_scaling"):
+            cfg.pop(key, None)
+        cfg.update(gemma3_rope_config(spec, _transformers_major()))
     cfg.update(extra or {})
     return cfg

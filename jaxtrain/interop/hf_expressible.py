@@ -9,6 +9,7 @@ from jaxtrain.errors import ConfigError
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 QWEN = ("qwen2", "qwen3")
+GEMMA = ("gemma", "gemma2", "gemma3")
 # Families whose `attention_bias` puts biases on q, k, v and o (gpt-oss and Llama 4 read it in
 # their own modules).
 ATTENTION_BIAS = ("llama", "qwen3", "qwen3_moe")
@@ -77,7 +78,7 @@ def check_pattern_keys(spec: ModelSpec, arch: str) -> None:
         "attention_sinks": "gpt_oss",
         "o_bias": ("gpt_oss", "llama4", *ATTENTION_BIAS),
         "mlp_bias": "llama",
-        "global_layer_step": ("gpt_oss", "llama4"),
+        "global_layer_step": ("gpt_oss", "llama4", *GEMMA),
         "leading_global_layers": QWEN,
         "moe_router_bias": "gpt_oss",
         "moe_expert_bias": "gpt_oss",
@@ -91,21 +92,25 @@ def check_pattern_keys(spec: ModelSpec, arch: str) -> None:
         "rope_truncate": "gpt_oss",
         "rope_interleave": ("llama4", "deepseek_v2", "deepseek_v3"),
     }
-    # Grok's switches: transformers has no Grok class, so no exported family may carry them.
+    # Grok's switches: transformers has no Grok class, so no exported family may carry them
+    # but Gemma, which shares some (hf_gemma checks which of its generations has which).
+    owners.update(
+        dict.fromkeys(("attn_temperature_len", "router_logit_softcap", "output_multiplier"), "grok")
+    )
+    owners["moe_residual_mlp"] = "grok"
     owners.update(
         dict.fromkeys(
             (
                 "mlp_activation",
                 "attn_logit_softcap",
-                "attn_temperature_len",
-                "router_logit_softcap",
                 "final_logit_softcap",
                 "post_norms",
                 "embed_multiplier",
-                "output_multiplier",
-                "moe_residual_mlp",
+                "norm_zero_centered",
+                "query_pre_attn_scalar",
+                "rope_local_theta",
             ),
-            "grok",
+            ("grok", *GEMMA),
         )
     )
     defaults = {
@@ -119,6 +124,8 @@ def check_pattern_keys(spec: ModelSpec, arch: str) -> None:
         "attn_temperature_len": 0,
         "router_logit_softcap": 0.0,
         "final_logit_softcap": 0.0,
+        "query_pre_attn_scalar": 0.0,
+        "rope_local_theta": 0.0,
     }
     for key, families in owners.items():
         families = (families,) if isinstance(families, str) else families
