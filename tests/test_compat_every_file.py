@@ -103,3 +103,35 @@ def test_presets_listing_bases_keep_megatrons_tying_default(compat_samples, name
             allow_unsupported=True,
         )
     assert cfg.model.tie_embeddings is (not untied)
+
+
+@pytest.mark.parametrize("name", ["gemma2-27b", "gemma3-4b", "gemma3-27b"])
+def test_maxtext_gemma_blocks_resolve_as_maxtext_builds_them(name):
+    cfg, report = compat.load_foreign(
+        CONFIGS / "base.yml",
+        env={},
+        native_overrides=[f"model_name={name}"],
+        allow_unsupported=True,
+    )
+    # base.yml reads TFDS data, which jaxtrain cannot; nothing of the model is unsupported.
+    assert [e.key for e in report.by_status("unsupported")] == ["dataset_type"]
+    spec = ModelSpec.from_config(cfg.model)
+    published = model_spec(name)
+    assert spec.num_params() == pytest.approx(published.num_params(), rel=2e-4)
+    assert (spec.mlp_activation, spec.norm_zero_centered, spec.tie_embeddings) == (
+        "geglu",
+        True,
+        True,
+    )
+    assert spec.embed_multiplier == pytest.approx(spec.hidden_size**0.5)
+    assert report.entries["normalize_embedding_logits"].status == "mapped"
+    if name.startswith("gemma2"):
+        # 23 MaxText layers of a sliding and a global block each.
+        assert (spec.num_layers, spec.global_layer_step, spec.sliding_window) == (46, 2, 4096)
+        assert (spec.attn_logit_softcap, spec.final_logit_softcap) == (50.0, 30.0)
+        assert spec.query_pre_attn_scalar == 128  # MaxText scales by head_dim^-0.5
+    else:
+        assert (spec.global_layer_step, spec.sliding_window, spec.qk_norm) == (6, 1024, True)
+        assert (spec.rope_theta, spec.rope_local_theta) == (1e6, 1e4)
+        assert (spec.rope_scaling, spec.rope_factor) == ("linear", 8.0)
+        assert spec.query_pre_attn_scalar == (168 if name == "gemma3-27b" else 256)
