@@ -162,3 +162,38 @@ def test_gemma_presets_count_like_transformers(preset, config_cls):
         )
     count = sum(p.numel() for p in model.parameters())
     assert count == PUBLISHED_PARAMS[preset] == model_spec(preset).num_params()
+
+
+def test_a_transformers4_gemma3_config_reads_as_the_preset(monkeypatch):
+    # google/gemma-3-4b-pt's text_config as transformers 4 writes it: the global base and
+    # scaling at top level, the local base in rope_local_base_freq.
+    from jaxtrain.interop import hf_config
+
+    published = dict(
+        architectures=["Gemma3ForCausalLM"],
+        model_type="gemma3_text",
+        vocab_size=262208,
+        hidden_size=2560,
+        intermediate_size=10240,
+        num_hidden_layers=34,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=256,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=131072,
+        rms_norm_eps=1e-6,
+        query_pre_attn_scalar=256,
+        sliding_window=1024,
+        sliding_window_pattern=6,
+        rope_theta=1_000_000.0,
+        rope_local_base_freq=10_000.0,
+        rope_scaling={"rope_type": "linear", "factor": 8.0},
+        final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+    )
+    spec = hf_config.spec_from_hf_config(published)
+    assert spec == model_spec("gemma3-4b")
+    monkeypatch.setattr(hf_config, "_transformers_major", lambda: 4)
+    written = hf_config.hf_config_from_spec(spec)
+    assert (written["rope_local_base_freq"], written["rope_scaling"]["factor"]) == (1e4, 8.0)
+    assert hf_config.spec_from_hf_config(written) == spec
