@@ -16,6 +16,7 @@ import pytest
 
 from jaxtrain import compat
 from jaxtrain.cli import main
+from jaxtrain.compat.common.report import DevicesNotDivisible
 from jaxtrain.data import pipeline
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.presets.registry import PUBLISHED_PARAMS, model_spec
@@ -354,15 +355,23 @@ RESOLVES = [
     (BASE_YML, ["model_name=gpt-oss-120b"], "gpt_oss", published("gpt-oss-120b")),
     (BASE_YML, ["model_name=llama4-17b-16e"], "llama4", published("llama4-scout-17b-16e")),
     (BASE_YML, ["model_name=llama4-17b-128e"], "llama4", published("llama4-maverick-17b-128e")),
-    # Megatron's MambaModel with is_hybrid_model false: 48 Mamba-2 layers. The file ties
-    # its embeddings through `bases: mamba_base.yaml`, a key the YAML loader does not follow
-    # (only `extends`), so it resolves untied, as language_model.yaml sets.
-    (
-        MEGATRON.format("MI300X/mamba_370M-pretrain"),
-        [],
-        "mamba2",
-        model_spec("mamba-370m", tie_embeddings=False),
-    ),
+    # Gemma: MaxText pads the vocabulary (256128, 262144 where Google has 256000, 262208)
+    # and counts Gemma 2's sliding + global block pairs as one layer.
+    (BASE_YML, ["model_name=gemma-2b"], "gemma", published("gemma-2b")),
+    (BASE_YML, ["model_name=gemma-7b"], "gemma", published("gemma-7b")),
+    (BASE_YML, ["model_name=gemma2-2b"], "gemma2", published("gemma2-2b")),
+    (BASE_YML, ["model_name=gemma2-9b"], "gemma2", published("gemma2-9b")),
+    (BASE_YML, ["model_name=gemma2-27b"], "gemma2", published("gemma2-27b")),
+    (BASE_YML, ["model_name=gemma3-4b"], "gemma3", published("gemma3-4b")),
+    (BASE_YML, ["model_name=gemma3-12b"], "gemma3", published("gemma3-12b")),
+    (BASE_YML, ["model_name=gemma3-27b"], "gemma3", published("gemma3-27b")),
+    # Megatron's MambaModel with is_hybrid_model false: 48 Mamba-2 layers. Its model file's
+    # `bases: mamba_base.yaml` is not a key Primus' loader follows (only `extends`), and
+    # nothing else sets untie_embeddings_and_output_weights: Megatron's default ties them,
+    # ~368M. The MI300X file names gpt-neox-20b's tokenizer (50277 -> 50304), the MI355X
+    # one keeps GPT2BPETokenizer (50257 -> 50304).
+    (MEGATRON.format("MI300X/mamba_370M-pretrain"), [], "mamba2", model_spec("mamba-370m")),
+    (MEGATRON.format("MI355X/mamba_370M-pretrain"), [], "mamba2", model_spec("mamba-370m")),
     # Primus' Zebra-Llama hybrids (Megatron model_type mamba, Primus' hybrid layer specs).
     (
         MEGATRON.format("MI300X/zebra_llama_1B_gdn_pure-pretrain"),
@@ -395,7 +404,7 @@ REFUSED = [
     ),
     (MAXTEXT_PRIMUS.format("MI300X/gemma4_26B-bf16-pretrain"), [], "decoder_block='gemma4'"),
     (TITAN.format("flux/train_configs/flux_dev_model"), [], "model.name='flux'"),
-    (BASE_YML, ["model_name=gemma3-4b"], "decoder_block='gemma3'"),
+    (BASE_YML, ["model_name=gemma4-26b"], "decoder_block='gemma4'"),
     (BASE_YML, ["model_name=gpt3-6b"], "decoder_block='gpt3'"),
     (BASE_YML, ["model_name=olmo3-7b"], "decoder_block='olmo3'"),
     (BASE_YML, ["model_name=qwen3-next-80b-a3b"], "decoder_block='qwen3_next'"),
@@ -413,7 +422,11 @@ def _id(case):
 
 
 def _load(samples, path, native, **kwargs):
-    return compat.load_foreign(samples / path, env={}, native_overrides=native, **kwargs)
+    try:
+        return compat.load_foreign(samples / path, env={}, native_overrides=native, **kwargs)
+    except DevicesNotDivisible as short:  # a multi-node example: on the nodes it needs
+        env = {short.nodes_key: str(short.hosts)}
+        return compat.load_foreign(samples / path, env=env, native_overrides=native, **kwargs)
 
 
 @pytest.mark.parametrize("path,native,family,expected", RESOLVES, ids=map(_id, RESOLVES))

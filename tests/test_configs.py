@@ -39,6 +39,9 @@ FAMILIES = (
     "mamba2",
     "nemotron_h",
     "zebra_llama",
+    "gemma",
+    "gemma2",
+    "gemma3",
 )
 
 
@@ -150,6 +153,9 @@ def _hf_param_count(family: str, **hf_config) -> int:
         "deepseek_v3": transformers.DeepseekV3Config,
         "gpt_oss": transformers.GptOssConfig,
         "llama4": transformers.Llama4TextConfig,
+        "gemma": transformers.GemmaConfig,
+        "gemma2": transformers.Gemma2Config,
+        "gemma3": transformers.Gemma3TextConfig,
     }[family]
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config_class(**hf_config))

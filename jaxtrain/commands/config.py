@@ -4,7 +4,9 @@ device) and, for a config of another stack, what became of every source key.
 
 Nothing is compiled or allocated: the figures come from the model spec, the mesh sizes and the
 state layout's partition specs, so a 64-device plan can be checked on a laptop (`--devices 64
---hosts 8`).
+--hosts 8`). A foreign file is planned for the launch it was written for, even when that is not
+the launch at hand: `train` refuses parallel sizes this launch cannot hold, `config` plans for
+the hosts they need and says what this launch has.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from jaxtrain.config import loader as config_lib
 from jaxtrain.config import mesh_check
 from jaxtrain.parallel import sharding
 from jaxtrain.planning import memory as memory_plan
-from jaxtrain.planning.devices import mesh_shape, plan_devices
+from jaxtrain.planning.devices import mesh_shape, plan_devices, resolve_for_devices
 
 
 def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
@@ -120,20 +122,22 @@ def build(
 ) -> ConfigReport:
     """The report of one config file, planned for `devices` over `hosts` when given, else for
     the layout a foreign file's launch names, else for this host (see `device_plan`)."""
-    keys = None
+    keys, short = None, None
     if compat.is_foreign(path):
-        cfg, keys = compat.load_foreign(
+        cfg, keys, short = resolve_for_devices(
             path,
-            list(overrides),
-            native_overrides=list(native),
-            allow_unsupported=True,
+            overrides,
+            native,
+            devices=devices,
+            hosts=hosts,
             primus_root=primus_root,
             maxtext_root=maxtext_root,
         )
     else:
         cfg = compat.load_config_file(path, list(overrides), native_overrides=list(native))
-    # This host's devices, unless --devices/--hosts or the file's launch name others.
-    plan = plan_devices(devices, hosts, keys)
+    # --devices/--hosts, else the launch the file names (grown to what its parallel sizes
+    # need), else this host's devices.
+    plan = plan_devices(devices, hosts, keys, short)
     figures = derived(cfg, plan.devices, plan.hosts)
     return ConfigReport(cfg, {**figures, **plan.figures(cfg)}, keys)
 

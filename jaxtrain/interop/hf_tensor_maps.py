@@ -181,12 +181,20 @@ def _block_maps(spec: ModelSpec, dense: bool) -> list[TensorMap]:
                         (outs,),
                     )
                 )
-    maps.append(_vector(("layers", "input_norm", "scale"), f"{lay}input_layernorm.weight", (d,)))
-    maps.append(
-        _vector(
-            ("layers", "post_attn_norm", "scale"), f"{lay}post_attention_layernorm.weight", (d,)
+    # Gemma 2 / 3 name the norm of the attention output post_attention_layernorm, and the
+    # one before the MLP (jaxtrain's post_attn_norm) pre_feedforward_layernorm.
+    norms = (
+        (
+            ("input_norm", "input_layernorm"),
+            ("attn_out_norm", "post_attention_layernorm"),
+            ("post_attn_norm", "pre_feedforward_layernorm"),
+            ("mlp_out_norm", "post_feedforward_layernorm"),
         )
+        if spec.post_norms
+        else (("input_norm", "input_layernorm"), ("post_attn_norm", "post_attention_layernorm"))
     )
+    for ours, theirs in norms:
+        maps.append(_vector(("layers", ours, "scale"), f"{lay}{theirs}.weight", (d,)))
     return maps
 
 

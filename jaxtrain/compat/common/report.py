@@ -72,6 +72,17 @@ def is_off(value: Any) -> bool:
     )
 
 
+class DevicesNotDivisible(ConfigError):
+    """The launch's devices cannot hold the file's parallel sizes; `hosts` of `per_host`
+    devices (`need` in all, or a multiple) would. `config` plans for those instead."""
+
+    def __init__(self, message: str, *, need: int, hosts: int, per_host: int, report: Any):
+        super().__init__(message)
+        self.need, self.hosts, self.per_host = need, hosts, per_host
+        self.world_size, self.world_source = report.world_size, report.world_source
+        self.nodes_key = report.nodes_key
+
+
 class KeyReport:
     """The per-key account of one foreign config file, built by its adapter."""
 
@@ -133,19 +144,26 @@ class KeyReport:
         if text not in self.notes:
             self.notes.append(text)
 
-    def devices_not_divisible(self, sizes: Mapping[str, int]) -> ConfigError:
-        """The error for parallel sizes whose product does not divide the assumed devices.
+    def devices_not_divisible(self, *groups: Mapping[str, int]) -> DevicesNotDivisible:
+        """The error for parallel sizes whose products do not divide the assumed devices.
 
-        It says where the device count came from and that the launch's host count sets it, so
-        a user sees which variable to change (a Primus file read without NNODES assumes 1 host).
+        Each group is a set of sizes whose product must divide the device count (Megatron's
+        tensor x pipeline x context, and its expert x expert-tensor x pipeline), so the count
+        must be a multiple of their least common multiple. The message says where the count
+        came from and that the launch's host count sets it, so a user sees which variable to
+        change (a Primus file read without NNODES assumes 1 host).
         """
-        need = math.prod(sizes.values())
+        products = [math.prod(g.values()) for g in groups]
+        need = math.lcm(*products)
         per_host = max(self.world_size // max(self.num_hosts, 1), 1)
         hosts = need // math.gcd(need, per_host)
-        layout = " x ".join(f"{name} {size}" for name, size in sizes.items())
+        layout = " and ".join(
+            " x ".join(f"{name} {size}" for name, size in g.items()) + f" = {product}"
+            for g, product in zip(groups, products)
+        )
         key = self.nodes_key
-        return ConfigError(
-            f"{self.source}: {self.world_size} devices are not divisible by {layout} = {need}. "
+        message = (
+            f"{self.source}: {self.world_size} devices are not divisible by {layout}. "
             f"They are {self.num_hosts} host(s) x {per_host} devices per host "
             f"({self.world_source}); the number of hosts is the launch's node count (srun "
             f"--nodes, torchrun --nnodes), read from {key} as Primus' launcher exports it "
@@ -154,6 +172,7 @@ class KeyReport:
             f"{per_host} devices per host. Set {key} as the launch will, or lower the parallel "
             "sizes."
         )
+        return DevicesNotDivisible(message, need=need, hosts=hosts, per_host=per_host, report=self)
 
     def handled(self, key: str) -> bool:
         """Whether the key already has an entry."""

@@ -174,7 +174,9 @@ def _model(r: KeyReport, s: dict[str, Any], from_table: str) -> None:
                 else "default: the base_* keys",
             )
     fields["max_seq_len"] = seq
-    if r.get("logits_via_embedding") and r.get("normalize_embedding_logits"):
+    if r.handled("normalize_embedding_logits"):
+        pass  # the block's own mapping read it (Gemma's)
+    elif r.get("logits_via_embedding") and r.get("normalize_embedding_logits"):
         r.unsupported(
             "normalize_embedding_logits", "tied logits divided by sqrt(emb_dim) are not implemented"
         )

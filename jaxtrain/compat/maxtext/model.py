@@ -14,6 +14,8 @@ semantics (as of the MaxText commit in tests/fixtures/compat/SOURCES.md):
   MaxText's router does.
 - gpt_oss: sliding (`sliding_window_size`) and global blocks alternate, attention sinks,
   biased projections, router and experts, clamped SwiGLU (`mlp_activations_limit`, 1.702).
+- gemma, gemma2, gemma3: see `gemma` (GeGLU, Gemma 2's post-norms and soft-caps, Gemma 3's
+  qk-norm and local RoPE base).
 - llama4: NoPE global blocks every `nope_layer_interval`, chunked attention elsewhere
   (`chunk_attn_window_size`), L2 q/k norms on RoPE blocks (`use_qk_norm`), temperature tuning,
   top-k sigmoid routing weighting the expert input, shared experts, experts every
@@ -28,7 +30,9 @@ from typing import Any
 
 from jaxtrain.compat.common.architectures import unbuildable
 from jaxtrain.compat.common.report import KeyReport, is_off
+from jaxtrain.compat.maxtext.gemma import GEMMA_BLOCKS, map_gemma
 from jaxtrain.compat.maxtext.moe import map_experts
+from jaxtrain.errors import ConfigError
 
 FAMILIES = {
     "llama2": "llama",
@@ -40,13 +44,13 @@ FAMILIES = {
     "deepseek": "deepseek_v2",
     "gpt_oss": "gpt_oss",
     "llama4": "llama4",
+    "gemma": "gemma",
+    "gemma2": "gemma2",
+    "gemma3": "gemma3",
 }
 MOE_BLOCKS = ("mixtral", "qwen3_moe", "deepseek", "gpt_oss", "llama4")
 # What the blocks the zoo cannot build are (the parts it lacks).
 UNBUILDABLE = {
-    "gemma": "Gemma (GeGLU MLP)",
-    "gemma2": "Gemma 2 (GeGLU MLP, post-norms, logit soft-capping)",
-    "gemma3": "Gemma 3 (GeGLU MLP, post-norms)",
     "gemma4": "Gemma 4 (GeGLU MLP, post-norms, shared K/V projections)",
     "gemma4_small": "Gemma 4's small models (GeGLU MLP, layers sharing K/V)",
     "gpt3": "GPT-3 (LayerNorm, GELU MLP)",
@@ -131,7 +135,10 @@ def architecture(r: KeyReport, seq_len: int) -> dict[str, Any]:
         if r.has(key):
             r.ignored(key, "off: the plain decoder")
     _rope(r, fields, block)
-    _attention(r, fields, block)
+    if block in GEMMA_BLOCKS:
+        map_gemma(r, fields, block)
+    else:
+        _attention(r, fields, block)
     if block in MOE_BLOCKS and int(r.get("num_experts", 1)) > 1:
         map_experts(r, fields, block)
     else:
@@ -207,6 +214,12 @@ def _yarn(r: KeyReport, fields: dict[str, Any], block: str) -> None:
     # leaves cos/sin unscaled; rope_attention_scaling instead scales cos/sin by the default
     # attention factor (mscale 0 in jaxtrain: 0.1 ln(factor) + 1), as gpt-oss does.
     mscale = float(r.get("mscale", 1.0)) if block == "deepseek" else 0.0
+    for key in ("rope_factor", "original_max_position_embeddings", "beta_fast", "beta_slow"):
+        if r.get(key) is None:
+            raise ConfigError(
+                f"rope_type yarn needs {key}, which the file leaves unset: set it (MaxText's "
+                "base.yml has it), or pass --maxtext-root so base.yml is read."
+            )
     fields.update(
         rope_scaling="yarn",
         rope_factor=float(r.get("rope_factor")),
@@ -390,10 +403,16 @@ def _activations(r: KeyReport, fields: dict[str, Any], block: str) -> None:
         )
         r.mapped("mlp_activations_limit", "model.moe_swiglu_limit")
         return
-    if acts == ["silu", "linear"]:
+    if acts == ["silu", "linear"] and block not in GEMMA_BLOCKS:
         r.mapped("mlp_activations", "model.intermediate_size", "SwiGLU")
+    elif acts == ["gelu", "linear"] and block in GEMMA_BLOCKS:
+        r.mapped("mlp_activations", "model.mlp_activation", "GeGLU (tanh GELU)")
     else:
-        r.unsupported("mlp_activations", f"{acts}: only the SwiGLU MLP (silu, linear) exists")
+        r.unsupported(
+            "mlp_activations",
+            f"{acts}: the {block} block's MLP is "
+            + ("GeGLU (gelu, linear)" if block in GEMMA_BLOCKS else "SwiGLU (silu, linear)"),
+        )
     if limit > 0:
         r.unsupported("mlp_activations_limit", "clamped activations exist only in gpt-oss experts")
     elif r.has("mlp_activations_limit"):

@@ -278,6 +278,11 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
     ("tiktoken_*", "TikToken tokenizer detail; the vocabulary size is read instead"),
     ("legacy_tokenizer", "Megatron tokenizer implementation switch"),
     ("trust_remote_code", "tokenizer loading switch"),
+    (
+        "bases",
+        "not a key Primus reads: its preset loader merges only `extends:`, so the presets "
+        "listed here are not merged (nor are they by jaxtrain)",
+    ),
     ("use_legacy_models", _RUNTIME),
     ("deprecated_use_mcore_models", _RUNTIME),
     ("yaml_cfg", _RUNTIME),

@@ -20,6 +20,9 @@ from jaxtrain.compat.megatron.mla import map_mla
 from jaxtrain.compat.megatron.moe import map_moe
 from jaxtrain.errors import ConfigError
 
+# len() of Megatron's GPT2BPETokenizer: GPT-2's 50,257 BPE entries (the EOD is one of them).
+GPT2_BPE_TOKENS = 50_257
+
 # Megatron model types and layer switches that build what the zoo cannot: (key, what).
 _OTHER_MODEL_TYPES = {
     "diffusion_model": "a diffusion transformer for images",
@@ -100,7 +103,8 @@ def map_model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
         ),
         "norm_eps": float(r.get("norm_epsilon", 1e-5)),
         "rope_theta": float(r.get("rotary_base", 10000)),
-        "tie_embeddings": not r.get("untie_embeddings_and_output_weights", True),
+        # Megatron ties the output to the embedding unless this is set.
+        "tie_embeddings": not r.get("untie_embeddings_and_output_weights", False),
         "init_std": float(r.get("init_method_std", 0.02)),
         "max_seq_len": int(r.get("max_position_embeddings") or r.get("seq_length")),
         "sliding_window": 0,
@@ -135,6 +139,11 @@ def map_model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
             "model.init_std",
             "Megatron also scales the output "
             "projections' std by 1/sqrt(2 x num_layers); jaxtrain does not",
+        )
+    if not r.has("untie_embeddings_and_output_weights"):
+        r.note(
+            "untie_embeddings_and_output_weights unset: Megatron's default shares the "
+            "embedding with the output layer (model.tie_embeddings true)"
         )
     if r.get("use_rope_scaling"):
         model.update(
@@ -285,6 +294,8 @@ def _vocab(r: KeyReport, s: dict[str, Any], tp: int) -> int:
     divisible = int_key(r, "make_vocab_size_divisible_by", 128)
     if kind == "NullTokenizer":
         size, how = int_key(r, "vocab_size") + 1, "NullTokenizer: vocab_size + 1 (its EOD)"
+    elif kind == "GPT2BPETokenizer":  # GPT-2's BPE files, whichever copy vocab_file names
+        size, how = GPT2_BPE_TOKENS, "GPT2BPETokenizer: GPT-2's vocabulary"
     else:
         size, how = known.tokenizer_size(str(name or ""))
     if r.has("vocab_size") and kind != "NullTokenizer":

@@ -11,6 +11,7 @@ for WSD, stable_steps = D - lr_wsd_decay_iters - W.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from jaxtrain.compat.common.report import KeyReport, is_off
@@ -60,8 +61,15 @@ def _batch(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     pp, cp = _int(r, "pipeline_model_parallel_size", 1), _int(r, "context_parallel_size", 1)
     ep = _int(r, "expert_model_parallel_size", 1)
     world = r.world_size
-    if world % (tp * pp * cp):
-        raise r.devices_not_divisible({"tensor": tp, "pipeline": pp, "context": cp})
+    # Megatron's expert groups span pipeline x expert x expert-tensor ranks (expert-tensor
+    # defaults to tensor): the world must hold whole ones as well as whole model replicas.
+    etp = _int(r, "expert_tensor_parallel_size", tp) if r.get("num_experts") else 1
+    experts = {"pipeline": pp, "expert": ep, "expert tensor": etp}
+    groups = [{"tensor": tp, "pipeline": pp, "context": cp}]
+    if r.get("num_experts") and ep * etp > 1:
+        groups.append(experts)
+    if any(world % math.prod(g.values()) for g in groups):
+        raise r.devices_not_divisible(*groups)
     dp = world // (tp * pp * cp)
     micro = _int(r, "micro_batch_size", 1)
     s["train.global_batch_size"] = int(r.get("global_batch_size"))

@@ -77,7 +77,11 @@ class Block(nnx.Module):
     block's grouped-query `AttentionKind` (see `layer_pattern`)."""
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, dense: bool = False):
-        norm = dict(dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype)
+        norm = dict(
+            dtype=spec.jnp_dtype,
+            param_dtype=spec.jnp_param_dtype,
+            zero_centered=spec.norm_zero_centered,
+        )
         self.input_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
         self.attn = MLAttention(spec, rngs=rngs) if spec.mla else Attention(spec, rngs=rngs)
         self.post_attn_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
@@ -85,7 +89,7 @@ class Block(nnx.Module):
         self.mlp = (
             MoE(spec, rngs=rngs) if experts else SwiGLU(spec, rngs=rngs, use_bias=spec.mlp_bias)
         )
-        if spec.post_norms:  # Grok: the attention and MLP outputs are normed before the add
+        if spec.post_norms:  # Grok, Gemma 2/3: attention and MLP outputs normed before the add
             self.attn_out_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
             self.mlp_out_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
 
@@ -157,7 +161,11 @@ class Decoder(nnx.Module):
                 self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs, axis)
             self.layers = _stack(spec, len(stacks["layers"]), False, rngs)
         self.final_norm = RMSNorm(
-            spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype
+            spec.hidden_size,
+            spec.norm_eps,
+            dtype=spec.jnp_dtype,
+            param_dtype=spec.jnp_param_dtype,
+            zero_centered=spec.norm_zero_centered,
         )
         self.lm_head = (
             None

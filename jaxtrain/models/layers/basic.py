@@ -137,7 +137,9 @@ class Dense(nnx.Module):
 
 
 class RMSNorm(nnx.Module):
-    """Root-mean-square norm computed in float32, scaled by a learned weight (init 1)."""
+    """Root-mean-square norm computed in float32, scaled by a learned weight (init 1), or with
+    `zero_centered` by 1 + the weight (init 0), as Gemma stores it: the checkpoint's weights
+    then map one to one, and weight decay pulls the scale towards 1, not 0."""
 
     def __init__(
         self,
@@ -147,15 +149,21 @@ class RMSNorm(nnx.Module):
         axis_name: str = "norm",
         dtype=jnp.float32,
         param_dtype=jnp.float32,
+        zero_centered: bool = False,
     ):
         self.eps = eps
         self.dtype = dtype
-        self.scale = nnx.Param(jnp.ones((size,), param_dtype), logical_axes=(axis_name,))
+        self.zero_centered = zero_centered
+        init = jnp.zeros if zero_centered else jnp.ones
+        self.scale = nnx.Param(init((size,), param_dtype), logical_axes=(axis_name,))
 
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return (normed * self.scale[...].astype(jnp.float32)).astype(self.dtype)
+        scale = self.scale[...].astype(jnp.float32)
+        if self.zero_centered:
+            scale = scale + 1.0
+        return (normed * scale).astype(self.dtype)
 
 
 class Embed(nnx.Module):

@@ -6,6 +6,7 @@ Shape letters: B batch, L sequence, N heads, H rotary dims (head_dim, or MLA's q
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax.numpy as jnp
@@ -83,9 +84,32 @@ def inverse_frequencies(spec: ModelSpec) -> np.ndarray:
     return inv_freq.astype(np.float32)
 
 
+def local_spec(spec: ModelSpec) -> ModelSpec:
+    """The spec whose rotary tables the sliding-window blocks use: base `rope_local_theta`, no
+    context scaling (Gemma 3 scales only its global blocks)."""
+    return dataclasses.replace(
+        spec,
+        rope_theta=spec.rope_local_theta,
+        rope_scaling="none",
+        rope_factor=1.0,
+        rope_local_theta=0.0,
+    )
+
+
 def rope_angles(spec: ModelSpec, positions_BL: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """cos and sin tables of shape [B, L, H] for integer positions (each pair's angle twice:
-    [a_0 .. a_H/2-1, a_0 .. a_H/2-1]), times YaRN's attention factor when it applies."""
+    [a_0 .. a_H/2-1, a_0 .. a_H/2-1]), times YaRN's attention factor when it applies.
+
+    With `rope_local_theta` the tables are [B, L, 2H], the global angles then the local ones:
+    one pair of arrays keeps every path that carries them (scans, pipeline stages) unchanged,
+    and each attention block takes its half.
+    """
+    if spec.rope_local_theta:
+        glob, local = (
+            rope_angles(_global_spec(spec), positions_BL),
+            rope_angles(local_spec(spec), positions_BL),
+        )
+        return tuple(jnp.concatenate(pair, axis=-1) for pair in zip(glob, local))
     inv_freq = jnp.asarray(inverse_frequencies(spec))
     angles_BLh = positions_BL.astype(jnp.float32)[..., None] * inv_freq
     angles_BLH = jnp.concatenate([angles_BLh, angles_BLh], axis=-1)
@@ -103,6 +127,10 @@ def rope_angles_for_length(spec: ModelSpec, length: int) -> tuple[np.ndarray, np
     of the forward and backward pass (3% of a CPU step). The angles are the same float32
     products as `rope_angles`; cos and sin are taken in float64 and rounded once.
     """
+    if spec.rope_local_theta:
+        glob = rope_angles_for_length(_global_spec(spec), length)
+        local = rope_angles_for_length(local_spec(spec), length)
+        return tuple(np.concatenate(pair, axis=-1) for pair in zip(glob, local))
     inv_freq = inverse_frequencies(spec)
     angles_Lh = np.arange(length, dtype=np.float32)[:, None] * inv_freq
     angles_LH = np.concatenate([angles_Lh, angles_Lh], axis=-1).astype(np.float64)
@@ -110,6 +138,10 @@ def rope_angles_for_length(spec: ModelSpec, length: int) -> tuple[np.ndarray, np
     cos_LH = (np.cos(angles_LH) * scale).astype(np.float32)
     sin_LH = (np.sin(angles_LH) * scale).astype(np.float32)
     return cos_LH[None], sin_LH[None]
+
+
+def _global_spec(spec: ModelSpec) -> ModelSpec:
+    return dataclasses.replace(spec, rope_local_theta=0.0)
 
 
 def apply_rope(x_BLNH: jnp.ndarray, cos_BLH: jnp.ndarray, sin_BLH: jnp.ndarray) -> jnp.ndarray:

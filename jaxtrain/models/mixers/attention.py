@@ -307,7 +307,10 @@ class Attention(nnx.Module):
         )
         if spec.qk_norm:
             norm = dict(
-                axis_name="head_dim", dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype
+                axis_name="head_dim",
+                dtype=spec.jnp_dtype,
+                param_dtype=spec.jnp_param_dtype,
+                zero_centered=spec.norm_zero_centered,
             )
             self.q_norm = RMSNorm(h, spec.norm_eps, **norm)
             self.k_norm = RMSNorm(h, spec.norm_eps, **norm)
@@ -358,9 +361,13 @@ class Attention(nnx.Module):
         """The attention of one static kind, from projected q/k/v to [B, L, N, H] (+ cache)."""
         spec = self.spec
         rotate = apply_rope_interleaved if spec.rope_interleave else apply_rope
-        scale = spec.head_dim**-0.5
+        scale = (spec.query_pre_attn_scalar or spec.head_dim) ** -0.5
 
         def attend(q_BLNH, k_BLKH, v_BLKH, sinks_N, cos_BLH, sin_BLH, index_BL, segment_BL, cache):
+            if spec.rope_local_theta:  # the tables hold [global | local] angles, see rope.py
+                half = cos_BLH.shape[-1] // 2
+                part = slice(half, None) if kind.local_rope else slice(None, half)
+                cos_BLH, sin_BLH = cos_BLH[..., part], sin_BLH[..., part]
             if kind.rope:
                 q_BLNH = rotate(q_BLNH, cos_BLH, sin_BLH)
                 k_BLKH = rotate(k_BLKH, cos_BLH, sin_BLH)

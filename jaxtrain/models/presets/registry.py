@@ -1,8 +1,8 @@
 """Named architectures with their published hyperparameters, plus a tiny debug size per family.
 
 The values a family's sizes share live in `preset_families`, the debug sizes in
-`presets_debug`, the state-space and hybrid families in `presets_ssm`; this module registers
-them all under one table.
+`presets_debug`, the state-space and hybrid families in `presets_ssm`, Gemma's in `gemma`; this
+module registers them all under one table.
 
 Full-size values are those of each model's Hugging Face `config.json`. `model_config(name)`
 returns a ConfigDict of every `ModelSpec` field, ready to sit in `config.model` and be overridden
@@ -18,6 +18,11 @@ from ml_collections import ConfigDict
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.presets import families as family
 from jaxtrain.models.presets.debug import DEBUG_PRESETS
+from jaxtrain.models.presets.gemma import (
+    GEMMA_DEBUG_PRESETS,
+    GEMMA_PRESETS,
+    GEMMA_PUBLISHED_PARAMS,
+)
 from jaxtrain.models.presets.ssm import SSM_PRESETS, SSM_PUBLISHED_PARAMS
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 
@@ -397,6 +402,8 @@ PUBLISHED_PARAMS: dict[str, int] = {
 }
 PRESETS.update(SSM_PRESETS)
 PUBLISHED_PARAMS.update(SSM_PUBLISHED_PARAMS)
+PRESETS.update({**GEMMA_PRESETS, **GEMMA_DEBUG_PRESETS})
+PUBLISHED_PARAMS.update(GEMMA_PUBLISHED_PARAMS)
 
 
 def family_names() -> tuple[str, ...]:

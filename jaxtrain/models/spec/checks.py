@@ -282,8 +282,20 @@ def _check_layer_pattern(spec: Any) -> None:
             "model.attn_temperature_tuning=True applies to NoPE layers only; "
             "set model.nope_global=True (and global_layer_step) or turn it off."
         )
+    if spec.rope_local_theta and not (spec.sliding_window and spec.global_layer_step):
+        raise ConfigError(
+            f"model.rope_local_theta={spec.rope_local_theta} is the rotary base of "
+            "sliding-window blocks between global ones: set model.sliding_window and "
+            "model.global_layer_step (Gemma 3: 6), or set it to 0."
+        )
+    if spec.rope_local_theta and (spec.block_pattern or spec.rope_interleave):
+        raise ConfigError(
+            f"model.rope_local_theta={spec.rope_local_theta} applies to transformer blocks "
+            "of half-split RoPE only; set it to 0 with model.block_pattern or rope_interleave."
+        )
     if spec.mla:
         for key in (
+            "rope_local_theta",
             "attention_chunk",
             "global_layer_step",
             "leading_global_layers",

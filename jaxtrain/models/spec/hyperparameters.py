@@ -21,7 +21,7 @@ _DTYPES = {name: getattr(jnp, name) for name in checks.DTYPES}
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """Hyperparameters of one decoder (Llama 2/3, Qwen 2.5/3, Mistral; Mixtral, Qwen3-MoE,
+    """Hyperparameters of one decoder (Llama 2/3, Qwen 2.5/3, Mistral, Gemma 1/2/3; Mixtral, Qwen3-MoE,
     DeepSeek V2/V3, gpt-oss and Llama 4 when `num_experts` > 0, which swaps the MLP of every
     block after the first `num_dense_layers` (or of every `moe_layer_step`-th block) for a
     mixture of experts; `kv_lora_rank` > 0 swaps grouped-query attention for multi-head latent
@@ -130,6 +130,11 @@ class ModelSpec:
     embed_multiplier: float = 1.0  # scales the token embeddings (Grok-1: 78.38 = sqrt(6144))
     output_multiplier: float = 1.0  # scales the output logits (Grok-1: 1 / sqrt(3))
     moe_residual_mlp: bool = False  # a dense MLP beside the experts, (mlp + moe) / sqrt(2)
+    # Gemma 1/2/3 (with geglu, post_norms, the soft-caps and embed_multiplier sqrt(d) above).
+    norm_zero_centered: bool = False  # RMSNorms scale by 1 + weight, weights start at 0 (Gemma)
+    query_pre_attn_scalar: float = 0.0  # > 0: scores scale by this^-0.5, not head_dim^-0.5
+    rope_local_theta: float = 0.0  # > 0: the rotary base of sliding-window blocks, unscaled
+    #   (Gemma 3: 10k local, rope_theta and rope_scaling on the global blocks); 0: rope_theta
     # Hybrid and state-space models (jaxtrain/models/assembly/hybrid.py, docs/models.md): one pre-norm
     # residual sublayer per character, M mamba, * attention (MLA with kv_lora_rank), - MLP,
     # E mixture of experts (Megatron's hybrid_override_pattern), G Gated DeltaNet, K Kimi

@@ -25,6 +25,7 @@ class ModelSpec(Protocol):
     nope_global: bool
     attn_temperature_tuning: bool
     qk_l2_norm: bool
+    rope_local_theta: float
     num_experts: int
     num_dense_layers: int
     moe_layer_step: int
@@ -39,6 +40,7 @@ class AttentionKind:
     rope: bool = True  # rotate q and k
     qk_l2: bool = False  # weightless RMS norm of q and k after RoPE (Llama 4)
     temperature: bool = False  # scale q by the position-dependent temperature (Llama 4 NoPE)
+    local_rope: bool = False  # rotate by the local RoPE table (Gemma 3's sliding blocks)
 
 
 def is_global_layer(spec: ModelSpec, i: int) -> bool:
@@ -51,7 +53,10 @@ def is_global_layer(spec: ModelSpec, i: int) -> bool:
 def attention_kinds(spec: ModelSpec) -> tuple[tuple[AttentionKind, ...], tuple[int, ...]]:
     """(the distinct kinds, each block's index into them); one kind when all blocks agree."""
     local = AttentionKind(
-        window=spec.sliding_window, chunk=spec.attention_chunk, qk_l2=spec.qk_l2_norm
+        window=spec.sliding_window,
+        chunk=spec.attention_chunk,
+        qk_l2=spec.qk_l2_norm,
+        local_rope=bool(spec.rope_local_theta),
     )
     rope = not spec.nope_global
     glob = AttentionKind(

@@ -155,6 +155,8 @@ MODEL_RANGES: dict[str, Range] = {
         key: Range(0, low_open=True, hint="1: off")
         for key in ("embed_multiplier", "output_multiplier")
     },
+    "query_pre_attn_scalar": Range(0, hint="0: head_dim"),
+    "rope_local_theta": Range(0, hint="0: rope_theta on every block"),
     # State-space (Mamba) sublayers.
     "mamba_version": Range(1, 2, hint="1: Mamba-1, 2: Mamba-2"),
     **{
