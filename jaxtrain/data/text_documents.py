@@ -178,7 +178,7 @@ class ArrayRecordReader(_Reader):
         return self._handle
 
     def _detect(self) -> str:
-        """"json", "example" or "text" from the first record's bytes."""
+        """ "json", "example" or "text" from the first record's bytes."""
         first = self._open().read([0])[0]
         if first.lstrip()[:1] == b"{":
             return "json"

@@ -44,13 +44,13 @@ def open_binary(path: str | os.PathLike) -> IO[bytes]:
 
 
 def compression(path: str | os.PathLike) -> str:
-    """".gz", ".zst" or "" for a file name."""
+    """ ".gz", ".zst" or "" for a file name."""
     name = str(path).lower()
     return next((c for c in COMPRESSIONS if name.endswith(c)), "")
 
 
 def file_kind(path: str | os.PathLike) -> str | None:
-    """"jsonl", "parquet", "arrayrecord" or "text" for a file name; None for other files."""
+    """ "jsonl", "parquet", "arrayrecord" or "text" for a file name; None for other files."""
     name = Path(path).name.lower()
     name = name[: len(name) - len(compression(name))]
     name = _SHARD_TAIL.sub("", name)
@@ -111,7 +111,9 @@ def _decompressor(path: Path, raw: IO[bytes]) -> IO[bytes]:
 
 def cache_folder() -> Path:
     """Where decompressed copies of compressed JSONL files live ($JAXTRAIN_TEXT_CACHE)."""
-    return Path(os.environ.get("JAXTRAIN_TEXT_CACHE") or Path(tempfile.gettempdir()) / "jaxtrain-text")
+    return Path(
+        os.environ.get("JAXTRAIN_TEXT_CACHE") or Path(tempfile.gettempdir()) / "jaxtrain-text"
+    )
 
 
 def readable_copy(path: Path) -> Path:
