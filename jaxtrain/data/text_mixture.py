@@ -25,8 +25,6 @@ from jaxtrain.data.text_stream import TextWindows, stack, window_fields
 class MixedBatches:
     """A process's batches of a weighted mixture of text streams and shard window sources."""
 
-    SOURCE_SEED_SALT = SOURCE_SEED_SALT
-
     def __init__(
         self,
         sources: Sequence[Any],

@@ -20,6 +20,7 @@ from ml_collections import ConfigDict
 from jaxtrain.config.loader import split_paths
 from jaxtrain.data.documents import DocumentOptions
 from jaxtrain.data.errors import DataError
+from jaxtrain.data.mixture import SOURCE_SEED_SALT
 from jaxtrain.data.sources import SourceSpec, load_datasets, parse_sources
 from jaxtrain.data.text_documents import DocumentSource
 from jaxtrain.data.text_files import is_tokenized, text_files
@@ -54,41 +55,6 @@ def documents_of(entry: str, text_key: str) -> DocumentSource:
     return DocumentSource(text_files(entry), text_key)
 
 
-def _open_stream(
-    docs: DocumentSource, tokenize: Tokenize, cfg: ConfigDict, shuffle: bool, workers: int
-) -> Callable[[int], Any]:
-    return functools.partial(
-        _stream_from,
-        docs,
-        tokenize,
-        shuffle,
-        int(cfg.run.seed),
-        int(cfg.data.prefetch),
-        workers,
-    )
-
-
-def _stream_from(
-    docs: DocumentSource,
-    tokenize: Tokenize,
-    shuffle: bool,
-    seed: int,
-    prefetch: int,
-    workers: int,
-    start: int,
-) -> Any:
-    return document_stream(
-        docs,
-        tokenize,
-        shuffle=shuffle,
-        seed=seed,
-        start=start,
-        stop=None,
-        prefetch=prefetch,
-        workers=workers,
-    )
-
-
 def _windows(
     cfg: ConfigDict,
     docs: DocumentSource,
@@ -97,17 +63,20 @@ def _windows(
     what: str,
     *,
     shuffle: bool,
+    seed: int,
     one_epoch: bool = False,
     workers: int = 0,
 ) -> TextWindows:
-    return TextWindows(
-        _open_stream(docs, tokenize, cfg, shuffle, workers),
-        len(docs),
-        cfg.train.seq_len,
-        group,
-        what,
-        one_epoch=one_epoch,
+    open_stream = functools.partial(
+        document_stream,
+        docs,
+        tokenize,
+        shuffle=shuffle,
+        seed=seed,
+        prefetch=int(cfg.data.prefetch),
+        workers=workers,
     )
+    return TextWindows(open_stream, len(docs), cfg.train.seq_len, group, what, one_epoch=one_epoch)
 
 
 def _token_source(cfg: ConfigDict, spec: SourceSpec) -> WindowSource:
@@ -130,7 +99,10 @@ def train_iterator(
         entries = [s.path for s in specs]
         docs = DocumentSource([f for e in entries for f in text_files(e)], d.text_key)
         what = f"data.paths ({', '.join(entries)})"
-        stream = _windows(cfg, docs, tokenize, g, what, shuffle=d.shuffle, workers=workers)
+        seed = int(cfg.run.seed)
+        stream = _windows(
+            cfg, docs, tokenize, g, what, shuffle=d.shuffle, seed=seed, workers=workers
+        )
         return TextBatches(stream, documents, process_index, process_count)
     sources: list[Any] = []
     for k, spec in enumerate(specs):
@@ -141,10 +113,11 @@ def train_iterator(
             continue
         docs = documents_of(spec.path, d.text_key)
         # Each text source's document order gets its own seed, as each shard source's does.
-        seeded = cfg.copy_and_resolve_references()
-        seeded.run.seed = int(cfg.run.seed) + k * MixedBatches.SOURCE_SEED_SALT
+        seed = int(cfg.run.seed) + k * SOURCE_SEED_SALT
         sources.append(
-            _windows(seeded, docs, tokenize, 1, spec.path, shuffle=d.shuffle, workers=workers)
+            _windows(
+                cfg, docs, tokenize, 1, spec.path, shuffle=d.shuffle, seed=seed, workers=workers
+            )
         )
     return MixedBatches(
         sources,
@@ -173,7 +146,7 @@ def eval_batches(
     g, limit = cfg.train.global_batch_size, cfg.train.eval_batches
 
     def fresh() -> TextBatches:
-        stream = _windows(cfg, docs, tokenize, g, what, shuffle=False, one_epoch=True)
+        stream = _windows(cfg, docs, tokenize, g, what, shuffle=False, seed=0, one_epoch=True)
         return TextBatches(stream, documents, process_index, process_count, limit=limit)
 
     return fresh

@@ -84,21 +84,20 @@ def document_stream(
     *,
     shuffle: bool,
     seed: int,
-    start: int,
-    stop: int | None,
     prefetch: int,
     workers: int,
+    start: int,
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """(stream position, token ids) of the documents from position `start` (to `stop`)."""
+    """(stream position, token ids) of the documents from stream position `start` on."""
     ds = windows(docs, shuffle=shuffle, seed=seed).repeat().map_with_index(_tag)
-    ds = ds[start:stop].map(tokenize)
+    ds = ds[start:].map(tokenize)
     return iterate(ds, prefetch, workers)
 
 
 class TextWindows:
     """Groups of `group` training windows cut from a document stream; see the module doc.
 
-    `open_stream(start)` returns the (position, tokens) iterator from stream position `start`.
+    `open_stream(start=n)` returns the (position, tokens) iterator from stream position n.
     With `one_epoch`, the stream ends after the first epoch (validation).
     """
 
@@ -135,7 +134,7 @@ class TextWindows:
     def _pull(self) -> bool:
         """Adds the next non-empty document to the buffer; False when the stream ends."""
         if self._stream is None:
-            self._stream = self.open_stream(self._fetch)
+            self._stream = self.open_stream(start=self._fetch)
         for position, tokens in self._stream:
             position = int(position)
             self._fetch = position + 1
