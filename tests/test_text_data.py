@@ -133,6 +133,20 @@ def test_shuffled_order_resumes_exactly_with_any_worker_count(corpus, tiny_token
     assert not np.array_equal(next(unshuffled)["inputs"], expected[0]["inputs"])
 
 
+def test_every_state_through_an_epoch_end_resumes(corpus, tiny_tokenizer):
+    cfg = text_config(str(corpus / "corpus" / "a.jsonl"), tiny_tokenizer)
+    cfg.train.global_batch_size = 8
+    it = pipeline.make_train_iterator(cfg, VOCAB)
+    states, batches = [], []
+    for _ in range(20):  # a.jsonl holds 5 batches of 8 x 32: three epoch ends
+        states.append(json.loads(json.dumps(it.get_state())))
+        batches.append(next(it))
+    for state, batch in zip(states, batches):
+        resumed = pipeline.make_train_iterator(cfg, VOCAB)
+        resumed.set_state(state)
+        assert_same(batch, next(resumed))
+
+
 def test_processes_read_their_rows_of_the_global_batch(corpus, tiny_tokenizer):
     cfg = text_config(str(corpus / "corpus"), tiny_tokenizer)
     whole = pipeline.make_train_iterator(cfg, VOCAB)

@@ -125,11 +125,14 @@ class TextWindows:
         self._fetch = int(state["doc"])
         self._restore_skip = int(state["skip"])  # tokens to drop from the first document read
         self._epoch = self._fetch // self.num_docs
+        # Windows cut in this epoch, counted only when the epoch was read from its start: a
+        # stream resumed near an epoch's end has few windows left in it, and that is no error.
+        whole = self._fetch % self.num_docs == 0 and self._restore_skip == 0
+        self._epoch_windows: int | None = 0 if whole else None
         self._stream: Iterator[tuple[int, np.ndarray]] | None = None
         self._buffer, self._skip = NO_TOKENS, 0
         # [position, tokens of that document still in the buffer] per buffered document.
         self._docs: collections.deque[list[int]] = collections.deque()
-        self._epoch_windows = 0
 
     def _pull(self) -> bool:
         """Adds the next non-empty document to the buffer; False when the stream ends."""
@@ -155,7 +158,7 @@ class TextWindows:
         return False
 
     def _new_epoch(self, epoch: int) -> None:
-        if self._epoch_windows < self.group:
+        if self._epoch_windows is not None and self._epoch_windows < self.group:
             raise DataError(
                 f"{self.what} hold {self._epoch_windows} windows of train.seq_len + 1 = "
                 f"{self.seq_len + 1} tokens per epoch, fewer than one global batch of "
@@ -180,7 +183,8 @@ class TextWindows:
         if self._docs:
             self._docs[0][1] -= consumed
             self._skip += consumed
-        self._epoch_windows += 1
+        if self._epoch_windows is not None:
+            self._epoch_windows += 1
         return window, ends
 
     def next_group(self) -> list[tuple[np.ndarray, np.ndarray]]:
