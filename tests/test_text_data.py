@@ -189,6 +189,14 @@ def test_validation_reads_val_paths_in_file_order(corpus, shards, tiny_tokenizer
         assert_same(a, next(reference))
 
 
+def test_validation_text_shorter_than_a_batch_is_refused(tmp_path, corpus, tiny_tokenizer):
+    (tmp_path / "val.jsonl").write_text('{"text": "too short"}\n')
+    cfg = text_config(str(corpus / "corpus"), tiny_tokenizer, val_paths=str(tmp_path))
+    cfg.train.eval_batches = 2
+    with pytest.raises(DataError, match="hold fewer than one global batch of 4 windows"):
+        list(pipeline.make_eval_batches(cfg, VOCAB)())
+
+
 def test_a_wrong_text_key_is_refused_before_training(corpus, tiny_tokenizer):
     cfg = text_config(str(corpus / "corpus" / "a.jsonl"), tiny_tokenizer, text_key="content")
     with pytest.raises(DataError, match=r"a\.jsonl:1: no 'content' field \(fields: text, id\)"):

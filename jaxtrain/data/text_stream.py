@@ -255,7 +255,16 @@ class TextBatches:
     def __next__(self) -> dict[str, np.ndarray]:
         if self.limit is not None and self.count >= self.limit:
             raise StopIteration
-        group = self.stream.next_group()
+        try:
+            group = self.stream.next_group()
+        except StopIteration:
+            if self.count == 0:  # validation text too short for one batch
+                raise DataError(
+                    f"{self.stream.what} hold fewer than one global batch of "
+                    f"{self.stream.group} windows of train.seq_len + 1 = "
+                    f"{self.stream.seq_len + 1} tokens. Add data, or lower the batch or seq_len."
+                ) from None
+            raise
         self.count += 1
         rows = [window_fields(w, e, self.documents) for w, e in group[self.rows]]
         return stack(rows)
