@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import REPO
 from data_fixtures import corpus_texts
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from jaxtrain.configs import base
 
 from jaxtrain.data import pipeline
@@ -108,11 +109,76 @@ def test_unshuffled_batches_are_those_of_the_corpus_tokenized_first(corpus, shar
         assert_same(next(a), next(b))
 
 
-def test_examples_decode_as_written():
-    record = encode_example({"id": [b"7"], "text": [b"caf\xc3\xa9 ok"]})
-    # Field 1 (features), field 1 (map entry), key "id" ...: the wire bytes protobuf writes.
-    assert record.startswith(b"\x0a")
-    assert bytes_features(record) == {"id": [b"7"], "text": [b"caf\xc3\xa9 ok"]}
+def _example_class():
+    """tf.train.Example's messages, built from their field numbers (example.proto, feature.proto)."""
+    F = descriptor_pb2.FieldDescriptorProto
+    f = descriptor_pb2.FileDescriptorProto(
+        name="example_test.proto", package="tftest", syntax="proto3"
+    )
+
+    def msg(name, *fields):
+        m = f.message_type.add(name=name)
+        for fname, number, ftype, label, type_name in fields:
+            fd = m.field.add(name=fname, number=number, type=ftype, label=label)
+            if type_name:
+                fd.type_name = type_name
+        return m
+
+    R, O = F.LABEL_REPEATED, F.LABEL_OPTIONAL
+    msg("BytesList", ("value", 1, F.TYPE_BYTES, R, ""))
+    msg("FloatList", ("value", 1, F.TYPE_FLOAT, R, ""))
+    msg("Int64List", ("value", 1, F.TYPE_INT64, R, ""))
+    feat = msg(
+        "Feature",
+        ("bytes_list", 1, F.TYPE_MESSAGE, O, ".tftest.BytesList"),
+        ("float_list", 2, F.TYPE_MESSAGE, O, ".tftest.FloatList"),
+        ("int64_list", 3, F.TYPE_MESSAGE, O, ".tftest.Int64List"),
+    )
+    feat.oneof_decl.add(name="kind")
+    for fd in feat.field:
+        fd.oneof_index = 0
+    feats = msg("Features", ("feature", 1, F.TYPE_MESSAGE, R, ".tftest.Features.FeatureEntry"))
+    entry = feats.nested_type.add(name="FeatureEntry")
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=O)
+    entry.field.add(
+        name="value", number=2, type=F.TYPE_MESSAGE, label=O, type_name=".tftest.Feature"
+    )
+    entry.options.map_entry = True
+    msg("Example", ("features", 1, F.TYPE_MESSAGE, O, ".tftest.Features"))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tftest.Example"))
+
+
+def test_examples_read_and_written_as_protobuf_does():
+    """The hand decoder against protobuf's own serialization of tf.train.Example, other feature
+    kinds (varints, packed floats) included, and the encoder read back by protobuf."""
+    example = _example_class()
+    e = example()
+    e.features.feature["text"].bytes_list.value.append("café".encode())
+    e.features.feature["n"].int64_list.value.extend([1, -5, 300])
+    e.features.feature["f"].float_list.value.append(0.5)
+    assert bytes_features(e.SerializeToString()) == {"n": [], "f": [], "text": ["café".encode()]}
+    back = example()
+    back.ParseFromString(encode_example({"text": [b"hi"], "id": [b"1", b"2"]}))
+    assert list(back.features.feature["id"].bytes_list.value) == [b"1", b"2"]
+    assert list(back.features.feature["text"].bytes_list.value) == [b"hi"]
+
+
+def test_array_records_of_json_objects_read_as_jsonl(tmp_path, tiny_tokenizer):
+    rows = [json.dumps({"body": t}) for t in corpus_texts(80, seed=9)]
+    (tmp_path / "jsonl").mkdir()
+    (tmp_path / "jsonl" / "a.jsonl").write_text("\n".join(rows))
+    (tmp_path / "ar").mkdir()
+    _write_arrayrecord(tmp_path / "ar" / "a.arrayrecord", [r.encode() for r in rows])
+    a, b = (
+        pipeline.make_train_iterator(
+            text_config(str(tmp_path / name), tiny_tokenizer, text_key="body"), VOCAB
+        )
+        for name in ("jsonl", "ar")
+    )
+    for _ in range(8):
+        assert_same(next(a), next(b))
 
 
 def test_shuffled_order_resumes_exactly_with_any_worker_count(corpus, tiny_tokenizer):
