@@ -61,7 +61,8 @@ def get_config() -> ConfigDict:
     c.optim.clip_grad_norm = 1.0  # global gradient-norm clipping; 0 disables it
 
     c.data = ConfigDict()
-    c.data.kind = "synthetic"  # datatrove | megatron (prefix.bin/.idx) | synthetic
+    c.data.kind = "synthetic"  # datatrove | megatron (prefix.bin/.idx) | synthetic | text (raw
+    #                            .jsonl(.gz/.zst)/.parquet/.arrayrecord/.txt, tokenized in grain)
     c.data.paths = ""  # training shard folders (or .ds files / Megatron prefixes), comma-separated;
     #                    "0.7:a,0.3:b" mixes weighted sources; megatron also "0.7 pfx_a 0.3 pfx_b"
     c.data.val_paths = ""  # validation data, same syntax; "" = the valid part of data.split, if any
@@ -80,6 +81,8 @@ def get_config() -> ConfigDict:
     c.data.shuffle = True  # shuffle windows (a new order each epoch, from run.seed)
     c.data.worker_count = 0  # grain worker processes; 0 reads in the training process
     c.data.prefetch = 4  # batches read ahead by background threads
+    c.data.text_key = "text"  # data.kind=text: the JSONL field / Parquet column / Example feature
+    c.data.eos_token = ""  # data.kind=text: token appended after each document; "" = tokenizer's
     c.data.reset = False  # resume with changed paths/batch/seq_len/seed: read the new data from
     #                       its first batch, keeping model and optimizer state (else refused)
 

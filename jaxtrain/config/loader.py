@@ -25,7 +25,7 @@ from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 SCHEDULES = ("cosine", "linear", "sqrt", "constant")
-DATA_KINDS = ("datatrove", "megatron", "synthetic")
+DATA_KINDS = ("datatrove", "megatron", "synthetic", "text")
 # checkpoint.compression: the codec of the saved arrays' chunks (Orbax offers zstd or none).
 CHECKPOINT_COMPRESSIONS = ("none", "zstd")
 

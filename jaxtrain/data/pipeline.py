@@ -1,7 +1,8 @@
 """The grain input pipeline: shuffled global batches, each process reading only its own rows.
 
 Sources. `data.kind` picks the shard format (datatrove `.ds`, Megatron `.bin/.idx`, or synthetic
-tokens). `data.paths` entries without weights form one token pool (`batches.epoch_stream`:
+tokens); "text" reads raw text tokenized while training (`text_pipeline`). `data.paths` entries
+without weights form one token pool (`batches.epoch_stream`:
 epochs of whole global batches); with weights each entry is a source of a mixture
 (`mixture.mixture_stream`: rows drawn in proportion, each source with its own epochs).
 See `sources` for the path, weight, blend and split syntax, `windows` for the windowing and
@@ -25,7 +26,6 @@ batch number, process).
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Callable
 
@@ -34,10 +34,12 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from jaxtrain.config.loader import split_paths
+from jaxtrain.data import text_pipeline
 from jaxtrain.data.batches import BatchPlan, RowSource, epoch_stream, process_batches
 from jaxtrain.data.datatrove import find_shards, warn_if_no_eos
 from jaxtrain.data.documents import DocumentOptions
 from jaxtrain.data.errors import DataError
+from jaxtrain.data.grain_options import iterate
 from jaxtrain.data.mixture import Interleave, mixture_stream
 from jaxtrain.data.sources import has_split_part, load_datasets, parse_sources
 from jaxtrain.data.synthetic import SyntheticSource
@@ -165,23 +167,6 @@ def build_sources(cfg: ConfigDict, vocab_size: int | None, which: str = "train")
     )
 
 
-def _read_options(cfg: ConfigDict) -> grain.ReadOptions:
-    prefetch = max(0, int(cfg.data.prefetch))
-    # Each element is a whole local batch, so a few threads keep `prefetch` batches in flight.
-    # More reader threads than half the cores only fight over them (and the GIL): docs/data.md,
-    # "Speed".
-    threads = min(prefetch, 8, max(1, (os.cpu_count() or 1) // 2))
-    return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=prefetch)
-
-
-def _allow_worker_processes() -> None:
-    """grain <= 0.2.18 worker processes read absl flags; mark them parsed outside absl.app."""
-    from absl import flags
-
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
-
-
 def _plan(
     cfg: ConfigDict, num_windows: int, process_index: int, process_count: int, what: str
 ) -> BatchPlan:
@@ -206,15 +191,7 @@ def _plan(
 
 
 def _iterator(cfg: ConfigDict, batches: grain.MapDataset, workers: bool) -> grain.DatasetIterator:
-    ds = batches.to_iter_dataset(_read_options(cfg))
-    if workers and cfg.data.worker_count > 0:
-        _allow_worker_processes()
-        ds = ds.mp_prefetch(
-            grain.MultiprocessingOptions(
-                num_workers=cfg.data.worker_count, per_worker_buffer_size=max(1, cfg.data.prefetch)
-            )
-        )
-    return iter(ds)
+    return iterate(batches, cfg.data.prefetch, cfg.data.worker_count if workers else 0)
 
 
 def make_train_iterator(
@@ -226,6 +203,8 @@ def make_train_iterator(
     options ask, "segment_ids" / "positions" int32, all of shape
     [train.global_batch_size // process_count, train.seq_len].
     """
+    if cfg.data.kind == "text":
+        return text_pipeline.train_iterator(cfg, vocab_size, process_index, process_count)
     if cfg.data.kind == "synthetic":
         source = SyntheticSource(vocab_size, cfg.train.seq_len, seed=cfg.run.seed)
         plan = _plan(cfg, len(source), process_index, process_count, "synthetic data")
@@ -259,6 +238,8 @@ def make_eval_batches(
     if cfg.train.eval_batches <= 0:
         return None
     g = cfg.train.global_batch_size
+    if cfg.data.kind == "text":
+        return text_pipeline.eval_batches(cfg, vocab_size, process_index, process_count)
     if cfg.data.kind == "synthetic":
         source: RowSource = SyntheticSource(
             vocab_size, cfg.train.seq_len, seed=cfg.run.seed + SYNTHETIC_EVAL_SEED_OFFSET
@@ -305,6 +286,8 @@ def _describe(source: WindowSource, cfg: ConfigDict, rows_per_step: float) -> st
 def data_summary(cfg: ConfigDict) -> str:
     """One line for the run log: shards, tokens, windows and how many epochs the run covers."""
     t = cfg.train
+    if cfg.data.kind == "text":
+        return text_pipeline.summary(cfg)
     if cfg.data.kind == "synthetic":
         return (
             f"data: synthetic tokens, {t.global_batch_size} x {t.seq_len} per step, "

@@ -17,7 +17,15 @@ from ml_collections import ConfigDict
 from jaxtrain.config.loader import split_paths
 
 # Settings that decide which windows a batch number reads. Synthetic data ignores the first group.
-SHARD_KEYS = ("data.paths", "data.weights", "data.split", "data.windowing", "data.shuffle")
+SHARD_KEYS = (
+    "data.paths",
+    "data.weights",
+    "data.split",
+    "data.windowing",
+    "data.shuffle",
+    "data.text_key",
+    "data.eos_token",
+)
 ORDER_KEYS = ("data.kind", *SHARD_KEYS, "train.seq_len", "train.global_batch_size", "run.seed")
 _MISSING = object()
 

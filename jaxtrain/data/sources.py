@@ -27,6 +27,7 @@ from jaxtrain.config.loader import split_paths
 from jaxtrain.data.datatrove import find_shards, warn_if_no_eos
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.megatron import megatron_files
+from jaxtrain.data.text_config import check_text_config
 from jaxtrain.data.tokenizer_check import check_tokenizer_folder
 from jaxtrain.errors import ConfigError
 
@@ -255,6 +256,8 @@ def validate_data_config(cfg: Any, check_data: bool = True) -> None:
         check_tokenizer_folder(d.get("tokenizer", ""))
     if d.kind == "synthetic":
         return
+    if d.kind == "text":
+        check_text_config(cfg)
     train = parse_sources(d.paths, d.kind, d.get("weights", ""))
     val = parse_sources(d.val_paths, d.kind, key="data.val_paths")
     if not check_data:

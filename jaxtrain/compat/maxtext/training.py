@@ -1,5 +1,5 @@
 """MaxText's training keys -> jaxtrain: run length, learning-rate schedule, optimizer, batch,
-mesh (with the pipeline keys of `pipeline`), data, evaluation and checkpoints.
+mesh (with the pipeline keys of `pipeline`), data (`data`), evaluation and checkpoints.
 
 MaxText's schedule at 0-based step s, with L = learning_rate_schedule_steps (-1: steps) and
 W = int(L x warmup_steps_fraction): optax.linear_schedule(0, lr, W) (lr * s / W), then the
@@ -25,6 +25,7 @@ from typing import Any
 
 from jaxtrain.compat.common import known
 from jaxtrain.compat.common.report import KeyReport, is_off
+from jaxtrain.compat.maxtext.data import map_data
 from jaxtrain.compat.maxtext.pipeline import map_pipeline
 
 # jaxtrain mesh axis <- MaxText axis names (several MaxText axes may fold into one).
@@ -259,17 +260,8 @@ def _decay_to_last_step(
 
 
 def _data_eval_checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
+    map_data(r, s)
     kind = r.get("dataset_type")
-    if kind == "synthetic":
-        s["data.kind"] = "synthetic"
-        r.mapped("dataset_type", "data.kind")
-    else:
-        r.unsupported(
-            "dataset_type",
-            f"{kind!r} input pipelines are not read; tokenize into "
-            "datatrove shards (tools/tokenize_corpus.py) and set --config.data.paths",
-            target="data.paths",
-        )
     for key in ("dataset_path", "dataset_name", "eval_dataset_name", "train_split", "eval_split"):
         if r.has(key) and not r.handled(key):
             r.ignored(key, f"dataset_type={kind}: this source is not read")
@@ -336,5 +328,5 @@ def _data_eval_checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
     if folder:
         s["data.tokenizer"] = folder
         r.mapped("tokenizer_path", "data.tokenizer")
-    elif r.has("tokenizer_path"):
+    elif r.has("tokenizer_path") and not r.handled("tokenizer_path"):
         r.ignored("tokenizer_path", "not a local tokenizer folder; only sampling needs it")

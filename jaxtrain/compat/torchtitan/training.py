@@ -1,6 +1,6 @@
 """TorchTitan's training keys -> jaxtrain: run length, data, optimizer, validation, the
 learning-rate schedule, batch and mesh (with the pipeline keys of `pipeline`), checkpoints and
-the run folder. The adapter has filled TorchTitan's defaults (`adapter.DEFAULTS`) into the
+the run folder. A local `training.dataset_path` is raw text (`data.kind="text"`). The adapter has filled TorchTitan's defaults (`adapter.DEFAULTS`) into the
 report first, so a key a file leaves out reads as TorchTitan's default.
 
 TorchTitan (v0.2.2) runs LambdaLR with, at 0-based step s, T = training.steps, W warmup steps,
@@ -52,15 +52,7 @@ def _training(r: KeyReport, s: dict[str, Any]) -> None:
     else:
         if r.has("training.mock_data"):
             r.ignored("training.mock_data", "false: training.dataset is read")
-        r.unsupported(
-            "training.dataset",
-            "Hugging Face datasets are not read; tokenize the "
-            "text into datatrove shards (tools/tokenize_corpus.py) and set "
-            "--config.data.paths",
-            target="data.paths",
-        )
-        if r.get("training.dataset_path"):
-            r.unsupported("training.dataset_path", "see training.dataset", target="data.paths")
+        _dataset(r, s, "training", "data.paths")
     if r.get("training.enable_cpu_offload"):
         r.unsupported("training.enable_cpu_offload", "host offload is not implemented")
     name = r.get("optimizer.name")
@@ -93,6 +85,25 @@ def _training(r: KeyReport, s: dict[str, Any]) -> None:
     _validation(r, s)
 
 
+def _dataset(r: KeyReport, s: dict[str, Any], section: str, target: str) -> None:
+    """`<section>.dataset` / `dataset_path`: local files are raw text (`data.kind="text"`, the
+    "text" field, as TorchTitan's C4 loaders read it); Hub datasets are refused."""
+    name, path = r.get(f"{section}.dataset"), r.get(f"{section}.dataset_path")
+    if path and os.path.exists(str(path)):
+        s["data.kind"], s[target], s["data.text_key"] = "text", str(path), "text"
+        r.mapped(f"{section}.dataset_path", f"data.kind, {target}", "raw text, field 'text'")
+        r.mapped(f"{section}.dataset", "(read from dataset_path)", f"{name}: its local files")
+        return
+    r.unsupported(
+        f"{section}.dataset",
+        f"{name!r}: Hugging Face datasets are not read from the Hub; set {section}.dataset_path to "
+        f"a local folder of its JSONL/Parquet files (or --config.{target})",
+        target=target,
+    )
+    if path:
+        r.unsupported(f"{section}.dataset_path", f"{path!r} does not exist", target=target)
+
+
 def _validation(r: KeyReport, s: dict[str, Any]) -> None:
     if not r.get("validation.enable"):
         s["train.eval_every"], s["train.eval_batches"] = 0, 0  # not even a final one
@@ -120,7 +131,9 @@ def _validation(r: KeyReport, s: dict[str, Any]) -> None:
         r.mapped("validation.steps", "train.eval_batches", "batches of the global batch size")
     if int(r.get("validation.seq_len", s["train.seq_len"])) != s["train.seq_len"]:
         r.unsupported("validation.seq_len", "validation uses train.seq_len")
-    if s.get("data.kind") != "synthetic":
+    if s.get("data.kind") == "text":
+        _dataset(r, s, "validation", "data.val_paths")
+    elif s.get("data.kind") != "synthetic":
         r.unsupported(
             "validation.dataset",
             "Hugging Face datasets are not read; set --config.data.val_paths",
