@@ -8,6 +8,8 @@ than some perplexity texts, so the rolling windows matter), split over 8 fake de
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from conftest import REPO
@@ -23,6 +25,7 @@ from lm_eval.models.huggingface import HFLM  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from jaxtrain import run as run_lib  # noqa: E402
+from jaxtrain.cli import main  # noqa: E402
 from jaxtrain.evaluation import tasks as tasks_lib  # noqa: E402
 from jaxtrain.evaluation.harness_model import JaxtrainLM  # noqa: E402
 from jaxtrain.evaluation.scoring import Scorer, length_buckets  # noqa: E402
@@ -55,7 +58,20 @@ def models(tmp_path_factory, tiny_tokenizer):
     reference = HFLM(
         pretrained=str(tmp / "hf"), device="cpu", dtype="float32", batch_size=64, max_length=MAX_LEN
     )
-    return ours, reference
+    return ours, reference, tmp / "hf"
+
+
+@pytest.fixture(scope="module")
+def evaluated(models):
+    """(jaxtrain's results, the HF backend's) on every fixture task, with each request."""
+    ours, reference, _ = models
+    tasks = tasks_lib.resolve_tasks([str(TASKS)])
+    assert [tasks_lib.task_label(t) for t in tasks] == [
+        "jaxtrain_gen",
+        "jaxtrain_mc",
+        "jaxtrain_ppl",
+    ]
+    return _evaluate(ours, tasks), _evaluate(reference, tasks)
 
 
 def _evaluate(lm, tasks):
@@ -69,15 +85,8 @@ def _responses(results, task, field=0):
     return [a[field] if isinstance(a, tuple | list) else a for a in answers]
 
 
-def test_every_request_scores_as_the_harness_hf_backend_does(models):
-    ours, reference = models
-    tasks = tasks_lib.resolve_tasks([str(TASKS)])
-    assert [tasks_lib.task_label(t) for t in tasks] == [
-        "jaxtrain_gen",
-        "jaxtrain_mc",
-        "jaxtrain_ppl",
-    ]
-    got, want = _evaluate(ours, tasks), _evaluate(reference, tasks)
+def test_every_request_scores_as_the_harness_hf_backend_does(evaluated):
+    got, want = evaluated
     assert len(got["samples"]["jaxtrain_mc"]) == 300
     for task in ("jaxtrain_mc", "jaxtrain_ppl"):
         ours_ll, ref_ll = _responses(got, task), _responses(want, task)
@@ -94,7 +103,7 @@ def test_every_request_scores_as_the_harness_hf_backend_does(models):
 
 
 def test_generation_ends_at_the_first_stop_sequence(models):
-    ours, _ = models
+    ours = models[0]
 
     def generate(until):
         request = Instance(
@@ -121,3 +130,13 @@ def test_a_local_task_reads_its_data_beside_its_yaml(tmp_path):
     assert task["dataset_kwargs"]["data_files"] == {"test": str(TASKS / "mc.jsonl")}
     with pytest.raises(tasks_lib.ConfigError, match="holds no .yaml task files"):
         tasks_lib.resolve_tasks([str(tmp_path)])
+
+
+def test_eval_command_on_a_hugging_face_folder(models, evaluated, tmp_path, capsys):
+    out = tmp_path / "results.json"
+    argv = ["eval", "--hf", str(models[2]), "--tasks", str(TASKS / "jaxtrain_mc.yaml")]
+    assert main([*argv, "--limit", "50", "--output", str(out)]) == 0
+    assert f"[{models[2]}]" in capsys.readouterr().out
+    results = json.loads(out.read_text())
+    first = [s for s in evaluated[1]["samples"]["jaxtrain_mc"] if s["doc_id"] < 50]
+    assert results["results"]["jaxtrain_mc"]["acc,none"] == np.mean([s["acc"] for s in first])
