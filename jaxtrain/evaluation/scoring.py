@@ -67,23 +67,25 @@ def _score_rows(
 
 
 def _prefill(
-    graphdef: nnx.GraphDef, params: Any, tokens_BL: jax.Array, last: jax.Array, cache: Any
+    graphdef: nnx.GraphDef, params: Any, tokens_BL: jax.Array, last: jax.Array, cache_len: int
 ) -> tuple[jax.Array, Any]:
-    """The logits after position `last` of a right-padded prompt, and the filled cache (the
-    slots past `last` hold padding; decoding overwrites them before any query sees them)."""
+    """The greedy next token [B] after position `last` of a right-padded prompt, and a new
+    cache of `cache_len` slots holding it (the slots past `last` hold padding; decoding
+    overwrites them before any query sees them)."""
     model = nnx.merge(graphdef, params)
+    cache = model.init_cache(tokens_BL.shape[0], cache_len)
     h_BLD, cache = model.hidden_states(tokens_BL, cache=cache, cache_index=0)
     h_B1D = jax.lax.dynamic_slice_in_dim(h_BLD, last, 1, axis=1)
-    return model.logits(h_B1D)[:, 0].astype(jnp.float32), cache
+    return jnp.argmax(model.logits(h_B1D)[:, 0].astype(jnp.float32), axis=-1), cache
 
 
 def _decode(
     graphdef: nnx.GraphDef, params: Any, token_B1: jax.Array, cache: Any, index: jax.Array
 ) -> tuple[jax.Array, Any]:
-    """One cached step: the next logits after `token_B1` written at slot `index`."""
+    """One cached step: the greedy token [B] after `token_B1`, written at slot `index`."""
     model = nnx.merge(graphdef, params)
     h_B1D, cache = model.hidden_states(token_B1, cache=cache, cache_index=index)
-    return model.logits(h_B1D)[:, 0].astype(jnp.float32), cache
+    return jnp.argmax(model.logits(h_B1D)[:, 0].astype(jnp.float32), axis=-1), cache
 
 
 class Scorer:
@@ -118,9 +120,11 @@ class Scorer:
         self.buckets = length_buckets(self.max_len, context)
         self._score = self._jit_score()
         # One row cannot be split over the batch axes: decoding follows the parameters'
-        # shardings, with no activation constraints (as `models.generation` does).
-        self._prefill = jax.jit(functools.partial(_prefill, graphdef))
-        self._decode = jax.jit(functools.partial(_decode, graphdef))
+        # shardings, with no activation constraints (as `models.generation` does), and its
+        # inputs and outputs are whole on every device, so every process reads each token.
+        prefill = functools.partial(_prefill, graphdef, cache_len=self.max_len)
+        self._prefill = self._jit_replicated(prefill, 2)
+        self._decode = self._jit_replicated(functools.partial(_decode, graphdef), 3)
 
     def _jit_score(self) -> Callable[..., Any]:
         """`_score_rows` jitted once: with a run, the parameters in their shardings, the rows
@@ -139,6 +143,18 @@ class Scorer:
                 return step(*args)
 
         return run
+
+    def _jit_replicated(self, fn: Callable[..., Any], others: int) -> Callable[..., Any]:
+        """`fn(params, ...)` jitted with the parameters in their shardings and its `others`
+        arguments and its outputs whole on every device of the run's mesh."""
+        if self.setup is None:
+            return jax.jit(fn)
+        whole = NamedSharding(self.setup.mesh, PartitionSpec())
+        return jax.jit(
+            fn,
+            in_shardings=(self.setup.layout.shardings["params"], *([whole] * others)),
+            out_shardings=whole,
+        )
 
     def _place(self, host: np.ndarray) -> jax.Array:
         """A host array every process holds whole, as a global array split like a batch."""
@@ -192,18 +208,14 @@ class Scorer:
         length = len(prompt) if self.recurrent else bucket_of(len(prompt), self.buckets)
         tokens = np.zeros((1, length), np.int32)
         tokens[0, : len(prompt)] = prompt
-        cache = nnx.merge(self.graphdef, self.params).init_cache(1, self.max_len)
-        logits, cache = self._prefill(
-            self.params, jnp.asarray(tokens), jnp.int32(len(prompt) - 1), cache
-        )
+        token, cache = self._prefill(self.params, tokens, np.int32(len(prompt) - 1))
         out: list[int] = []
         for i in range(max_new_tokens):
-            token = int(jnp.argmax(logits[0]))
-            out.append(token)
+            out.append(int(jax.device_get(token)[0]))
             if stop(out) or len(prompt) + i + 1 >= self.max_len:
                 break
-            logits, cache = self._decode(
-                self.params, jnp.asarray([[token]], jnp.int32), cache, jnp.int32(len(prompt) + i)
+            token, cache = self._decode(
+                self.params, np.asarray([out[-1:]], np.int32), cache, np.int32(len(prompt) + i)
             )
         return out
 
