@@ -140,3 +140,25 @@ def test_eval_command_on_a_hugging_face_folder(models, evaluated, tmp_path, caps
     results = json.loads(out.read_text())
     first = [s for s in evaluated[1]["samples"]["jaxtrain_mc"] if s["doc_id"] < 50]
     assert results["results"]["jaxtrain_mc"]["acc,none"] == np.mean([s["acc"] for s in first])
+
+
+def test_a_pipeline_parallel_mesh_scores_and_generates_as_one_device(tmp_path):
+    cfg = small_config(
+        tmp_path / "run",
+        **{"model.max_seq_len": MAX_LEN, "mesh.ici_pipeline": 2, "mesh.ici_fsdp": 4},
+    )
+    setup = run_lib.setup(cfg, check_data=False)
+    params = nnx.to_pure_dict(nnx.state(build_model(setup.spec, seed=3)))
+    alone = Scorer(setup.layout.graphdef, params, setup.spec)
+    placed = jax.device_put(params, setup.layout.shardings["params"])
+    staged = Scorer(setup.layout.graphdef, placed, setup.spec, setup=setup)
+    requests = [(list(range(1, 20 + 3 * i)), 1 + i % 4) for i in range(10)]
+    np.testing.assert_allclose(
+        [s for s, _ in staged.loglikelihoods(requests)],
+        [s for s, _ in alone.loglikelihoods(requests)],
+        atol=1e-4,
+    )
+    never = lambda tokens: False
+    assert staged.greedy_continuation([5, 6, 7], 6, never) == alone.greedy_continuation(
+        [5, 6, 7], 6, never
+    )
