@@ -75,7 +75,13 @@ def evaluated(models):
 
 
 def _evaluate(lm, tasks):
-    return lm_eval.simple_evaluate(model=lm, tasks=tasks, log_samples=True, bootstrap_iters=100)
+    return lm_eval.simple_evaluate(
+        model=lm,
+        tasks=tasks,
+        log_samples=True,
+        bootstrap_iters=100,
+        task_manager=tasks_lib.task_manager(False),  # local tasks only: no index of the hub's
+    )
 
 
 def _responses(results, task, field=0):

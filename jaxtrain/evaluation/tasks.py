@@ -9,6 +9,7 @@ folder of YAMLs and JSONL files can be copied anywhere, including to a cluster w
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -90,6 +91,15 @@ def task_label(task: str | dict[str, Any]) -> str:
     return task if isinstance(task, str) else str(task["task"])
 
 
+@functools.cache
+def task_manager(with_harness_tasks: bool) -> Any:
+    """The harness's task index, built once per process: indexing its own few thousand task
+    YAMLs takes ~20 s, so local tasks alone skip it and named tasks pay it once."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_defaults=with_harness_tasks)
+
+
 def evaluate(
     lm: Any, tasks: Sequence[str | dict[str, Any]], *, limit: int | None, fewshot: int | None
 ) -> dict[str, Any]:
@@ -102,6 +112,7 @@ def evaluate(
         num_fewshot=fewshot,
         log_samples=False,
         bootstrap_iters=1000,
+        task_manager=task_manager(any(isinstance(t, str) for t in tasks)),
     )
 
 
