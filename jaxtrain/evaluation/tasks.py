@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from jaxtrain.errors import ConfigError
 
 # Metric keys in metrics.jsonl and TensorBoard: harness/<task>/<metric>, its stderr beside it.
@@ -148,6 +150,7 @@ def run_tasks(
     for task in tasks:
         start = time.perf_counter()
         try:
+            _loads_in_every_process(task)
             results = evaluate(lm, [task], limit=limit, fewshot=fewshot)
         except Exception as e:  # any failure of one task: the harness raises many kinds
             failed.append(task_label(task))
@@ -160,6 +163,31 @@ def run_tasks(
                 merged.setdefault(section, {}).update(results.get(section, {}))
         merged.setdefault("jaxtrain_seconds", {})[task_label(task)] = time.perf_counter() - start
     return merged, failed
+
+
+def _loads_in_every_process(task: str | dict[str, Any]) -> None:
+    """In a multi-process run, loads the task (its data included) in every process first and
+    raises in all of them when any could not: a task that failed in some processes only would
+    leave the others waiting for them in the first sharded call."""
+    import jax
+
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+    from lm_eval.tasks import get_task_dict
+
+    error = None
+    try:
+        get_task_dict([task], task_manager(isinstance(task, str)))
+    except Exception as e:  # reported below, once every process has said how it went
+        error = e
+    loaded = np.ravel(multihost_utils.process_allgather(np.asarray(error is None)))
+    if not loaded.all():
+        where = [i for i, ok in enumerate(loaded) if not ok]
+        raise RuntimeError(
+            f"it could not be loaded in process(es) {where}"
+            + (f" ({_one_line(error)})" if error is not None else "")
+        )
 
 
 def _one_line(error: BaseException) -> str:
