@@ -56,6 +56,10 @@ class JaxtrainLM(TemplateLM):
             options["add_special_tokens"] = False  # the text already starts with BOS
         return self.tokenizer.encode(string, **options)
 
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[Any]:
+        # Without the harness's tokenizing bar, which would cut into the training log's lines.
+        return super().loglikelihood(requests, disable_tqdm=True)
+
     def _loglikelihood_tokens(
         self, requests: list[tuple[Any, list[int], list[int]]], **kwargs: Any
     ) -> list[tuple[float, bool]]:
