@@ -123,5 +123,13 @@ def get_config() -> ConfigDict:
     c.sample.temperature = 0.0  # 0 = greedy; > 0 samples from softmax(logits / temperature)
     c.sample.top_k = 0  # sample among the k most likely tokens; 0 = all
 
+    # lm-evaluation-harness tasks on the live model (docs/evaluation.md; needs the eval extra).
+    c.eval = ConfigDict()
+    c.eval.harness_tasks = ""  # comma-separated harness task names or folders/files of local
+    #   task YAMLs; "" runs none
+    c.eval.harness_every = 0  # steps between harness evaluations; 0 disables them
+    c.eval.harness_limit = 0  # examples per task; 0 = every example
+    c.eval.harness_fewshot = -1  # few-shot examples per prompt; -1 = each task's own default
+
     c.lock()
     return c

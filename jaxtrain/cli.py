@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "config": "print a config as it resolves, its parameter count and memory per device, "
     "and for a foreign file what became of every key",
     "sample": "continue a prompt with a run's checkpoint",
+    "eval": "run lm-evaluation-harness tasks on a run's checkpoint or a Hugging Face folder",
     "runs": "summarise run directories: progress, metrics, checkpoints, ETA",
     "plot": "draw PNG figures of runs' metrics (needs the plot extra)",
     "checkpoints": "list a run's checkpoints, or verify them (--verify)",

@@ -37,6 +37,7 @@ from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
 from jaxtrain.errors import ConfigError, JaxtrainError
+from jaxtrain.evaluation.during_training import HarnessDuringTraining
 from jaxtrain.hardware import peaks as perf
 from jaxtrain.models.generation import complete, load_tokenizer
 from jaxtrain.parallel import distributed, sharding
@@ -99,6 +100,8 @@ class Trainer:
             buffers.weights(self.layout.graphdef, self.layout.abstract["params"])
         )
         self.run_dir = config_lib.run_dir(cfg)
+        self._timer = StepTimer()
+        self.harness = HarnessDuringTraining(cfg, self.setup, self.log, self._timer.interrupted)
         if self.is_primary:  # only process 0 writes run-directory files
             self.run_lock.acquire(self.log)
 
@@ -152,7 +155,6 @@ class Trainer:
         # The recent steps' metrics, for notebooks and tests; metrics.jsonl keeps every step.
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
         self._first_step = self._host_step  # where this Trainer started: nothing trained yet
-        self._timer = StepTimer()
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
         distributed.report_checkpoints_in(self.checkpointer.directory)
@@ -408,11 +410,11 @@ class Trainer:
                 continue
             step_no = current[0]
             stop = self.stops.stop_after(step_no)
-            if stop or (self._save_due(step_no) and step_no < self.cfg.train.steps):
-                # Read this step's metrics before its state is saved or donated.
-                last = self._after_step(*current, target, tokens_per_step)
-                pending = None
-                if not stop:
+            save = not stop and self._save_due(step_no) and step_no < self.cfg.train.steps
+            if stop or save or self.harness.due(step_no):
+                # Read this step's metrics before its state is saved, evaluated or donated.
+                last, pending = self._after_step(*current, target, tokens_per_step), None
+                if save:
                     self.save()  # copies to host before returning: donation is safe
         if pending is not None:
             last = self._after_step(*pending, target, tokens_per_step)
@@ -487,7 +489,8 @@ class Trainer:
         if cfg.train.eval_every and step_no % cfg.train.eval_every == 0:
             record.update(self.evaluate())
             self._timer.interrupted()
-        if log_now or any(k.startswith("val_") for k in record):
+        record.update(self.harness(step_no, self.state["params"]))
+        if log_now or any(k.startswith(("val_", "harness/")) for k in record):
             self.metrics.write(step_no, record)
         self.history.append({"step": step_no, **record})
         return record

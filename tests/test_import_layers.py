@@ -87,6 +87,7 @@ LAYERS = {
         "run",
         "checkpoint",
         "planning",
+        "evaluation",
         "trainer",
         "notebook",
         "commands",

@@ -27,8 +27,23 @@ FIGURES: dict[str, tuple[str, str, list[tuple[str, str]], bool]] = {
     "grad_norm": ("Gradient norm", "global norm (before clipping)", [("grad_norm", "-")], True),
     "tokens_per_s": ("Throughput", "tokens / s", [("tokens_per_s", "-")], False),
     "mfu": ("Model FLOPs utilisation", "MFU", [("mfu", "-")], False),
+    # Its keys are the harness/<task>/<metric> figures the runs logged (harness_keys).
+    "harness": ("lm-evaluation-harness", "score", [], False),
 }
 LABELS = {"loss": "train", "val_loss": "val"}
+
+
+def harness_keys(runs: list[RunMetrics]) -> list[tuple[str, str]]:
+    """(key, line style) of every harness/<task>/<metric> figure the runs logged, without
+    their stderr and the evaluation's time."""
+    keys = {
+        key
+        for run in runs
+        for record in run.records
+        for key in record
+        if key.count("/") == 2 and key.startswith("harness/") and not key.endswith("_stderr")
+    }
+    return [(key, "-o") for key in sorted(keys)]
 
 
 @dataclasses.dataclass
@@ -95,17 +110,21 @@ def figure(runs: list[RunMetrics], stem: str) -> Any | None:
     from matplotlib.figure import Figure
 
     title, ylabel, keys, log = FIGURES[stem]
+    keys = harness_keys(runs) if stem == "harness" else keys
     if not any(r.series(k)[0] for r in runs for k, _ in keys):
         return None
     fig = Figure(figsize=(7, 4), dpi=110, layout="constrained")
     ax = fig.add_subplot()
     colors = [f"C{i % 10}" for i in range(len(runs))]
-    for run, name, color in zip(runs, _unique_names(runs), colors):
-        for key, style in keys:
+    for index, (run, name, color) in enumerate(zip(runs, _unique_names(runs), colors)):
+        for number, (key, style) in enumerate(keys):
             steps, values = run.series(key)
             if not steps:
                 continue
-            label = f"{name} {LABELS[key]}" if len(keys) > 1 else name
+            if stem == "harness":  # many tasks and metrics: a colour for each line
+                color = f"C{(index * len(keys) + number) % 10}"
+            label = LABELS.get(key, key.removeprefix("harness/"))
+            label = f"{name} {label}" if len(keys) > 1 else name
             marker = "o" if style.endswith("o") else None
             ax.plot(
                 steps,

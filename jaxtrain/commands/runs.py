@@ -37,6 +37,7 @@ class RunReport:
     last_update: float | None  # unix time of the newest metric record
     steps_per_s: float | None
     metrics_notes: list[str] = dataclasses.field(default_factory=list)  # lines skipped
+    harness: str = ""  # the newest lm-evaluation-harness figures (harness_line)
 
     @property
     def step(self) -> int:
@@ -187,6 +188,7 @@ def build_report(run_dir: str | Path) -> RunReport:
         last_update=max(times) if times else None,
         steps_per_s=step_rate(records),
         metrics_notes=notes,
+        harness=harness_line(records),
     )
 
 
@@ -215,6 +217,24 @@ def metrics_line(report: RunReport) -> str:
     if "mfu" in m:
         parts.append(f"MFU {m['mfu']:.3f}")  # a fraction, as in metrics.jsonl and the plots
     return "  ".join(parts) or "no metrics yet"
+
+
+def harness_line(records: list[dict[str, Any]]) -> str:
+    """The newest lm-evaluation-harness figure of each task and metric, with its step and
+    stderr ("" when the run evaluated none)."""
+    newest: dict[str, tuple[int, float, float | None]] = {}
+    for record in sorted(records, key=lambda r: r.get("step", 0)):
+        for key, value in record.items():
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "harness" and not parts[2].endswith("_stderr"):
+                stderr = record.get(f"{key}_stderr")
+                newest[key] = (record.get("step", 0), float(value), stderr)
+    return "  ".join(
+        f"{key.split('/')[1]} {key.split('/')[2]} {value:.4f}"
+        + (f" ±{stderr:.4f}" if isinstance(stderr, int | float) else "")
+        + f" (step {step})"
+        for key, (step, value, stderr) in newest.items()
+    )
 
 
 def format_report(report: RunReport, now: float | None = None) -> str:
@@ -246,6 +266,8 @@ def format_report(report: RunReport, now: float | None = None) -> str:
         ("updated", updated),
         ("eta", eta_text),
     ]
+    if report.harness:
+        rows.insert(4, ("harness", report.harness))
     rows += [("warning", note) for note in report.metrics_notes]
     width = max(len(k) for k, _ in rows)
     return "\n".join(
