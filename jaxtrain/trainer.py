@@ -411,8 +411,9 @@ class Trainer:
             step_no = current[0]
             stop = self.stops.stop_after(step_no)
             save = not stop and self._save_due(step_no) and step_no < self.cfg.train.steps
-            if stop or save or self.harness.due(step_no):
-                # Read this step's metrics before its state is saved, evaluated or donated.
+            if stop or save or self._evaluation_due(step_no):
+                # Read this step's metrics before its state is saved, evaluated or donated:
+                # read a step late, validation would see the next step's parameters.
                 last, pending = self._after_step(*current, target, tokens_per_step), None
                 if save:
                     self.save()  # copies to host before returning: donation is safe
@@ -425,6 +426,11 @@ class Trainer:
         """Whether the last `run` ended early on SIGTERM/SIGINT (after saving a checkpoint, or
         before its first step)."""
         return self.stops.requested
+
+    def _evaluation_due(self, step_no: int) -> bool:
+        """Whether validation or harness tasks run on this step's parameters."""
+        every = self.cfg.train.eval_every
+        return bool(every) and step_no % every == 0 or self.harness.due(step_no)
 
     def _save_due(self, step_no: int) -> bool:
         """Whether to checkpoint after this step: every N steps, or N minutes since the last."""

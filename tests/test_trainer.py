@@ -178,3 +178,20 @@ def test_cli_config_prints_resolved_json():
     payload = json.loads(result.stdout)
     assert payload["config"]["train"]["steps"] == 7
     assert payload["derived"]["num_params"] == 6_738_415_616
+
+
+def test_validation_between_checkpoints_sees_that_steps_parameters(tmp_path, datatrove_corpus):
+    # Steps are read one step late; validation at a step that is neither checkpointed nor the
+    # last must still run on that step's parameters, not on those of the step dispatched after it.
+    def val_loss_at_2(folder, steps):
+        cfg = debug_config(
+            folder, datatrove_corpus, **{"train.steps": steps, "train.eval_every": 2}
+        )
+        cfg.checkpoint.every = 0
+        run(cfg)
+        records = read_jsonl(folder / "run" / "metrics.jsonl")
+        return next(r["val_loss"] for r in records if r["step"] == 2 and "val_loss" in r)
+
+    ends_at_2 = val_loss_at_2(tmp_path / "a", 2)
+    goes_on = val_loss_at_2(tmp_path / "b", 3)
+    assert goes_on == ends_at_2
