@@ -37,14 +37,13 @@ from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
 from jaxtrain.errors import ConfigError, JaxtrainError
-from jaxtrain.hardware import peaks as perf
 from jaxtrain.models.generation import complete, load_tokenizer
 from jaxtrain.parallel import distributed, sharding
 from jaxtrain.planning import memory as memory_plan
 from jaxtrain.rundir.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
 from jaxtrain.rundir.lock import RunLock
 from jaxtrain.rundir.metrics import MetricsWriter, read_jsonl
-from jaxtrain.train import buffers
+from jaxtrain.train import buffers, throughput
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.step_timer import StepTimer
 from jaxtrain.train.stop import StopRequests
@@ -153,6 +152,9 @@ class Trainer:
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
         self._first_step = self._host_step  # where this Trainer started: nothing trained yet
         self._timer = StepTimer()
+        self.throughput = throughput.for_run(
+            cfg, self.spec, self.setup.backend.bf16_products, self.mesh.devices.size
+        )
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
         distributed.report_checkpoints_in(self.checkpointer.directory)
@@ -343,9 +345,9 @@ class Trainer:
     def _dispatch(self) -> tuple[int, Any]:
         """Starts the next step on the devices; returns its number and its (future) metrics."""
         batch = self.setup.global_batch(next(self.train_iter))
+        self._timer.dispatched(self._host_step + 1)  # before queueing: see StepTimer
         self.state, device_metrics = self.compiled_step(self.state, batch)
         self._host_step += 1
-        self._timer.dispatched(self._host_step)
         return self._host_step, device_metrics
 
     def run(self, steps: int | None = None) -> dict[str, Any]:
@@ -396,13 +398,12 @@ class Trainer:
     def _train_until(self, target: int) -> dict[str, Any]:
         """Dispatches steps up to `target` or a stop, each read one step late; returns the last
         metrics read."""
-        tokens_per_step = self.cfg.train.global_batch_size * self.cfg.train.seq_len
         pending: tuple[int, Any] | None = None
         last: dict[str, Any] = {}
         while not self.stops.requested and (self.step < target or pending is not None):
             current = self._dispatch() if self.step < target else None
             if pending is not None:
-                last = self._after_step(*pending, target, tokens_per_step)
+                last = self._after_step(*pending, target)
             pending = current
             if current is None:
                 continue
@@ -410,12 +411,12 @@ class Trainer:
             stop = self.stops.stop_after(step_no)
             if stop or (self._save_due(step_no) and step_no < self.cfg.train.steps):
                 # Read this step's metrics before its state is saved or donated.
-                last = self._after_step(*current, target, tokens_per_step)
+                last = self._after_step(*current, target)
                 pending = None
                 if not stop:
                     self.save()  # copies to host before returning: donation is safe
         if pending is not None:
-            last = self._after_step(*pending, target, tokens_per_step)
+            last = self._after_step(*pending, target)
         return last
 
     @property
@@ -459,13 +460,10 @@ class Trainer:
             "out-of-range tokens, or use float32 compute."
         )
 
-    def _after_step(
-        self, step_no: int, device_metrics: Any, target: int, tokens_per_step: int
-    ) -> dict[str, Any]:
+    def _after_step(self, step_no: int, device_metrics: Any, target: int) -> dict[str, Any]:
         """Reads a dispatched step's metrics (waiting for it), checks, logs and evaluates."""
         cfg = self.cfg
-        values = jax.device_get(device_metrics)
-        self._timer.completed(step_no)
+        values = self._timer.read(step_no, device_metrics)
         self._check_finite(step_no, values)
         record: dict[str, Any] = {k: float(v) for k, v in values.items()}
         record["ppl"] = math.exp(min(record["loss"], 50.0))
@@ -474,16 +472,7 @@ class Trainer:
             # The first step is reported apart: its wall time is mostly compiling.
             record["compile_s"], self._compile_s, log_now = self._compile_s, None, True
         if log_now and (window := self._timer.take()):
-            steps, seconds = window
-            tps = tokens_per_step * steps / max(seconds, 1e-9)
-            mfu = perf.mfu(
-                self.spec.flops_per_token(cfg.train.seq_len),
-                tps,
-                cfg.train.peak_flops,
-                self.mesh.devices.size,
-                fp8=self.spec.quantization == "fp8",
-            )
-            record.update(tokens_per_s=tps, step_time=seconds / steps, mfu=mfu)
+            record.update(self.throughput.figures(window))
         if cfg.train.eval_every and step_no % cfg.train.eval_every == 0:
             record.update(self.evaluate())
             self._timer.interrupted()
