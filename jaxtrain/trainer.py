@@ -40,6 +40,7 @@ from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.models.generation import complete, load_tokenizer
 from jaxtrain.parallel import distributed, sharding
 from jaxtrain.planning import memory as memory_plan
+from jaxtrain.rundir import wandb_sink
 from jaxtrain.rundir.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
 from jaxtrain.rundir.lock import RunLock
 from jaxtrain.rundir.metrics import MetricsWriter, read_jsonl
@@ -141,20 +142,23 @@ class Trainer:
         self.state = self._restore_or_init()
         # Tracked on the host so that asking for it never waits for the device.
         self._host_step = int(jax.device_get(self.state["step"]))
+        self.throughput = throughput.for_run(
+            cfg, self.spec, self.setup.backend.bf16_products, self.mesh.devices.size
+        )
         self.metrics = MetricsWriter(
             self.run_dir,
             cfg.train.steps,
             is_primary=self.is_primary,
             progress=cfg.train.progress,
             console=console,
+            tracker=wandb_sink.opener(
+                cfg, self.run_dir, self._restored_step, self.num_params, self.throughput, self.mesh
+            ),
         )
         # The recent steps' metrics, for notebooks and tests; metrics.jsonl keeps every step.
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
         self._first_step = self._host_step  # where this Trainer started: nothing trained yet
         self._timer = StepTimer()
-        self.throughput = throughput.for_run(
-            cfg, self.spec, self.setup.backend.bf16_products, self.mesh.devices.size
-        )
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
         distributed.report_checkpoints_in(self.checkpointer.directory)
