@@ -37,13 +37,14 @@ from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
 from jaxtrain.errors import ConfigError, JaxtrainError
-from jaxtrain.models.generation import complete, load_tokenizer
+from jaxtrain.models.generation import print_sample
 from jaxtrain.parallel import distributed, sharding
 from jaxtrain.planning import memory as memory_plan
-from jaxtrain.rundir import wandb_sink
+from jaxtrain.rundir import goodput, wandb_sink
 from jaxtrain.rundir.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
 from jaxtrain.rundir.lock import RunLock
 from jaxtrain.rundir.metrics import MetricsWriter, read_jsonl
+from jaxtrain.rundir.profile import StepProfiler
 from jaxtrain.train import buffers, throughput
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.step_timer import StepTimer
@@ -159,6 +160,8 @@ class Trainer:
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
         self._first_step = self._host_step  # where this Trainer started: nothing trained yet
         self._timer = StepTimer()
+        self.events = goodput.EventLog(self.run_dir, enabled=self.is_primary)
+        self.profiler = StepProfiler(self.run_dir, cfg.train.profile_start, cfg.train.profile_steps)
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
         distributed.report_checkpoints_in(self.checkpointer.directory)
@@ -325,10 +328,11 @@ class Trainer:
         self._saved_step = self.step
         self._last_save_time = time.monotonic()
         data_state = self.train_iter.get_state()
-        self.checkpointer.save(self.step, self.state, data_state, self.cfg.to_dict())
+        with self.events.timing("checkpoint"):
+            self.checkpointer.save(self.step, self.state, data_state, self.cfg.to_dict())
+            if wait:
+                self.checkpointer.wait()
         self._timer.interrupted()
-        if wait:
-            self.checkpointer.wait()
 
     def _write_run_config(self) -> None:
         if self.is_primary:
@@ -348,9 +352,11 @@ class Trainer:
 
     def _dispatch(self) -> tuple[int, Any]:
         """Starts the next step on the devices; returns its number and its (future) metrics."""
-        batch = self.setup.global_batch(next(self.train_iter))
+        with self.events.timing("data_wait"):
+            batch = self.setup.global_batch(next(self.train_iter))
         self._timer.dispatched(self._host_step + 1)  # before queueing: see StepTimer
-        self.state, device_metrics = self.compiled_step(self.state, batch)
+        with self.profiler.step(self._host_step + 1):
+            self.state, device_metrics = self.compiled_step(self.state, batch)
         self._host_step += 1
         return self._host_step, device_metrics
 
@@ -383,11 +389,13 @@ class Trainer:
                 f"directory {self.run_dir}"
             )
             self._timer.started()
+            self.events.ready(self.step, self.compile_s)
             self.stops.training = True
             try:
                 last = self._train_until(target)
             finally:
                 self.stops.training = False
+                self.events.steps_done(self.step)
             if self.stops.requested:
                 self.save(wait=True)
                 self.log(
@@ -478,42 +486,26 @@ class Trainer:
         if log_now and (window := self._timer.take()):
             record.update(self.throughput.figures(window))
         if cfg.train.eval_every and step_no % cfg.train.eval_every == 0:
-            record.update(self.evaluate())
+            with self.events.timing("eval"):
+                record.update(self.evaluate())
             self._timer.interrupted()
         if log_now or any(k.startswith("val_") for k in record):
             self.metrics.write(step_no, record)
+            self.events.steps_done(step_no)
         self.history.append({"step": step_no, **record})
         return record
 
     def close(self) -> None:
         """Flushes metrics, waits for checkpoints and releases the run directory."""
         try:
+            self.profiler.stop()
             self.checkpointer.close()
+            self.events.exit(self.step)
         finally:  # after a failed save too: close the metric files, free the run directory
             try:
                 self.metrics.close()
             finally:
                 self.run_lock.release()
-
-
-def print_sample(trainer: Trainer) -> str:
-    """Continues `sample.prompt` with the trained model and prints it (needs data.tokenizer)."""
-    cfg = trainer.cfg
-    if not cfg.data.tokenizer:
-        print("sample: skipped (data.tokenizer names no tokenizer to encode the prompt)")
-        return ""
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
-    text = complete(
-        trainer.model(),
-        tokenizer,
-        cfg.sample.prompt,
-        max_new_tokens=cfg.sample.max_new_tokens,
-        temperature=cfg.sample.temperature,
-        top_k=cfg.sample.top_k,
-        seed=cfg.run.seed,
-    )
-    print(f"sample (step {trainer.step}): {cfg.sample.prompt}{text}", flush=True)
-    return text
 
 
 def _final_eval_missing(trainer: Trainer) -> bool:
@@ -602,5 +594,5 @@ def _train(trainer: Trainer) -> dict[str, Any]:
                 "sample was skipped."
             )
         else:
-            print_sample(trainer)
+            print_sample(trainer.model(), cfg, trainer.step)
     return last
