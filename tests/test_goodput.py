@@ -50,6 +50,30 @@ def test_goodput_counts_recomputed_steps_and_time_down_after_a_crash():
     assert g.fraction == pytest.approx(22.0 / 61.0)
 
 
+def test_the_event_log_times_steps_apart_from_host_work_and_idle_time(tmp_path):
+    now = [100.0]
+    log = goodput.EventLog(tmp_path, clock=lambda: now[0])
+    log.ready(step=0, compile_s=3.0)
+    now[0] = 110.0
+    log.steps_done(5)
+    now[0] = 500.0  # a notebook paused between two run() calls: not step time
+    log.ready(step=5, compile_s=0.0)
+    now[0] = 504.0
+    log.steps_done(8)
+    log.exit(8)
+    events = goodput.read_events(tmp_path)
+    assert [e["event"] for e in events] == ["start", "ready", "steps", "steps", "exit"]
+    assert [(e["first"], e["last"], e["wall"]) for e in events if e["event"] == "steps"] == [
+        (1, 5, 10.0),
+        (6, 8, 4.0),
+    ]
+    # Processes other than 0 write nothing.
+    quiet = goodput.EventLog(tmp_path / "other", enabled=False)
+    quiet.ready(step=0, compile_s=1.0)
+    quiet.exit(3)
+    assert not (tmp_path / "other").exists()
+
+
 @pytest.mark.slow
 def test_runs_shows_goodput_and_the_lost_work_after_sigkill_and_resume(tmp_path):
     run_dir = tmp_path / "run"
