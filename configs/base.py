@@ -41,6 +41,8 @@ def get_config() -> ConfigDict:
     c.train.peak_flops = 0.0  # per-device peak FLOP/s for MFU; 0 = known GPU table or measured
     c.train.check_memory = True  # refuse to start a step that needs more memory per device
     #                              than the devices have (compiled plan vs device/host memory)
+    c.train.profile_start = 0  # first step of a JAX profiler trace into <run dir>/profile; 0 = none
+    c.train.profile_steps = 1  # steps the trace covers (from train.profile_start on)
 
     c.optim = ConfigDict()
     c.optim.lr = 3e-4  # peak learning rate
@@ -130,6 +132,15 @@ def get_config() -> ConfigDict:
     c.eval.harness_every = 0  # steps between harness evaluations; 0 disables them
     c.eval.harness_limit = 0  # examples per task; 0 = every example
     c.eval.harness_fewshot = -1  # few-shot examples per prompt; -1 = each task's own default
+
+    c.metrics = ConfigDict()  # where metrics go besides metrics.jsonl, TensorBoard, console
+    c.metrics.wandb_project = ""  # Weights & Biases project; "" = no wandb (pip install wandb)
+    c.metrics.wandb_entity = ""  # wandb team or user; "" = the logged-in user's default
+    c.metrics.wandb_name = ""  # wandb run name; "" = run.name
+    c.metrics.wandb_tags = ""  # comma-separated tags of the wandb run
+    c.metrics.wandb_group = ""  # wandb group (runs shown together); "" = none
+    c.metrics.wandb_mode = ""  # online | offline | disabled; "" = WANDB_MODE, else online
+    c.metrics.wandb_dir = ""  # folder wandb writes its files under; "" = the run directory
 
     c.lock()
     return c

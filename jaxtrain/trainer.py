@@ -38,14 +38,15 @@ from jaxtrain.data import resume as data_resume
 from jaxtrain.data.prepare import prepare_data
 from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.evaluation.during_training import HarnessDuringTraining
-from jaxtrain.hardware import peaks as perf
-from jaxtrain.models.generation import complete, load_tokenizer
+from jaxtrain.models.generation import print_sample
 from jaxtrain.parallel import distributed, sharding
 from jaxtrain.planning import memory as memory_plan
+from jaxtrain.rundir import goodput, wandb_sink
 from jaxtrain.rundir.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
 from jaxtrain.rundir.lock import RunLock
 from jaxtrain.rundir.metrics import MetricsWriter, read_jsonl
-from jaxtrain.train import buffers
+from jaxtrain.rundir.profile import StepProfiler
+from jaxtrain.train import buffers, throughput
 from jaxtrain.train import state as state_lib
 from jaxtrain.train.step_timer import StepTimer
 from jaxtrain.train.stop import StopRequests
@@ -145,16 +146,24 @@ class Trainer:
         self.state = self._restore_or_init()
         # Tracked on the host so that asking for it never waits for the device.
         self._host_step = int(jax.device_get(self.state["step"]))
+        self.throughput = throughput.for_run(
+            cfg, self.spec, self.setup.backend.bf16_products, self.mesh.devices.size
+        )
         self.metrics = MetricsWriter(
             self.run_dir,
             cfg.train.steps,
             is_primary=self.is_primary,
             progress=cfg.train.progress,
             console=console,
+            tracker=wandb_sink.opener(
+                cfg, self.run_dir, self._restored_step, self.num_params, self.throughput, self.mesh
+            ),
         )
         # The recent steps' metrics, for notebooks and tests; metrics.jsonl keeps every step.
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
         self._first_step = self._host_step  # where this Trainer started: nothing trained yet
+        self.events = goodput.EventLog(self.run_dir, enabled=self.is_primary)
+        self.profiler = StepProfiler(self.run_dir, cfg.train.profile_start, cfg.train.profile_steps)
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
         distributed.report_checkpoints_in(self.checkpointer.directory)
@@ -321,10 +330,11 @@ class Trainer:
         self._saved_step = self.step
         self._last_save_time = time.monotonic()
         data_state = self.train_iter.get_state()
-        self.checkpointer.save(self.step, self.state, data_state, self.cfg.to_dict())
+        with self.events.timing("checkpoint"):
+            self.checkpointer.save(self.step, self.state, data_state, self.cfg.to_dict())
+            if wait:
+                self.checkpointer.wait()
         self._timer.interrupted()
-        if wait:
-            self.checkpointer.wait()
 
     def _write_run_config(self) -> None:
         if self.is_primary:
@@ -344,10 +354,12 @@ class Trainer:
 
     def _dispatch(self) -> tuple[int, Any]:
         """Starts the next step on the devices; returns its number and its (future) metrics."""
-        batch = self.setup.global_batch(next(self.train_iter))
-        self.state, device_metrics = self.compiled_step(self.state, batch)
+        with self.events.timing("data_wait"):
+            batch = self.setup.global_batch(next(self.train_iter))
+        self._timer.dispatched(self._host_step + 1)  # before queueing: see StepTimer
+        with self.profiler.step(self._host_step + 1):
+            self.state, device_metrics = self.compiled_step(self.state, batch)
         self._host_step += 1
-        self._timer.dispatched(self._host_step)
         return self._host_step, device_metrics
 
     def run(self, steps: int | None = None) -> dict[str, Any]:
@@ -379,11 +391,13 @@ class Trainer:
                 f"directory {self.run_dir}"
             )
             self._timer.started()
+            self.events.ready(self.step, self.compile_s)
             self.stops.training = True
             try:
                 last = self._train_until(target)
             finally:
                 self.stops.training = False
+                self.events.steps_done(self.step)
             if self.stops.requested:
                 self.save(wait=True)
                 self.log(
@@ -398,13 +412,12 @@ class Trainer:
     def _train_until(self, target: int) -> dict[str, Any]:
         """Dispatches steps up to `target` or a stop, each read one step late; returns the last
         metrics read."""
-        tokens_per_step = self.cfg.train.global_batch_size * self.cfg.train.seq_len
         pending: tuple[int, Any] | None = None
         last: dict[str, Any] = {}
         while not self.stops.requested and (self.step < target or pending is not None):
             current = self._dispatch() if self.step < target else None
             if pending is not None:
-                last = self._after_step(*pending, target, tokens_per_step)
+                last = self._after_step(*pending, target)
             pending = current
             if current is None:
                 continue
@@ -414,11 +427,11 @@ class Trainer:
             if stop or save or self._evaluation_due(step_no):
                 # Read this step's metrics before its state is saved, evaluated or donated:
                 # read a step late, validation would see the next step's parameters.
-                last, pending = self._after_step(*current, target, tokens_per_step), None
+                last, pending = self._after_step(*current, target), None
                 if save:
                     self.save()  # copies to host before returning: donation is safe
         if pending is not None:
-            last = self._after_step(*pending, target, tokens_per_step)
+            last = self._after_step(*pending, target)
         return last
 
     @property
@@ -467,13 +480,10 @@ class Trainer:
             "out-of-range tokens, or use float32 compute."
         )
 
-    def _after_step(
-        self, step_no: int, device_metrics: Any, target: int, tokens_per_step: int
-    ) -> dict[str, Any]:
+    def _after_step(self, step_no: int, device_metrics: Any, target: int) -> dict[str, Any]:
         """Reads a dispatched step's metrics (waiting for it), checks, logs and evaluates."""
         cfg = self.cfg
-        values = jax.device_get(device_metrics)
-        self._timer.completed(step_no)
+        values = self._timer.read(step_no, device_metrics)
         self._check_finite(step_no, values)
         record: dict[str, Any] = {k: float(v) for k, v in values.items()}
         record["ppl"] = math.exp(min(record["loss"], 50.0))
@@ -482,54 +492,31 @@ class Trainer:
             # The first step is reported apart: its wall time is mostly compiling.
             record["compile_s"], self._compile_s, log_now = self._compile_s, None, True
         if log_now and (window := self._timer.take()):
-            steps, seconds = window
-            tps = tokens_per_step * steps / max(seconds, 1e-9)
-            mfu = perf.mfu(
-                self.spec.flops_per_token(cfg.train.seq_len),
-                tps,
-                cfg.train.peak_flops,
-                self.mesh.devices.size,
-                fp8=self.spec.quantization == "fp8",
-            )
-            record.update(tokens_per_s=tps, step_time=seconds / steps, mfu=mfu)
+            record.update(self.throughput.figures(window))
         if cfg.train.eval_every and step_no % cfg.train.eval_every == 0:
-            record.update(self.evaluate())
+            with self.events.timing("eval"):
+                record.update(self.evaluate())
             self._timer.interrupted()
-        record.update(self.harness(step_no, self.state["params"]))
+        if self.harness.due(step_no):
+            with self.events.timing("eval"):  # goodput counts harness tasks as evaluation
+                record.update(self.harness(step_no, self.state["params"]))
         if log_now or any(k.startswith(("val_", "harness/")) for k in record):
             self.metrics.write(step_no, record)
+            self.events.steps_done(step_no)
         self.history.append({"step": step_no, **record})
         return record
 
     def close(self) -> None:
         """Flushes metrics, waits for checkpoints and releases the run directory."""
         try:
+            self.profiler.stop()
             self.checkpointer.close()
+            self.events.exit(self.step)
         finally:  # after a failed save too: close the metric files, free the run directory
             try:
                 self.metrics.close()
             finally:
                 self.run_lock.release()
-
-
-def print_sample(trainer: Trainer) -> str:
-    """Continues `sample.prompt` with the trained model and prints it (needs data.tokenizer)."""
-    cfg = trainer.cfg
-    if not cfg.data.tokenizer:
-        print("sample: skipped (data.tokenizer names no tokenizer to encode the prompt)")
-        return ""
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
-    text = complete(
-        trainer.model(),
-        tokenizer,
-        cfg.sample.prompt,
-        max_new_tokens=cfg.sample.max_new_tokens,
-        temperature=cfg.sample.temperature,
-        top_k=cfg.sample.top_k,
-        seed=cfg.run.seed,
-    )
-    print(f"sample (step {trainer.step}): {cfg.sample.prompt}{text}", flush=True)
-    return text
 
 
 def _final_eval_missing(trainer: Trainer) -> bool:
@@ -618,5 +605,5 @@ def _train(trainer: Trainer) -> dict[str, Any]:
                 "sample was skipped."
             )
         else:
-            print_sample(trainer)
+            print_sample(trainer.model(), cfg, trainer.step)
     return last

@@ -150,3 +150,27 @@ def test_logged_throughput_is_plausible_around_evaluations_and_saves(tmp_path, d
         assert 0 < r["mfu"] <= 1 and math.isclose(
             r["tokens_per_s"] * r["step_time"], 8 * 32, rel_tol=1e-6
         )
+
+
+def test_a_step_the_host_came_late_for_opens_the_next_window_when_the_next_was_queued():
+    """Step 3 was done before the host asked for it (a paused host thread): step 4, queued at
+    11.0, may have run since then, so its window starts there, not at the read of step 3."""
+    now = [0.0]
+    timer = StepTimer(clock=lambda: now[0])
+
+    def at(t, event, *args):
+        now[0] = t
+        getattr(timer, event)(*args)
+
+    timer.interrupted()
+    at(10.0, "dispatched", 3)
+    at(11.0, "dispatched", 4)
+    at(12.0, "completed", 3, False)  # ready before the read: the host came late
+    assert timer.take() == (1, 2.0)
+    at(12.1, "dispatched", 5)
+    at(12.2, "completed", 4, True)  # the host waited: step 5 starts now
+    # From the read of step 3 the window would be 0.2 s: a step 5x faster than the device.
+    assert timer.take() == (1, pytest.approx(1.2))
+    at(12.3, "dispatched", 6)
+    at(13.2, "completed", 5, True)
+    assert timer.take() == (1, pytest.approx(1.0))

@@ -7,10 +7,10 @@ pipeline is not measured; `tools/bench_loader.py` measures that), after warm-up 
 
 FLOPs per token are `ModelSpec.flops_per_token`: 6 x matmul parameters (output projection
 included, embedding gather excluded) + 3 x causal attention (2 x 2 x layers x heads x head_dim x
-seq_len / 2). MFU is `jaxtrain.hardware.peaks.mfu`, as the trainer logs it: achieved FLOP/s over
+seq_len / 2). MFU is `jaxtrain.train.throughput`, as the trainer logs it: achieved FLOP/s over
 the mesh's peak, a data-sheet figure for known GPUs (their fp8 peak for
-`model.quantization="fp8"`), `train.peak_flops` when set, or a measured float32 matmul rate on
-CPUs.
+`model.quantization="fp8"`), `train.peak_flops` when set, or a matmul rate measured on
+CPUs in the precision the matmuls take (bfloat16 where the CPU multiplies it in hardware).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ml_collections import ConfigDict
 
 from jaxtrain import compat
 from jaxtrain.commands.options import add_config_argument
-from jaxtrain.hardware import peaks as perf
+from jaxtrain.train import throughput
 
 # A Llama shape any CPU trains in seconds: the GPU tools' `--smoke` runs (tools/bench_gpu.py,
 # tools/gpu_parity.py) take it to check their code path anywhere.
@@ -108,8 +108,9 @@ def _time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     tokens = cfg.train.global_batch_size * cfg.train.seq_len * steps
     tokens_per_s = tokens / elapsed
     flops_per_token = spec.flops_per_token(cfg.train.seq_len)
-    devices, fp8 = trainer.mesh.devices.size, spec.quantization == "fp8"
-    total_peak, peak_source = perf.mesh_peak_flops(cfg.train.peak_flops, devices, fp8=fp8)
+    devices = trainer.mesh.devices.size
+    run_peak = throughput.for_run(cfg, spec, trainer.setup.backend.bf16_products, devices)
+    total_peak, peak_source = run_peak.peak_flops, run_peak.peak_source
     memory = compiled.memory_analysis()
     temp_bytes = float(getattr(memory, "temp_size_in_bytes", 0) or 0)
     return {
@@ -119,7 +120,7 @@ def _time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
         "achieved_flops_per_s": flops_per_token * tokens_per_s,
         "peak_flops_per_s": total_peak,
         "peak_source": peak_source,
-        "mfu": perf.mfu(flops_per_token, tokens_per_s, cfg.train.peak_flops, devices, fp8=fp8),
+        "mfu": flops_per_token * tokens_per_s / total_peak,
         "compile_s": compile_s,
         "temp_memory_gb": temp_bytes / 1e9,
         "host_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,

@@ -2,8 +2,9 @@
 
 For each run: the config in one line (model preset, parameters, sequence length, batch, learning
 rate, mesh), its progress, the latest metrics, the checkpoints on disk, when it last wrote a
-metric and the ETA from its recent step rate. Only small files are read (config.json,
-metrics.jsonl, checkpoint metadata), so it is safe to run next to a live training job.
+metric, the ETA from its recent step rate, its goodput and badput (`jaxtrain.rundir.goodput`)
+and the profiler traces it captured. Only small files are read (config.json, metrics.jsonl,
+events.jsonl, checkpoint metadata), so it is safe to run next to a live training job.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.rundir import goodput as goodput_lib
 from jaxtrain.rundir.metrics import read_records
+from jaxtrain.rundir.profile import list_traces
 
 # Step rate from the last few logged steps: recent enough to follow a change of speed, long
 # enough to smooth the jitter of one logging interval.
@@ -38,6 +41,8 @@ class RunReport:
     steps_per_s: float | None
     metrics_notes: list[str] = dataclasses.field(default_factory=list)  # lines skipped
     harness: str = ""  # the newest lm-evaluation-harness figures (harness_line)
+    goodput: goodput_lib.Goodput | None = None  # None before the first start that trained
+    traces: list[Path] = dataclasses.field(default_factory=list)  # profiler trace files
 
     @property
     def step(self) -> int:
@@ -189,6 +194,8 @@ def build_report(run_dir: str | Path) -> RunReport:
         steps_per_s=step_rate(records),
         metrics_notes=notes,
         harness=harness_line(records),
+        goodput=goodput_lib.summarize(goodput_lib.read_events(path)),
+        traces=list_traces(path),
     )
 
 
@@ -237,6 +244,30 @@ def harness_line(records: list[dict[str, Any]]) -> str:
     )
 
 
+def goodput_lines(g: goodput_lib.Goodput) -> list[tuple[str, str]]:
+    """The goodput row and the badput row of a report."""
+    starts = f"{g.starts} start{'s' if g.starts != 1 else ''}"
+    if g.crashes:
+        starts += f", {g.crashes} after a crash"
+    rows = [("goodput", f"{g.fraction:.1%} of {duration(g.wall)} since the first start ({starts})")]
+    causes = sorted(g.badput.items(), key=lambda item: -item[1])
+    parts = []
+    for name, seconds in causes:
+        if seconds < 0.05:
+            continue
+        part = f"{name} {duration_s(seconds)} ({seconds / g.wall:.1%})" if g.wall else name
+        if name == "recomputed steps" and g.recomputed:
+            part += " [steps " + ", ".join(f"{a}-{b}" for a, b in g.recomputed) + "]"
+        parts.append(part)
+    rows.append(("badput", ", ".join(parts) or "none"))
+    return rows
+
+
+def duration_s(seconds: float) -> str:
+    """A duration with tenths below a minute (badput causes are often seconds)."""
+    return f"{seconds:.1f}s" if seconds < 60 else duration(seconds)
+
+
 def format_report(report: RunReport, now: float | None = None) -> str:
     """The terminal block for one run."""
     now = time.time() if now is None else now
@@ -268,6 +299,11 @@ def format_report(report: RunReport, now: float | None = None) -> str:
     ]
     if report.harness:
         rows.insert(4, ("harness", report.harness))
+    if report.goodput is not None:
+        rows += goodput_lines(report.goodput)
+    if report.traces:
+        shown = [str(t.relative_to(report.path)) for t in report.traces]
+        rows.append(("traces", ", ".join(shown)))
     rows += [("warning", note) for note in report.metrics_notes]
     width = max(len(k) for k, _ in rows)
     return "\n".join(

@@ -26,6 +26,7 @@ from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 SCHEDULES = ("cosine", "linear", "sqrt", "constant")
 DATA_KINDS = ("datatrove", "megatron", "synthetic", "text")
+WANDB_MODES = ("", "online", "offline", "disabled")
 # checkpoint.compression: the codec of the saved arrays' chunks (Orbax offers zstd or none).
 CHECKPOINT_COMPRESSIONS = ("none", "zstd")
 
@@ -351,6 +352,11 @@ def validate(cfg: ConfigDict) -> ModelSpec:
     if o.min_lr > o.lr:
         raise ConfigError(
             f"optim.lr={o.lr} / optim.min_lr={o.min_lr}: need 0 <= min_lr <= lr and lr > 0."
+        )
+    mode = cfg.get("metrics", {}).get("wandb_mode", "")
+    if mode not in WANDB_MODES:
+        raise ConfigError(
+            f"metrics.wandb_mode={mode!r} is not one of {WANDB_MODES} ('' takes WANDB_MODE)."
         )
     ckpt = cfg.checkpoint
     check_checkpoint_compression(ckpt.get("compression", "none"))

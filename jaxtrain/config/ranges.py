@@ -44,6 +44,8 @@ RANGES: dict[str, Range] = {
     "eval.harness_limit": Range(0, hint="0: every example of each task"),
     "eval.harness_fewshot": Range(-1, hint="-1: each task's default"),
     "train.peak_flops": Range(0, hint="0: the known-GPU table or a measured rate"),
+    "train.profile_start": Range(0, hint="0: no profiler trace"),
+    "train.profile_steps": COUNT,
     "optim.lr": POSITIVE,
     "optim.min_lr": NON_NEGATIVE,
     "optim.warmup_steps": NON_NEGATIVE,

@@ -6,11 +6,20 @@ With fp8 matmuls (`model.quantization="fp8"`) the peak is the device's dense fp8
 bf16 peak on these GPUs, as Transformer Engine and MaxText report it: all model FLOPs count
 against it, although attention and the output layer still run in bf16, so an fp8 run's MFU
 reads lower than its bf16 run's at the same step time and higher only where fp8 pays off.
+
+On CPUs the peak is measured, in the precision the run's matmuls take (`matmul_dtype`): a
+bfloat16 run on a CPU that multiplies bfloat16 in hardware (AVX512-BF16, AMX; see
+`jaxtrain.hardware.backend`) is measured against a bfloat16 matmul, about twice the float32
+rate there; where bfloat16 operands are widened to float32 the float32 matmul is the peak.
+The measurement counts the CPU time the matmul's threads ran as well as the wall time, so that
+other processes sharing the cores do not lower the peak (and lift MFU above what the hardware
+can do).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import time
 
 import jax
@@ -48,27 +57,52 @@ def device_peak_flops(device: jax.Device | None = None, fp8: bool = False) -> fl
     return fp8_peak or _table_peak(PEAK_BF16_FLOPS, device)
 
 
-@functools.cache
-def measured_matmul_flops(size: int = 2048, repeats: int = 10) -> float:
-    """Achieved FLOP/s of a jitted float32 matmul on one device: the practical CPU peak.
+def matmul_dtype_of(compute_dtype: str, bf16_products: bool) -> str:
+    """The dtype a run's matmuls multiply in: bfloat16 where the model computes in bfloat16 and
+    the backend reads bfloat16 operands (`Backend.bf16_products`), else float32 (a float32
+    model, or bfloat16 operands widened to float32 on CPUs without bfloat16 dot instructions)."""
+    return "bfloat16" if compute_dtype == "bfloat16" and bf16_products else "float32"
 
-    The best of several runs, so that a momentarily busy machine does not lower the peak (and
-    inflate MFU); 2048^3 is large enough to reach the BLAS kernels' steady state.
+
+@functools.cache
+def measured_matmul_flops(size: int = 1024, repeats: int = 40, dtype: str = "float32") -> float:
+    """Achieved FLOP/s of a jitted matmul with `dtype` operands and float32 results on one
+    device: the practical CPU peak of that precision.
+
+    Timed both by the wall clock and by the process's CPU time, spread over the cores it may
+    use: on a machine shared with other processes the wall clock sees the cores taken from it
+    (a peak measured at a busy moment once read a quarter of the quiet figure, and MFU went
+    above 1), while the CPU time counts only the time its threads ran. The best of many short
+    runs of each, the higher of the two: a 1024^3 float32 matmul takes about 10 ms on a modern
+    core, already the BLAS kernels' steady state.
     """
     device = jax.devices()[0]
-    a = jax.device_put(jnp.ones((size, size), jnp.float32), device)
-    matmul = jax.jit(lambda x: x @ x)
+    a = jax.device_put(jnp.ones((size, size), jnp.dtype(dtype)), device)
+    matmul = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
     matmul(a).block_until_ready()
-    best = float("inf")
+    wall = cpu = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         matmul(a).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+        wall = min(wall, time.perf_counter() - start)
+        cpu = min(cpu, time.process_time() - start_cpu)
+    flops = 2 * size**3
+    return max(flops / wall, flops / max(cpu, 1e-9) * _usable_cores())
 
 
-def peak_flops(configured: float = 0.0, fp8: bool = False) -> tuple[float, str]:
-    """Per-device peak FLOP/s and where the figure comes from (the fp8 peak when `fp8`)."""
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container's or taskset's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def peak_flops(
+    configured: float = 0.0, fp8: bool = False, matmul_dtype: str = "float32"
+) -> tuple[float, str]:
+    """Per-device peak FLOP/s and where the figure comes from (the fp8 peak when `fp8`; on a
+    CPU, a measured matmul in `matmul_dtype`)."""
     if configured > 0:
         return configured, "train.peak_flops"
     device = jax.devices()[0]
@@ -76,15 +110,17 @@ def peak_flops(configured: float = 0.0, fp8: bool = False) -> tuple[float, str]:
         return peak, f"data sheet ({device.device_kind}, fp8)"
     if peak := _table_peak(PEAK_BF16_FLOPS, device):
         return peak, f"data sheet ({device.device_kind})"
-    return measured_matmul_flops(), "measured float32 matmul"
+    return measured_matmul_flops(dtype=matmul_dtype), f"measured {matmul_dtype} matmul"
 
 
-def mesh_peak_flops(configured: float, num_devices: int, fp8: bool = False) -> tuple[float, str]:
+def mesh_peak_flops(
+    configured: float, num_devices: int, fp8: bool = False, matmul_dtype: str = "float32"
+) -> tuple[float, str]:
     """Peak FLOP/s of a whole mesh of `num_devices`, and where the per-device figure comes from.
 
     Fake CPU devices share the host's cores: the measured CPU peak is already the whole CPU.
     """
-    peak, source = peak_flops(configured, fp8)
+    peak, source = peak_flops(configured, fp8, matmul_dtype)
     return (peak if jax.devices()[0].platform == "cpu" else peak * num_devices), source
 
 
@@ -94,7 +130,9 @@ def mfu(
     configured_peak: float,
     num_devices: int,
     fp8: bool = False,
+    matmul_dtype: str = "float32",
 ) -> float:
     """Model FLOPs utilisation, a fraction: achieved model FLOP/s over the mesh's peak (the
-    fp8 peak for an fp8 run)."""
-    return flops_per_token * tokens_per_s / mesh_peak_flops(configured_peak, num_devices, fp8)[0]
+    fp8 peak for an fp8 run, the peak of `matmul_dtype` on a CPU)."""
+    peak = mesh_peak_flops(configured_peak, num_devices, fp8, matmul_dtype)[0]
+    return flops_per_token * tokens_per_s / peak

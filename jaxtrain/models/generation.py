@@ -90,3 +90,23 @@ def complete(model: nnx.Module, tokenizer: Any, prompt: str, **kwargs: Any) -> s
     ids = tokenizer.encode(prompt, add_special_tokens=False)
     new_ids = generate(model, ids, eos_id=tokenizer.eos_token_id, **kwargs)
     return tokenizer.decode(new_ids, skip_special_tokens=True)
+
+
+def print_sample(model: nnx.Module, cfg: Any, step: int) -> str:
+    """Continues a run config's `sample.prompt` with `model` (trained to `step`) and prints it;
+    needs `data.tokenizer` to encode the prompt."""
+    if not cfg.data.tokenizer:
+        print("sample: skipped (data.tokenizer names no tokenizer to encode the prompt)")
+        return ""
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    text = complete(
+        model,
+        tokenizer,
+        cfg.sample.prompt,
+        max_new_tokens=cfg.sample.max_new_tokens,
+        temperature=cfg.sample.temperature,
+        top_k=cfg.sample.top_k,
+        seed=cfg.run.seed,
+    )
+    print(f"sample (step {step}): {cfg.sample.prompt}{text}", flush=True)
+    return text

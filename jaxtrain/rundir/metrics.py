@@ -1,6 +1,7 @@
 """Where metrics go: a JSONL file in the run directory (the source of truth), TensorBoard event
-files when tensorboardX is installed, and the console (a progress bar on a terminal, plain log
-lines when output is piped to a file such as a Slurm log or CI).
+files when tensorboardX is installed, the console (a progress bar on a terminal, plain log
+lines when output is piped to a file such as a Slurm log or CI), and Weights & Biases when
+`metrics.wandb_project` names a project (`jaxtrain.rundir.wandb_sink`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -211,10 +213,13 @@ class MetricsWriter:
         is_primary: bool = True,
         progress: bool = True,
         console: bool = True,
+        tracker: Callable[[], Any] | None = None,
     ):
+        """`tracker`: opens one more sink with the files (an experiment tracker: wandb)."""
         self.run_dir = run_dir
         self.sinks: list[Any] = []
         self._to_open = is_primary
+        self._tracker = tracker
         if is_primary and console:
             self.sinks.append(ConsoleSink(total_steps, progress=progress))
 
@@ -231,6 +236,8 @@ class MetricsWriter:
                     self.run_dir / "tensorboard", "creating a TensorBoard event file"
                 ) from e
             raise
+        if self._tracker is not None:
+            self.sinks.append(self._tracker())
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
         if self._to_open:

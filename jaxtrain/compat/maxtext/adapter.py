@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxtrain.compat.common.report import KeyReport, is_off
-from jaxtrain.compat.maxtext import fp8, model, training
+from jaxtrain.compat.maxtext import fp8, model, tracking, training
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.presets.registry import model_config
 
@@ -212,6 +212,8 @@ def to_jaxtrain(r: KeyReport, from_table: str = "") -> dict[str, Any]:
     _model(r, s, from_table)
     fp8.map_fp8(r, s)
     training.map_training(r, s)
+    tracking.map_profiler(r, s)
+    tracking.map_wandb(r, s)
     for key, neutral, why in NEUTRAL:
         if r.has(key) and not r.handled(key):
             value = r.get(key)

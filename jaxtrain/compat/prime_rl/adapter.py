@@ -13,7 +13,7 @@ from typing import Any
 
 from jaxtrain.compat.common.report import KeyReport
 from jaxtrain.compat.huggingface import adapter as hf_json
-from jaxtrain.compat.prime_rl import training
+from jaxtrain.compat.prime_rl import tracking, training
 from jaxtrain.errors import ConfigError
 
 REJECTED = ("eval", "inference", "weight_broadcast")
@@ -34,7 +34,7 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
     ("mode", "selects this adapter"),
     ("log.*", "logging"),
     ("monitors.*", "metric sinks"),
-    ("wandb.*", "metric sinks"),
+    ("wandb.*", "what extras prime-rl logs to wandb"),
     ("model.attn", "attention kernel choice"),
     ("model.compile*", "torch.compile; XLA compiles every step"),
     ("model.impl", "model implementation choice (HF or custom kernels)"),
@@ -136,5 +136,6 @@ def to_jaxtrain(r: KeyReport, doc: dict[str, Any]) -> dict[str, Any]:
         r.mapped("model.optimization_dtype", "model.param_dtype")
     r.note("compute in bfloat16 with float32 parameters, as prime-rl's FSDP mixed precision")
     training.map_training(r, s, doc)
+    tracking.map_wandb(r, s, doc)
     r.finish(IGNORE_RULES)
     return s
