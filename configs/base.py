@@ -41,6 +41,9 @@ def get_config() -> ConfigDict:
     c.train.peak_flops = 0.0  # per-device peak FLOP/s for MFU; 0 = known GPU table or measured
     c.train.check_memory = True  # refuse to start a step that needs more memory per device
     #                              than the devices have (compiled plan vs device/host memory)
+    c.train.hang_timeout = 1800.0  # seconds without a completed step before the run prints every
+    #   thread's stack and exits 4 (hung data, file system or collective); counted from the
+    #   first completed step, so compiling never counts; 0 disables the watch
 
     c.optim = ConfigDict()
     c.optim.lr = 3e-4  # peak learning rate

@@ -46,6 +46,7 @@ from jaxtrain.rundir.lock import RunLock
 from jaxtrain.rundir.metrics import MetricsWriter, read_jsonl
 from jaxtrain.train import buffers
 from jaxtrain.train import state as state_lib
+from jaxtrain.train.hang_watch import HangWatch
 from jaxtrain.train.step_timer import StepTimer
 from jaxtrain.train.stop import StopRequests
 
@@ -153,6 +154,7 @@ class Trainer:
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
         self._first_step = self._host_step  # where this Trainer started: nothing trained yet
         self._timer = StepTimer()
+        self.hang_watch = HangWatch(cfg.train.hang_timeout, self.checkpointer.directory)
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
         distributed.report_checkpoints_in(self.checkpointer.directory)
@@ -362,7 +364,7 @@ class Trainer:
             self.log(f"nothing to do: at step {self.step}, target {target}")
             return self.history[-1] if self.history else {}
         last: dict[str, Any] = {}
-        with self.stops.handling(), self.setup.mesh_context():
+        with self.stops.handling(), self.setup.mesh_context(), self.hang_watch:
             self.stops.start(self.step)
             if self.stops.requested and self.step == self._first_step:
                 # Stopped before this Trainer's first step: there is nothing new to save.
@@ -466,6 +468,7 @@ class Trainer:
         cfg = self.cfg
         values = jax.device_get(device_metrics)
         self._timer.completed(step_no)
+        self.hang_watch.completed(step_no)
         self._check_finite(step_no, values)
         record: dict[str, Any] = {k: float(v) for k, v in values.items()}
         record["ppl"] = math.exp(min(record["loss"], 50.0))

@@ -41,6 +41,7 @@ RANGES: dict[str, Range] = {
     "train.eval_every": Range(0, hint="0: no periodic validation"),
     "train.eval_batches": Range(0, hint="0: no validation"),
     "train.peak_flops": Range(0, hint="0: the known-GPU table or a measured rate"),
+    "train.hang_timeout": Range(0, hint="seconds; 0: no hang watch"),
     "optim.lr": POSITIVE,
     "optim.min_lr": NON_NEGATIVE,
     "optim.warmup_steps": NON_NEGATIVE,
