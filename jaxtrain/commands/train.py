@@ -84,7 +84,7 @@ def _stopped_exit_code() -> int:
     value = os.environ.get(STOPPED_EXIT_ENV, "").strip() or "0"
     if not value.isdigit() or not 0 <= int(value) <= 255:
         raise ConfigError(
-            f"{STOPPED_EXIT_ENV}={value!r} is not an exit status: set it to 0..255 (75, "
+            f"JAXTRAIN_STOPPED_EXIT_CODE={value!r} is not an exit status: set it to 0..255 (75, "
             "EX_TEMPFAIL, is what tools/launch_slurm.sbatch uses), or unset it."
         )
     return int(value)

@@ -28,6 +28,7 @@ In case the watch thread itself cannot run (a native call holding the interprete
 from __future__ import annotations
 
 import faulthandler
+import math
 import os
 import sys
 import threading
@@ -105,12 +106,13 @@ class HangWatch:
         self._main = threading.main_thread()
         self._lock = threading.Lock()
         self._last: tuple[int, float] | None = None  # (step, when it completed)
+        self._armed_at = -math.inf  # when the faulthandler backstop was last re-armed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> HangWatch:
         if self.timeout_s > 0:
-            self._last = None
+            self._last, self._armed_at = None, -math.inf
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="jaxtrain-hang-watch")
             self._thread.daemon = True
@@ -128,11 +130,15 @@ class HangWatch:
         """Step `step` has completed: the clock restarts (and starts, at a run's first step)."""
         if self._thread is None:
             return
+        now = time.monotonic()
         with self._lock:
-            self._last = (step, time.monotonic())
-        faulthandler.dump_traceback_later(
-            self.timeout_s + PEER_GRACE_S + BACKSTOP_S, exit=True, file=sys.stderr
-        )
+            self._last = (step, now)
+        # Re-arming starts a thread in CPython: at most once a second (BACKSTOP_S covers it).
+        if now - self._armed_at >= 1.0:
+            self._armed_at = now
+            faulthandler.dump_traceback_later(
+                self.timeout_s + PEER_GRACE_S + BACKSTOP_S, exit=True, file=sys.stderr
+            )
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
