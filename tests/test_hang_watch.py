@@ -20,7 +20,7 @@ from multiprocess_helpers import Job
 
 from jaxtrain.train.hang_watch import DATA_WAIT, DEVICE_WAIT, EXIT_HUNG, HangWatch, phase_of
 
-HANG_TIMEOUT = 10
+HANG_TIMEOUT = 15
 
 
 def test_watch_starts_at_the_first_completed_step_and_reports_the_stuck_call():
@@ -93,6 +93,14 @@ def data_worker(pid: int) -> int | None:
     return None
 
 
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.slow
 def test_frozen_data_worker_ends_the_run_with_stacks_and_a_cause(tmp_path):
     run = tmp_path / "run"
@@ -113,7 +121,7 @@ def test_frozen_data_worker_ends_the_run_with_stacks_and_a_cause(tmp_path):
         ],
         tmp_path / "logs",
     )
-    worker = None
+    worker = other_worker = None
     try:
         metrics = run / "metrics.jsonl"
         deadline = time.monotonic() + 240
@@ -122,17 +130,23 @@ def test_frozen_data_worker_ends_the_run_with_stacks_and_a_cause(tmp_path):
             assert all(p.poll() is None for p in job.procs), job.log(0) + job.log(1)
             time.sleep(0.2)
         worker = data_worker(job.procs[1].pid)
-        assert worker is not None, "no grain worker process under process 1"
+        other_worker = data_worker(job.procs[0].pid)
+        assert worker is not None and other_worker is not None, "no grain worker processes"
         os.kill(worker, signal.SIGSTOP)
         frozen_at = time.monotonic()
         codes = job.wait(timeout=HANG_TIMEOUT + 60)
         took = time.monotonic() - frozen_at
+        # No data worker outlives its process (under Slurm an orphan holds the job step open).
+        deadline = time.monotonic() + 10
+        while alive(worker) or alive(other_worker):
+            assert time.monotonic() < deadline, "a data worker outlived its training process"
+            time.sleep(0.2)
     finally:
         job.kill()
-        if worker is not None:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
+        for pid in (worker, other_worker):
+            for sig in (signal.SIGCONT, signal.SIGKILL) if pid is not None else ():
                 try:
-                    os.kill(worker, sig)
+                    os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
     hung, other = job.log(1, tail=None), job.log(0)

@@ -438,6 +438,7 @@ def abandon(exit_code: int) -> None:
     _WATCH.stop(failed=True)
     sys.stdout.flush()
     sys.stderr.flush()
+    peer_watch.end_child_processes()
     os._exit(exit_code)
 
 

@@ -16,9 +16,9 @@ between runs is not hung).
 
 What the loop was doing is read from the main thread's stack, not from markers in the loop: a
 stuck call cannot update a marker, but its frame is there. A process waiting for its step on the
-devices may be waiting for another process (a collective), so it waits `PEER_GRACE_S` longer:
-the process that is stuck itself (in its data or its checkpoint) reports first, and this one
-then stops on its notice, naming it.
+devices (or in a dispatch, or agreeing on a checkpoint or a stop) may be waiting for another
+process, so it waits `PEER_GRACE_S` longer: the process that is stuck itself (in its data or
+its checkpoint) reports first, and this one then stops on its notice, naming it.
 
 In case the watch thread itself cannot run (a native call holding the interpreter lock),
 `faulthandler.dump_traceback_later` is armed as a backstop: it dumps the stacks and exits from C
@@ -61,6 +61,14 @@ _PHASES = (
 _DATA_FRAMES = (f"{os.sep}grain{os.sep}", f"jaxtrain{os.sep}data{os.sep}")
 DATA_WAIT = "waiting for the next batch from the data pipeline"
 DEVICE_WAIT = "waiting for the step to complete on the devices"
+# Phases in which this process may be waiting for another one (a collective, or a dispatch
+# that blocks until the devices take more work): they give a stuck peer time to report first.
+_PEER_WAITS = {
+    DEVICE_WAIT,
+    "dispatching the next step",
+    "agreeing with the other processes whether to checkpoint",
+    "agreeing with the other processes on the stop step",
+}
 
 
 def phase_of(frame: FrameType | None) -> str:
@@ -151,7 +159,7 @@ class HangWatch:
             if idle < self.timeout_s:
                 continue
             phase = phase_of(sys._current_frames().get(self._main.ident))
-            if phase == DEVICE_WAIT and idle < self.timeout_s + PEER_GRACE_S:
+            if phase in _PEER_WAITS and idle < self.timeout_s + PEER_GRACE_S:
                 continue  # perhaps waiting for a stuck peer: let it report first
             self.on_hang(self._message(step, idle, phase))
             return
@@ -164,8 +172,8 @@ class HangWatch:
         )
         return (
             f"hung: no training step completed for {idle:.0f} s after step {step}{where} "
-            f"(train.hang_timeout={self.timeout_s:g}); it was {phase} at step {step + 1} (the "
-            f"stacks of every thread are above). Exiting with status {EXIT_HUNG} so that the "
+            f"(train.hang_timeout={self.timeout_s:g}); it was {phase} (the stacks of every "
+            f"thread are above). Exiting with status {EXIT_HUNG} so that the "
             f"job can be restarted. {self.hint.text()}".rstrip()
         )
 
@@ -177,4 +185,5 @@ class HangWatch:
         os.write(2, f"\njaxtrain train: error: {message}\n".encode())
         distributed.abandon(EXIT_HUNG)  # tells the other processes and exits; returns alone
         sys.stderr.flush()
+        peer_watch.end_child_processes()  # a stuck data worker must not outlive the run
         os._exit(EXIT_HUNG)
