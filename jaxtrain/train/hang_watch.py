@@ -71,6 +71,16 @@ _PEER_WAITS = {
 }
 
 
+def _stderr():
+    """Where faulthandler writes: sys.stderr, or file descriptor 2 when sys.stderr is no file
+    (captured by a test runner or a notebook)."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
+    return sys.stderr
+
+
 def phase_of(frame: FrameType | None) -> str:
     """What the training loop is doing, from a stack's innermost frame (see `_PHASES`)."""
     stack = []
@@ -145,7 +155,7 @@ class HangWatch:
         if now - self._armed_at >= 1.0:
             self._armed_at = now
             faulthandler.dump_traceback_later(
-                self.timeout_s + PEER_GRACE_S + BACKSTOP_S, exit=True, file=sys.stderr
+                self.timeout_s + PEER_GRACE_S + BACKSTOP_S, exit=True, file=_stderr()
             )
 
     def _loop(self) -> None:
@@ -181,7 +191,7 @@ class HangWatch:
     def _exit(message: str) -> None:
         sys.stdout.flush()
         os.write(2, b"\njaxtrain: hang watch: stacks of every thread:\n")
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        faulthandler.dump_traceback(file=_stderr(), all_threads=True)
         os.write(2, f"\njaxtrain train: error: {message}\n".encode())
         distributed.abandon(EXIT_HUNG)  # tells the other processes and exits; returns alone
         sys.stderr.flush()
