@@ -43,6 +43,9 @@ def get_config() -> ConfigDict:
     #                              than the devices have (compiled plan vs device/host memory)
     c.train.profile_start = 0  # first step of a JAX profiler trace into <run dir>/profile; 0 = none
     c.train.profile_steps = 1  # steps the trace covers (from train.profile_start on)
+    c.train.hang_timeout = 1800.0  # seconds without a completed step before the run prints every
+    #   thread's stack and exits 4 (hung data, file system or collective); counted from the
+    #   first completed step, so compiling never counts; 0 disables the watch
 
     c.optim = ConfigDict()
     c.optim.lr = 3e-4  # peak learning rate

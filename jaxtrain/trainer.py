@@ -48,6 +48,7 @@ from jaxtrain.rundir.metrics import MetricsWriter, read_jsonl
 from jaxtrain.rundir.profile import StepProfiler
 from jaxtrain.train import buffers, throughput
 from jaxtrain.train import state as state_lib
+from jaxtrain.train.hang_watch import HangWatch
 from jaxtrain.train.step_timer import StepTimer
 from jaxtrain.train.stop import StopRequests
 
@@ -164,6 +165,7 @@ class Trainer:
         self._first_step = self._host_step  # where this Trainer started: nothing trained yet
         self.events = goodput.EventLog(self.run_dir, enabled=self.is_primary)
         self.profiler = StepProfiler(self.run_dir, cfg.train.profile_start, cfg.train.profile_steps)
+        self.hang_watch = HangWatch(cfg.train.hang_timeout, self.checkpointer.directory)
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
         distributed.report_checkpoints_in(self.checkpointer.directory)
@@ -376,7 +378,7 @@ class Trainer:
             self.log(f"nothing to do: at step {self.step}, target {target}")
             return self.history[-1] if self.history else {}
         last: dict[str, Any] = {}
-        with self.stops.handling(), self.setup.mesh_context():
+        with self.stops.handling(), self.setup.mesh_context(), self.hang_watch:
             self.stops.start(self.step)
             if self.stops.requested and self.step == self._first_step:
                 # Stopped before this Trainer's first step: there is nothing new to save.
@@ -484,6 +486,7 @@ class Trainer:
         """Reads a dispatched step's metrics (waiting for it), checks, logs and evaluates."""
         cfg = self.cfg
         values = self._timer.read(step_no, device_metrics)
+        self.hang_watch.completed(step_no)
         self._check_finite(step_no, values)
         record: dict[str, Any] = {k: float(v) for k, v in values.items()}
         record["ppl"] = math.exp(min(record["loss"], 50.0))

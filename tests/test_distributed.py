@@ -89,12 +89,60 @@ def test_openmpi():
         "OMPI_COMM_WORLD_LOCAL_RANK": "0",
         "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
     }
-    assert resolve({**env, "OMPI_MCA_orte_hnp_uri": "1234.0;tcp://10.0.0.1:5000"}) == Launch(
-        "openmpi"
+    # Open MPI 4: the host mpirun runs on, a port from the job id (as jax's detection has it).
+    uri = {"OMPI_MCA_orte_hnp_uri": "1234.0;tcp://10.0.0.1:5000", "OMPI_MCA_ess_base_jobid": "7"}
+    launch = resolve({**env, **uri})
+    assert (launch.source, launch.num_processes, launch.process_id) == ("openmpi", 2, 1)
+    assert launch.coordinator.startswith("10.0.0.1:")
+    assert 61440 <= int(launch.coordinator.rsplit(":", 1)[1]) <= 65535
+    assert resolve({**env, **uri, "OMPI_MCA_ess_base_jobid": "8"}).coordinator != (
+        launch.coordinator
     )
     assert resolve({**env, "MASTER_ADDR": "h0"}) == Launch("openmpi", "h0:29500", 2, 1, None)
     with pytest.raises(DistributedError, match="MASTER_ADDR"):
         resolve(env)
+
+
+def test_mpirun_on_one_host_needs_no_address():
+    env = {
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        "PMIX_NAMESPACE": "prterun-vm-123@1",  # Open MPI 5: no URI
+        "MASTER_PORT": "7000",
+    }
+    assert resolve(env) == Launch("openmpi", "127.0.0.1:7000", 2, 1, (1,))
+
+
+def test_mpich_and_intel_mpi():
+    env = {"PMI_SIZE": "2", "PMI_RANK": "0", "MPI_LOCALNRANKS": "2", "MPI_LOCALRANKID": "0"}
+    assert resolve(env) == Launch("mpich", "127.0.0.1:29500", 2, 0, (0,))
+    multi = {**env, "MPI_LOCALNRANKS": "1"}
+    assert resolve({**multi, "MASTER_ADDR": "h0"}) == Launch("mpich", "h0:29500", 2, 0, None)
+    with pytest.raises(DistributedError, match="mpiexec -genv MASTER_ADDR"):
+        resolve(multi)
+
+
+def test_kubernetes_indexed_job():
+    env = {
+        "JOB_COMPLETION_INDEX": "3",
+        "MASTER_ADDR": "train-0.train",
+        "MASTER_PORT": "6000",
+        "JAXTRAIN_NUM_PROCESSES": "4",
+    }
+    assert resolve(env) == Launch("kubernetes indexed Job", "train-0.train:6000", 4, 3)
+    # The coordinator may also come as JAXTRAIN_COORDINATOR, the index filling the process id.
+    flags = {"JOB_COMPLETION_INDEX": "2", "JAXTRAIN_COORDINATOR": "train-0.train:6000"}
+    assert resolve({**flags, "JAXTRAIN_NUM_PROCESSES": "4"}) == Launch(
+        "flags", "train-0.train:6000", 4, 2
+    )
+    with pytest.raises(DistributedError, match="JAXTRAIN_NUM_PROCESSES=<completions>"):
+        resolve({k: v for k, v in env.items() if k != "JAXTRAIN_NUM_PROCESSES"})
+    with pytest.raises(DistributedError, match="but no MASTER_ADDR"):
+        resolve({k: v for k, v in env.items() if k != "MASTER_ADDR"})
+    # One pod, or an indexed Job used for independent runs: nothing to join.
+    assert resolve({"JOB_COMPLETION_INDEX": "0"}) is None
 
 
 def test_bad_numbers_name_the_variable():

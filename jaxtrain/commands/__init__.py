@@ -1,5 +1,5 @@
 """One module per command of `python -m jaxtrain`: `train`, `config`, `sample`, `runs`, `plot`,
-`checkpoints`, `export`, `convert`, `bench`.
+`checkpoints`, `export`, `convert`, `bench`, `preflight`.
 
 Each holds what its command does, its options (`add_arguments(parser)`) and its handler
 (`handle(args) -> int`, the exit status); `options.py` holds the options several commands share.

@@ -46,6 +46,7 @@ RANGES: dict[str, Range] = {
     "train.peak_flops": Range(0, hint="0: the known-GPU table or a measured rate"),
     "train.profile_start": Range(0, hint="0: no profiler trace"),
     "train.profile_steps": COUNT,
+    "train.hang_timeout": Range(0, hint="seconds; 0: no hang watch"),
     "optim.lr": POSITIVE,
     "optim.min_lr": NON_NEGATIVE,
     "optim.warmup_steps": NON_NEGATIVE,

@@ -9,10 +9,16 @@ Sources, first match wins (`resolve` reports which):
    accelerator, on `MASTER_PORT + 1` because torchrun's own store holds `MASTER_PORT`;
 3. Primus' launcher and plain multi-node scripts (`NNODES`, `NODE_RANK`, `MASTER_ADDR`,
    `MASTER_PORT`, optional `GPUS_PER_NODE`): one process per node;
-4. Slurm tasks (`SLURM_NTASKS` > 1): with `MASTER_ADDR` exported the address is explicit,
-   otherwise jax derives it from `SLURM_STEP_NODELIST` and the job id;
-5. OpenMPI (`OMPI_COMM_WORLD_SIZE` > 1): explicit with `MASTER_ADDR`, otherwise jax reads the
-   `mpirun` URI (OpenMPI 5 exports none: export `MASTER_ADDR` there).
+4. a Kubernetes indexed Job (`JOB_COMPLETION_INDEX`, the pod's index): the coordinator from
+   `MASTER_ADDR` (pod 0's name under the Job's headless service) and the process count from
+   `JAXTRAIN_NUM_PROCESSES` (or `NNODES`), both set in the pod template;
+5. Slurm tasks (`SLURM_NTASKS` > 1, also under `srun --mpi=pmix`): with `MASTER_ADDR` exported
+   the address is explicit, otherwise jax derives it from `SLURM_STEP_NODELIST` and the job id;
+6. Open MPI's `mpirun` (`OMPI_COMM_WORLD_SIZE` > 1): the coordinator is `MASTER_ADDR`, else
+   127.0.0.1 when every rank is on this host, else the host `mpirun` runs on (Open MPI 4's
+   `OMPI_MCA_orte_hnp_uri`; Open MPI 5 exports none: export `MASTER_ADDR` there);
+7. MPICH and Intel MPI's `mpiexec` (`PMI_SIZE` > 1, `PMI_RANK`): `MASTER_ADDR`, else 127.0.0.1
+   when every rank is on this host (`MPI_LOCALNRANKS`).
 
 `JAX_COORDINATOR_PORT` overrides the port everywhere. With no source (or one process) nothing is
 initialised and the run is single-process.
@@ -33,9 +39,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import sys
 import time
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -121,6 +129,7 @@ def resolve(
             "NNODES",
             "SLURM_NTASKS",
             "OMPI_COMM_WORLD_SIZE",
+            "PMI_SIZE",
             "WORLD_SIZE",
         )
         rank = (
@@ -132,7 +141,9 @@ def resolve(
                 "NODE_RANK",
                 "SLURM_PROCID",
                 "OMPI_COMM_WORLD_RANK",
+                "PMI_RANK",
                 "RANK",
+                "JOB_COMPLETION_INDEX",
             )
         )
         if count is None or rank is None:
@@ -156,6 +167,25 @@ def resolve(
             rank,
             _local_ids(local, _int(env, "LOCAL_WORLD_SIZE") or world),
         )
+
+    index = _int(env, "JOB_COMPLETION_INDEX")
+    if index is not None and (master or _int(env, "JAXTRAIN_NUM_PROCESSES")):
+        count = _first_int(env, "JAXTRAIN_NUM_PROCESSES", "NNODES")
+        if not master or count is None:
+            raise DistributedError(
+                f"JOB_COMPLETION_INDEX={index} (a Kubernetes indexed Job) with "
+                f"{'MASTER_ADDR' if master else 'JAXTRAIN_NUM_PROCESSES'} but no "
+                f"{'JAXTRAIN_NUM_PROCESSES' if master else 'MASTER_ADDR'}: set both in the pod "
+                "template, MASTER_ADDR=<job>-0.<headless service> and JAXTRAIN_NUM_PROCESSES="
+                "<completions> (docs/parallelism.md has a Job manifest)."
+            )
+        if count > 1:
+            return Launch(
+                "kubernetes indexed Job",
+                _address(env, master, _int(env, "MASTER_PORT")),
+                count,
+                index,
+            )
 
     nnodes = _int(env, "NNODES")
     if master and nnodes and nnodes > 1:
@@ -197,25 +227,62 @@ def resolve(
 
     size = _int(env, "OMPI_COMM_WORLD_SIZE")
     if size and size > 1:
-        rank = _int(env, "OMPI_COMM_WORLD_RANK")
-        if master:
-            return Launch(
-                "openmpi",
-                _address(env, master, _int(env, "MASTER_PORT")),
-                size,
-                rank,
-                _local_ids(
-                    _int(env, "OMPI_COMM_WORLD_LOCAL_RANK"), _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
-                ),
-            )
-        if "OMPI_MCA_orte_hnp_uri" not in env:
+        local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
+        host = master or ("127.0.0.1" if local_size == size else _ompi_launcher_host(env))
+        if host is None:
             raise DistributedError(
-                f"OMPI_COMM_WORLD_SIZE={size} but OpenMPI exported no coordinator URI (OpenMPI "
-                "5 / PMIx): export MASTER_ADDR=<first host> (mpirun -x MASTER_ADDR) or pass "
-                "--coordinator HOST:PORT."
+                f"OMPI_COMM_WORLD_SIZE={size} over several hosts but OpenMPI exported no "
+                "coordinator URI (OpenMPI 5 / PMIx): export MASTER_ADDR=<first host> (mpirun -x "
+                "MASTER_ADDR) or pass --coordinator HOST:PORT."
             )
-        return Launch("openmpi")
+        return Launch(
+            "openmpi",
+            _address(env, host, _int(env, "MASTER_PORT") or _job_port(env)),
+            size,
+            _int(env, "OMPI_COMM_WORLD_RANK"),
+            _local_ids(_int(env, "OMPI_COMM_WORLD_LOCAL_RANK"), local_size),
+        )
+
+    size = _int(env, "PMI_SIZE")
+    if size and size > 1:
+        local_size = _int(env, "MPI_LOCALNRANKS")
+        host = master or ("127.0.0.1" if local_size == size else None)
+        if host is None or _int(env, "PMI_RANK") is None:
+            raise DistributedError(
+                f"PMI_SIZE={size} (MPICH / Intel MPI mpiexec) over several hosts: export "
+                "MASTER_ADDR=<first host> to every rank (mpiexec -genv MASTER_ADDR HOST) or "
+                "pass --coordinator HOST:PORT."
+            )
+        return Launch(
+            "mpich",
+            _address(env, host, _int(env, "MASTER_PORT") or _job_port(env)),
+            size,
+            _int(env, "PMI_RANK"),
+            _local_ids(_int(env, "MPI_LOCALRANKID"), local_size),
+        )
     return None
+
+
+def _ompi_launcher_host(env: Mapping[str, str]) -> str | None:
+    """The host `mpirun` runs on, from Open MPI 4's URI (as jax's own detection reads it)."""
+    found = re.search(r"tcp://(.+?)[,:]|tcp6://\[(.+?)[,\]]", env.get("OMPI_MCA_orte_hnp_uri", ""))
+    if found is None:
+        return None
+    host = next(g for g in found.groups() if g is not None)
+    return f"[{host}]" if ":" in host else host
+
+
+def _job_port(env: Mapping[str, str]) -> int:
+    """A coordinator port derived from the MPI job's id, so two jobs on one host differ.
+
+    In the ephemeral range jax's own Open MPI detection uses (61440-65535)."""
+    job = next(
+        (env[k] for k in ("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID") if env.get(k)),
+        None,
+    )
+    if job is None:
+        return DEFAULT_PORT
+    return 61440 + zlib.crc32(job.encode()) % 4096
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -371,6 +438,7 @@ def abandon(exit_code: int) -> None:
     _WATCH.stop(failed=True)
     sys.stdout.flush()
     sys.stderr.flush()
+    peer_watch.end_child_processes()
     os._exit(exit_code)
 
 

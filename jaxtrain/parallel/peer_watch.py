@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import multiprocessing
 import os
 import signal
 import socket
@@ -76,6 +77,20 @@ class ResumeHint:
             else f"(no checkpoint yet in {self.checkpoint_dir}: it starts over)"
         )
         return f"Run the same command on every host to resume {where}."
+
+
+def end_child_processes() -> None:
+    """Kills this process's multiprocessing children (grain's data workers) before `os._exit`.
+
+    A normal exit shuts them down; `os._exit` does not, and they would live on as orphans, one
+    stopped or stuck among them: under Slurm they hold the job step open, so the job neither
+    ends nor is requeued. SIGKILL also ends a stopped worker.
+    """
+    try:
+        for child in multiprocessing.active_children():
+            child.kill()
+    except Exception:  # leaving anyway: nothing here may stop the exit
+        pass
 
 
 def _report(message: str) -> None:
@@ -149,6 +164,7 @@ class PeerWatch:
     def _exit(message: str) -> None:
         _report(message)
         sys.stdout.flush()
+        end_child_processes()
         os._exit(EXIT_PEER_LOST)
 
     def _loop(self) -> None:
@@ -263,6 +279,7 @@ def install_abort_report(
                 "process died)"
             )
         _report(f"{cause}. {hint.text()}")
+        end_child_processes()
         os._exit(EXIT_PEER_LOST)
 
     _ABORT_HANDLER = handler_type(on_abort)

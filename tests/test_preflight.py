@@ -1,0 +1,125 @@
+"""`python -m jaxtrain preflight`: one table of every host, and the host that fails or is slow.
+
+Two real processes run the command as a launcher would; then one of them shares its CPU with
+busy processes and must be named slow.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+from multiprocess_helpers import child_env, free_port
+
+from jaxtrain.planning.preflight import HostCheck, judge, table
+
+
+def checks(*matmul: float) -> list[HostCheck]:
+    """Host checks of equal hosts but for their matmul rates."""
+    return [
+        HostCheck(i, f"node{i}", 8, "MI300X", 10.0, 180.0, m, 50.0, 40.0, 900.0, "synthetic")
+        for i, m in enumerate(matmul)
+    ]
+
+
+def test_a_host_far_slower_than_the_others_is_named():
+    judged = judge(checks(1000.0, 980.0, 300.0, 1010.0))
+    assert [bool(c.problems) for c in judged] == [False, False, True, False]
+    text = table(judged)
+    assert "process 2 (node2): slow: matmul 300 GFLOP/s, 30% of the fastest host's" in text
+    header, *rows = text.splitlines()[:5]
+    assert "all-reduce GB/s" in header and [r.split()[-1] for r in rows] == [
+        "ok",
+        "ok",
+        "FAIL",
+        "ok",
+    ]
+
+
+def test_another_device_kind_and_a_failed_write_are_named():
+    hosts = checks(1000.0, 1000.0)
+    hosts[1].kind = "MI250X"
+    hosts[1].ckpt_mbps = None
+    hosts[1].problems.append("checkpoint folder /ckpt is not writable here (Read-only file system)")
+    text = table(judge(hosts))
+    assert "process 1 (node1): devices: MI250X, process 0 has MI300X" in text
+    assert "process 1 (node1): checkpoint folder /ckpt is not writable here" in text
+
+
+def preflight_args(run: Path) -> list[str]:
+    return [
+        "preflight",
+        "--config",
+        str(REPO / "configs" / "llama_debug.py"),
+        f"--config.run.dir={run}",
+        "--config.train.seq_len=32",
+        "--config.train.global_batch_size=4",
+    ]
+
+
+def run_pinned(tmp_path: Path, busy_loops_on_cpu1: int) -> tuple[list[int], str]:
+    """Exit codes and process 0's output of a two-process preflight, process I pinned to CPU
+    I (two hosts do not share their CPUs), with busy loops sharing CPU 1."""
+    port = free_port()
+    hogs = [
+        subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", "while True: pass"])
+        for _ in range(busy_loops_on_cpu1)
+    ]
+    procs, logs = [], []
+    try:
+        for pid in range(2):
+            logs.append(tmp_path / f"process{pid}.log")
+            with open(logs[-1], "w") as log:
+                procs.append(
+                    subprocess.Popen(
+                        ["taskset", "-c", str(pid), sys.executable, "-m", "jaxtrain"]
+                        + preflight_args(tmp_path / "run")
+                        + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+                        + ["--process-id", str(pid)],
+                        env=child_env(2),
+                        cwd=REPO,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+        codes = [p.wait(timeout=400) for p in procs]
+    finally:
+        for p in [*procs, *hogs]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return codes, logs[0].read_text()
+
+
+pinned = pytest.mark.skipif(
+    shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
+    reason="needs taskset (util-linux) and two CPUs",
+)
+
+
+@pytest.mark.slow
+@pinned
+def test_two_processes_print_one_table(tmp_path):
+    codes, out = run_pinned(tmp_path, 0)
+    assert codes == [0, 0], out[-3000:]
+    assert "preflight: 2 process(es), 4 devices" in out
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("process  host"))
+    assert [lines[header + 1].split()[0], lines[header + 2].split()[0]] == ["0", "1"]
+    assert lines[header + 1].split()[-1] == "ok" and lines[header + 2].split()[-1] == "ok"
+    assert "preflight: every host passed" in out
+    assert not list((tmp_path / "run" / "checkpoints").iterdir())  # the probes are removed
+
+
+@pytest.mark.slow
+@pinned
+def test_a_host_with_a_busy_cpu_is_named(tmp_path):
+    codes, out = run_pinned(tmp_path, 3)
+    assert codes == [1, 1], out[-3000:]
+    assert "process 1 (" in out and "slow: matmul" in out, out[-3000:]
+    assert "preflight: FAILED on process 1" in out, out[-3000:]
