@@ -35,16 +35,14 @@ from jaxtrain.checkpoint.manager import (
 from jaxtrain.config import loader as config_lib
 from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
-from jaxtrain.data.prepare import prepare_data
 from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.evaluation.during_training import HarnessDuringTraining
-from jaxtrain.models.generation import print_sample
 from jaxtrain.parallel import distributed, sharding
 from jaxtrain.planning import memory as memory_plan
 from jaxtrain.rundir import goodput, wandb_sink
-from jaxtrain.rundir.disk_full import disk_full_error, is_disk_full, quiet_writer_logs
+from jaxtrain.rundir.disk_full import disk_full_error, is_disk_full
 from jaxtrain.rundir.lock import RunLock
-from jaxtrain.rundir.metrics import MetricsWriter, read_jsonl
+from jaxtrain.rundir.metrics import MetricsWriter
 from jaxtrain.rundir.profile import StepProfiler
 from jaxtrain.train import buffers, throughput
 from jaxtrain.train import state as state_lib
@@ -520,93 +518,3 @@ class Trainer:
                 self.metrics.close()
             finally:
                 self.run_lock.release()
-
-
-def _final_eval_missing(trainer: Trainer) -> bool:
-    """Whether metrics.jsonl lacks the validation of the last step (a run stopped between its
-    final checkpoint and its final evaluation). Process 0 reads the file and decides for all."""
-    missing = False
-    if trainer.make_eval_iter is not None and trainer.is_primary:
-        path = trainer.run_dir / "metrics.jsonl"
-        records = read_jsonl(path) if path.is_file() else []
-        missing = not any(r.get("step") == trainer.step and "val_loss" in r for r in records)
-    if jax.process_count() > 1:
-        missing = bool(multihost_utils.broadcast_one_to_all(np.asarray(missing)))
-    return missing
-
-
-def _finished(trainer: Trainer) -> dict[str, Any]:
-    """A rerun of a finished run: writes nothing (unless its final validation never was)."""
-    final_eval = trainer.evaluate() if _final_eval_missing(trainer) else {}
-    if final_eval:
-        trainer.metrics.write(trainer.step, final_eval)
-    trainer.log(
-        f"run {trainer.run_dir} is finished at step {trainer.step} "
-        f"(train.steps={trainer.cfg.train.steps}); its checkpoints are in "
-        f"{trainer.checkpointer.directory}. Nothing to train"
-        + (
-            "; the final validation, missing from metrics.jsonl, was recorded."
-            if final_eval
-            else ", nothing changed."
-        )
-    )
-    return final_eval
-
-
-def _log(message: str) -> None:
-    """A line of the run's log, printed by process 0."""
-    if jax.process_index() == 0:
-        print(message, flush=True)
-
-
-def train(cfg: ConfigDict) -> dict[str, Any]:
-    """Trains to train.steps (resuming if possible) and returns the final metrics.
-
-    SIGTERM and SIGINT are handled from here on, before the data is prepared or the step is
-    compiled (`jaxtrain.train.stop`): a signal before the first step stops the run with one
-    line and nothing trained; during training it stops after a checkpointed step.
-    """
-    quiet_writer_logs()  # a full disk is reported once, as one line, not by each writer thread
-    stops = StopRequests(_log)
-    with stops.handling():
-        if jax.process_index() == 0:
-            prepare_data(cfg, progress=print)  # data.prepare: build missing demo shards first
-        if jax.process_count() > 1:  # the others wait until the shards exist
-            multihost_utils.sync_global_devices("jaxtrain prepare_data")
-        try:
-            trainer = Trainer(cfg, stops=stops)
-        except StoppedBeforeTraining as stopped:
-            _log(str(stopped))
-            return {}
-        try:
-            return _train(trainer)
-        finally:
-            if not trainer.aborted:
-                trainer.close()
-            else:  # aborted: no waiting for saves, but the run directory is free again
-                trainer.run_lock.release()
-
-
-def _train(trainer: Trainer) -> dict[str, Any]:
-    """`train` once the Trainer is built: the steps, the final validation and the sample."""
-    cfg = trainer.cfg
-    if trainer.step >= cfg.train.steps:
-        return _finished(trainer)
-    last = trainer.run()
-    if trainer.stopped_by_signal:
-        return last  # preempted: the grace period is for the checkpoint, not evaluation
-    already = trainer.history and "val_loss" in trainer.history[-1]
-    final_eval = {} if already else trainer.evaluate()
-    if final_eval:
-        trainer.metrics.write(trainer.step, final_eval)
-        last = {**last, **final_eval}
-    if cfg.sample.prompt and trainer.is_primary:
-        if trainer.stops.signal is not None:  # came after the last step: the run is complete
-            trainer.log(
-                f"stopped by {trainer.stops.reason} after the last step: the run is complete "
-                f"(checkpoint step {trainer.step} in {trainer.checkpointer.directory}); the "
-                "sample was skipped."
-            )
-        else:
-            print_sample(trainer.model(), cfg, trainer.step)
-    return last

@@ -21,10 +21,11 @@ from checkpoint_fixtures import CLI_OVERRIDES, STEPS, losses, saved_steps, small
 from conftest import REPO
 
 from jaxtrain.checkpoint.manager import Checkpointer, CheckpointError
+from jaxtrain.commands.train import train
 from jaxtrain.parallel.sharding import mesh_shape
 from jaxtrain.run import RunSetup
 from jaxtrain.rundir.metrics import read_jsonl
-from jaxtrain.trainer import Trainer, train
+from jaxtrain.trainer import Trainer
 
 
 def cli_command(run_dir: Path, **overrides) -> list[str]:

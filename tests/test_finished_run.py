@@ -6,8 +6,8 @@ from pathlib import Path
 
 from checkpoint_fixtures import STEPS, small_config
 
+from jaxtrain.commands.train import train
 from jaxtrain.rundir.metrics import read_jsonl
-from jaxtrain.trainer import train
 
 
 def _snapshot(run_dir: Path) -> dict[str, tuple[int, int]]:
