@@ -1,0 +1,92 @@
+"""Object-store URLs against a real S3-compatible server (moto's, on 127.0.0.1, once per run):
+the kvstore spec built from the standard environment reads and writes there, and a missing
+bucket is one line naming it, without the keys."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import boto3
+import pytest
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+from jaxtrain.rundir import object_store
+
+SECRET = "not-a-real-secret-key"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on 127.0.0.1 with a bucket `jaxtrain-test`; the environment points
+    clients at it as a user's would point them at MinIO."""
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    boto3.client("s3").create_bucket(Bucket="jaxtrain-test")
+    yield env["AWS_ENDPOINT_URL"]
+    server.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def test_is_url_tells_object_store_from_local_paths():
+    assert object_store.is_url("s3://b/ckpt")
+    assert object_store.is_url("gs://b/ckpt")
+    assert not object_store.is_url("/tmp/ckpt")
+    assert not object_store.is_url("runs/s3:/x")
+
+
+def test_spec_takes_endpoint_and_region_from_the_environment_never_keys(s3_server):
+    spec = object_store.kvstore_spec("s3://jaxtrain-test/runs/a")
+    assert spec == {
+        "driver": "s3",
+        "bucket": "jaxtrain-test",
+        "path": "runs/a/",
+        "endpoint": s3_server,
+        "aws_region": "us-east-1",
+    }
+    assert SECRET not in repr(spec)
+    assert object_store.kvstore_spec("gs://b/x/")["driver"] == "gcs"
+
+
+def test_spec_reads_and_writes_the_bucket(s3_server):
+    import tensorstore as ts
+
+    object_store.check_reachable("s3://jaxtrain-test/runs/a", write=True)
+    store = ts.KvStore.open(object_store.kvstore_spec("s3://jaxtrain-test/runs/a")).result()
+    store.write("x", b"bytes").result()
+    assert store.read("x").result().value == b"bytes"
+    # The probe leaves nothing behind.
+    assert store.list().result() == [b"x"]
+
+
+def test_missing_bucket_is_one_line_naming_it(s3_server):
+    with pytest.raises(object_store.StorageError) as raised:
+        object_store.check_reachable("s3://no-such-bucket/ckpt", write=False)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "bucket 'no-such-bucket' does not exist" in message
+    assert SECRET not in message
+
+
+def test_a_url_without_a_bucket_is_refused():
+    with pytest.raises(object_store.StorageError, match="s3://BUCKET/PATH"):
+        object_store.kvstore_spec("s3:///ckpt")
