@@ -136,3 +136,23 @@ def test_a_step_without_its_commit_marker_is_not_complete(s3_server):
     manager.close()
     boto3.client("s3").delete_object(Bucket="jaxtrain-test", Key="ckpt-commit/2/commit_success.txt")
     assert _manager("s3://jaxtrain-test/ckpt-commit").latest_step() == 1
+
+
+def test_step_listing_in_a_bucket_goes_by_the_commit_marker(s3_server):
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+
+    from jaxtrain.rundir import step_folders
+
+    url = "s3://jaxtrain-test/ckpt-list"
+    assert step_folders.committed_steps(url) == []
+    assert step_folders.unfinished_saves(url) == []
+    manager = _manager(url, keep=3)
+    for step in (1, 2):
+        manager.save(step, args=ocp.args.StandardSave({"w": jnp.ones(4) * step}))
+    manager.close()
+    assert step_folders.committed_steps(url) == [1, 2]
+    assert str(step_folders.step_folder(url, 2)) == url + "/2"
+    boto3.client("s3").delete_object(Bucket="jaxtrain-test", Key="ckpt-list/2/commit_success.txt")
+    assert step_folders.committed_steps(url) == [1]
+    assert [str(p) for p in step_folders.unfinished_saves(url)] == [url + "/2"]
