@@ -156,3 +156,42 @@ def test_step_listing_in_a_bucket_goes_by_the_commit_marker(s3_server):
     boto3.client("s3").delete_object(Bucket="jaxtrain-test", Key="ckpt-list/2/commit_success.txt")
     assert step_folders.committed_steps(url) == [1]
     assert [str(p) for p in step_folders.unfinished_saves(url)] == [url + "/2"]
+
+
+def test_checkpointer_in_a_bucket_saves_checks_and_resumes_past_a_killed_save(s3_server):
+    """The run's Checkpointer on s3://: checksums are saved and checked, keep-N deletes, and a
+    step whose save never committed (its marker missing, as after SIGKILL) is not resumed from
+    and is written afresh."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxtrain.checkpoint.manager import Checkpointer
+
+    url = "s3://jaxtrain-test/run-ckpt"
+    state = {"params": {"w": jnp.arange(12.0).reshape(3, 4)}, "step": jnp.int32(0)}
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    checkpointer = Checkpointer(url, keep=2)
+    for step in (1, 2, 3):
+        checkpointer.save(step, jax.tree.map(lambda x, s=step: x * s, state), {"batch": step}, {})
+    checkpointer.close()
+    boto3.client("s3").delete_object(Bucket="jaxtrain-test", Key="run-ckpt/3/commit_success.txt")
+
+    checkpointer = Checkpointer(url, keep=2)
+    assert checkpointer.latest_step() == 2
+    restored, data, _ = checkpointer.restore(2, abstract)
+    np.testing.assert_array_equal(
+        np.asarray(restored["params"]["w"]), np.arange(12.0).reshape(3, 4) * 2
+    )
+    assert data == {"batch": 2}
+    assert checkpointer.saved_checksums(2)
+    checkpointer.save(3, jax.tree.map(lambda x: x * 3, state), {"batch": 3}, {})
+    checkpointer.close()
+    assert Checkpointer(url, read_only=True).all_steps() == [2, 3]
+
+
+def test_checkpointer_on_a_missing_bucket_is_one_line(s3_server):
+    from jaxtrain.checkpoint.manager import Checkpointer
+
+    with pytest.raises(object_store.StorageError, match="bucket 'no-such-bucket' does not exist"):
+        Checkpointer("s3://no-such-bucket/ckpt")
