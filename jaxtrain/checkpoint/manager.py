@@ -79,7 +79,10 @@ def describe_dtype_changes(changes: list[tuple[str, str, str]]) -> str:
 def check_writable(directory: Path) -> None:
     """CheckpointError now, rather than a failed save after hours of training: creates the
     folder and a file in it (the permission bits alone would not stop root, nor show a
-    read-only filesystem)."""
+    read-only filesystem). A bucket is probed by writing and deleting an object."""
+    if object_store.is_url(str(directory)):
+        object_store.check_reachable(str(directory), write=True)
+        return
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".jaxtrain-write-test-"):

@@ -116,3 +116,11 @@ def check_reachable(url: str, *, write: bool) -> None:
             store.delete_range(ts.KvStore.KeyRange(".jaxtrain-probe", ".jaxtrain-probf")).result()
     except Exception as e:  # TensorStore raises ValueError with the store's whole reply
         raise StorageError(describe_failure(url, e)) from e
+
+
+def folder_bytes(url: str) -> int:
+    """Total size of the objects under a bucket folder, from the store's listing (fsspec's
+    filesystem of the scheme: s3fs, gcsfs), without reading them."""
+    import fsspec  # with etils; only listings of buckets need it
+
+    return int(fsspec.filesystem(split_url(url)[0]).du(url))
