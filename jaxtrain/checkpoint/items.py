@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 
 from jaxtrain.checkpoint import checksums as checksums_lib
 from jaxtrain.checkpoint.read import type_handler_registry
@@ -49,7 +49,8 @@ class ChecksumsHandler(ocp.JsonCheckpointHandler):
         async def write() -> None:
             values = pending.result()  # waits for the devices: this is the writer thread
             if jax.process_index() == 0:  # one file for all processes, as for the other items
-                (Path(directory) / "metadata").write_text(json.dumps(values))
+                # epath: the step folder may be in a bucket
+                (epath.Path(directory) / "metadata").write_text(json.dumps(values))
 
         return [ocp.future.CommitFutureAwaitingContractedSignals(write(), name="checksums")]
 

@@ -20,11 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 
 from jaxtrain.checkpoint import checksums as checksums_lib
-from jaxtrain.checkpoint import items
+from jaxtrain.checkpoint import items, orbax_s3
 from jaxtrain.errors import JaxtrainError
-from jaxtrain.rundir import disk_full
+from jaxtrain.rundir import disk_full, object_store
 from jaxtrain.rundir.step_folders import committed_steps, step_folder, unfinished_saves
 
 # The items of a step folder, each a subfolder; Orbax lists those written in the step's metadata.
@@ -78,7 +79,10 @@ def describe_dtype_changes(changes: list[tuple[str, str, str]]) -> str:
 def check_writable(directory: Path) -> None:
     """CheckpointError now, rather than a failed save after hours of training: creates the
     folder and a file in it (the permission bits alone would not stop root, nor show a
-    read-only filesystem)."""
+    read-only filesystem). A bucket is probed by writing and deleting an object."""
+    if object_store.is_url(str(directory)):
+        object_store.check_reachable(str(directory), write=True)
+        return
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".jaxtrain-write-test-"):
@@ -116,13 +120,17 @@ class Checkpointer:
         read_only: bool = False,
         compression: str = "none",
     ):
-        self.directory = Path(directory).absolute()
+        in_bucket = object_store.is_url(str(directory))
+        self.directory = epath.Path(str(directory)) if in_bucket else Path(directory).absolute()
         self._poll_saves = True  # see _await_save_in_flight
+        if in_bucket:  # a missing bucket or refused keys: one line, before anything is built
+            object_store.check_reachable(str(directory), write=not read_only)
+        elif not read_only:
+            check_writable(self.directory)
         # Listed before the manager starts: a writer removes these leftovers when it opens.
         self.unfinished = [] if read_only else unfinished_saves(self.directory)
-        if not read_only:
-            check_writable(self.directory)
-        options = ocp.CheckpointManagerOptions(
+        options = orbax_s3.options(
+            str(self.directory),
             max_to_keep=keep if keep > 0 else None,
             keep_period=keep_every if keep_every > 0 else None,
             enable_async_checkpointing=async_save,

@@ -13,6 +13,7 @@ from jaxtrain import run
 from jaxtrain.checkpoint.manager import Checkpointer, CheckpointError
 from jaxtrain.config import loader as config_lib
 from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.rundir.object_store import is_url
 from jaxtrain.rundir.step_folders import committed_step
 from jaxtrain.train import state as state_lib
 
@@ -37,8 +38,9 @@ def find_checkpoints(path: str | Path) -> tuple[Path, int | None]:
     if _is_step_folder(path):
         return path.parent.absolute(), committed_step(path)
     if config_lib.saved_config_path(path).is_file() and not (path / "checkpoints").is_dir():
-        # A run whose checkpoint.dir pointed elsewhere.
-        return config_lib.checkpoint_dir(load_run_config(path)).absolute(), None
+        # A run whose checkpoint.dir pointed elsewhere (a bucket URL stays as it is).
+        elsewhere = config_lib.checkpoint_dir(load_run_config(path))
+        return (elsewhere if is_url(str(elsewhere)) else elsewhere.absolute()), None
     if (path / "checkpoints").is_dir():
         return (path / "checkpoints").absolute(), None
     if path.is_dir() and any(_is_step_folder(p) for p in path.iterdir()):

@@ -27,6 +27,7 @@ from jaxtrain.checkpoint.manager import Checkpointer, CheckpointError, unfinishe
 from jaxtrain.checkpoint.saved_run import find_checkpoints
 from jaxtrain.errors import ConfigError
 from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.rundir import object_store
 from jaxtrain.train import state as state_lib
 
 
@@ -41,7 +42,9 @@ class StepInfo:
 
 
 def folder_bytes(path: Path) -> int:
-    """Total size of the files under a folder."""
+    """Total size of the files under a folder (a bucket's asked of the store)."""
+    if object_store.is_url(str(path)):
+        return object_store.folder_bytes(str(path))
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 

@@ -18,11 +18,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from etils import epath
 from ml_collections import ConfigDict
 
 from jaxtrain.config.ranges import check_ranges
 from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.rundir import object_store
 
 SCHEDULES = ("cosine", "linear", "sqrt", "constant")
 DATA_KINDS = ("datatrove", "megatron", "synthetic", "text")
@@ -233,7 +235,10 @@ def run_dir(cfg: ConfigDict) -> Path:
 
 
 def checkpoint_dir(cfg: ConfigDict) -> Path:
-    """The checkpoint folder: `checkpoint.dir`, or <run dir>/checkpoints."""
+    """The checkpoint folder: `checkpoint.dir` (an `epath.Path` for an s3:// or gs:// URL), or
+    <run dir>/checkpoints."""
+    if object_store.is_url(cfg.checkpoint.dir):
+        return epath.Path(cfg.checkpoint.dir)
     return Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else run_dir(cfg) / "checkpoints"
 
 
