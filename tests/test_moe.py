@@ -42,17 +42,6 @@ SPEC = ModelSpec(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _compiled_without_the_persistent_cache():
-    """After the rest of the suite in one process, jaxlib 0.10.2 crashes (SIGSEGV in
-    `executable.serialize()`) writing one of this module's eagerly compiled MoE programs to the
-    persistent compilation cache; alone the module passes. Compile them without the cache."""
-    enabled = jax.config.jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", False)
-    yield
-    jax.config.update("jax_enable_compilation_cache", enabled)
-
-
 def _naive_moe(
     moe: MoE, x_TD: np.ndarray, score: str, norm_topk: bool, capacity: int | None = None
 ) -> np.ndarray:
