@@ -18,7 +18,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import jax  # noqa: E402
 import pytest  # noqa: E402
+
+# The test process itself compiles without the persistent cache; the processes tests start
+# (CLI runs, multi-process jobs) still share it through the variable above. After a few
+# hundred tests in one process, jaxlib 0.10.2 crashed (SIGSEGV or abort) inside
+# `executable.serialize()` writing a cache entry, each time at a different test that passes
+# alone.
+jax.config.update("jax_enable_compilation_cache", False)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Verbatim copies of real config files from other stacks, in their repositories' layout;
