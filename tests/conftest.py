@@ -1,5 +1,6 @@
 """Test setup: 8 fake CPU devices (set before jax is imported) and shared fixtures."""
 
+import gc
 import os
 import pathlib
 import sys
@@ -22,10 +23,7 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 # The test process itself compiles without the persistent cache; the processes tests start
-# (CLI runs, multi-process jobs) still share it through the variable above. After a few
-# hundred tests in one process, jaxlib 0.10.2 crashed (SIGSEGV or abort) inside
-# `executable.serialize()` writing a cache entry, each time at a different test that passes
-# alone.
+# (CLI runs, multi-process jobs) still share it through the variable above.
 jax.config.update("jax_enable_compilation_cache", False)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -49,6 +47,21 @@ def unraisable(monkeypatch) -> list[str]:
         sys, "unraisablehook", lambda u: caught.append(f"{u.exc_type.__name__}: {u.exc_value}")
     )
     return caught
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Drops every compiled program after each test module.
+
+    Each XLA:CPU executable keeps its machine code in a few memory mappings for as long as
+    jax's caches hold it. One process running the whole suite accumulates ~60k of them and
+    reaches the kernel's limit (vm.max_map_count, 65530 by default), after which the next
+    mapping fails inside XLA and the process dies with SIGSEGV at whichever test is
+    compiling. Modules share few programs, so clearing between them costs little.
+    """
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 # Session fixtures of the data-layer tests (a tiny tokenizer, shards written by datatrove).

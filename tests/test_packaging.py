@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -62,18 +63,25 @@ def installed(tmp_path_factory) -> Path:
     wheel = next((root / "wheel").glob("jaxtrain-*.whl"))
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+        # A checkout on PYTHONPATH would count as jaxtrain already installed.
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         check=True,
         timeout=300,
     )
     return python
 
 
+def _clean_env(cwd: Path) -> dict[str, str]:
+    """An environment without this checkout on PYTHONPATH, as on a machine that only has the
+    wheel."""
+    return {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "HOME": str(cwd)}
+
+
 def run(python: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "HOME": str(cwd)}
     return subprocess.run(
         [str(python), "-m", "jaxtrain", *args],
         cwd=cwd,
-        env=env,
+        env=_clean_env(cwd),
         capture_output=True,
         text=True,
         timeout=600,
@@ -85,6 +93,7 @@ def test_an_installed_wheel_works_from_any_folder(installed, tmp_path):
     where = subprocess.run(
         [str(installed), "-c", "import jaxtrain.configs as c; print(c.__file__)"],
         cwd=tmp_path,
+        env=_clean_env(tmp_path),
         capture_output=True,
         text=True,
         check=True,
