@@ -42,6 +42,8 @@ FAMILIES = (
     "gemma",
     "gemma2",
     "gemma3",
+    "olmo3",
+    "gpt3",
 )
 
 
