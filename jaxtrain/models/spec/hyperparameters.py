@@ -141,8 +141,8 @@ class ModelSpec:
     pre_norms: bool = True  # norm the attention and MLP inputs; False: post_norms alone (OLMo)
     qk_norm_across_heads: bool = False  # qk_norm over all heads of q (of k) at once (OLMo)
     norm_type: str = "rms"  # rms | layer (LayerNorm: mean removed, then scale and bias; GPT-3)
-    learned_positions: int = 0  # > 0: a learned table of this many absolute positions added
-    #   to the token embeddings, and no RoPE (GPT-3: 2048; MaxText's trainable_position_size)
+    learned_positions: int = 0  # > 0: learned absolute positions in place of RoPE (GPT-3)
+    #   this many rows added to the token embeddings (2048; MaxText's trainable_position_size)
     # Hybrid and state-space models (jaxtrain/models/assembly/hybrid.py, docs/models.md): one pre-norm
     # residual sublayer per character, M mamba, * attention (MLA with kv_lora_rank), - MLP,
     # E mixture of experts (Megatron's hybrid_override_pattern), G Gated DeltaNet, K Kimi
