@@ -134,6 +134,7 @@ def test_published_parameter_counts() -> None:
     assert round(PUBLISHED_PARAMS["deepseek-v2-lite"] / 1e9, 1) == 15.7
     assert round(PUBLISHED_PARAMS["deepseek-v2"] / 1e9) == 236
     assert round(PUBLISHED_PARAMS["deepseek-v3"] / 1e9) == 671
+    assert round(PUBLISHED_PARAMS["gpt3-175b"] / 1e9) == 175  # the paper's (no checkpoint)
     for name, count in PUBLISHED_PARAMS.items():
         assert model_spec(name).num_params() == count, name
     for name in ("llama2-7b", "llama3-8b", "qwen3-8b"):

@@ -1,4 +1,4 @@
-"""The decoder-only transformer: embed, N pre-norm blocks (stacked and scanned), norm, logits.
+"""The decoder-only transformer: embed, N blocks (stacked and scanned), norm, logits.
 
 Shape letters: B batch, L length, D embed, V vocab, S cache length, E experts.
 Blocks are created with `nnx.vmap` so every parameter gains a leading `layers` dimension, and run
