@@ -365,6 +365,11 @@ RESOLVES = [
     (BASE_YML, ["model_name=gemma3-4b"], "gemma3", published("gemma3-4b")),
     (BASE_YML, ["model_name=gemma3-12b"], "gemma3", published("gemma3-12b")),
     (BASE_YML, ["model_name=gemma3-27b"], "gemma3", published("gemma3-27b")),
+    (BASE_YML, ["model_name=olmo3-7b"], "olmo3", published("olmo3-7b")),
+    (BASE_YML, ["model_name=olmo3-32b"], "olmo3", published("olmo3-32b")),
+    # The MLPerf GPT-3 reference: the paper's 175B, MaxText padding the vocabulary to 50304
+    # and learning 16384 positions (tests/test_compat_olmo3_gpt3.py has its other sizes).
+    (BASE_YML, ["model_name=gpt3-175b"], "gpt3", published("gpt3-175b")),
     # Megatron's MambaModel with is_hybrid_model false: 48 Mamba-2 layers. Its model file's
     # `bases: mamba_base.yaml` is not a key Primus' loader follows (only `extends`), and
     # nothing else sets untie_embeddings_and_output_weights: Megatron's default ties them,
@@ -405,8 +410,6 @@ REFUSED = [
     (MAXTEXT_PRIMUS.format("MI300X/gemma4_26B-bf16-pretrain"), [], "decoder_block='gemma4'"),
     (TITAN.format("flux/train_configs/flux_dev_model"), [], "model.name='flux'"),
     (BASE_YML, ["model_name=gemma4-26b"], "decoder_block='gemma4'"),
-    (BASE_YML, ["model_name=gpt3-6b"], "decoder_block='gpt3'"),
-    (BASE_YML, ["model_name=olmo3-7b"], "decoder_block='olmo3'"),
     (BASE_YML, ["model_name=qwen3-next-80b-a3b"], "decoder_block='qwen3_next'"),
     (BASE_YML, ["model_name=qwen3.5-35b-a3b"], "decoder_block='qwen3_5'"),
     (BASE_YML, ["model_name=deepseek4-tiny"], "decoder_block='deepseek4'"),

@@ -42,6 +42,8 @@ FAMILIES = (
     "gemma",
     "gemma2",
     "gemma3",
+    "olmo3",
+    "gpt3",
 )
 
 
@@ -132,6 +134,7 @@ def test_published_parameter_counts() -> None:
     assert round(PUBLISHED_PARAMS["deepseek-v2-lite"] / 1e9, 1) == 15.7
     assert round(PUBLISHED_PARAMS["deepseek-v2"] / 1e9) == 236
     assert round(PUBLISHED_PARAMS["deepseek-v3"] / 1e9) == 671
+    assert round(PUBLISHED_PARAMS["gpt3-175b"] / 1e9) == 175  # the paper's (no checkpoint)
     for name, count in PUBLISHED_PARAMS.items():
         assert model_spec(name).num_params() == count, name
     for name in ("llama2-7b", "llama3-8b", "qwen3-8b"):
@@ -156,6 +159,8 @@ def _hf_param_count(family: str, **hf_config) -> int:
         "gemma": transformers.GemmaConfig,
         "gemma2": transformers.Gemma2Config,
         "gemma3": transformers.Gemma3TextConfig,
+        "olmo3": transformers.Olmo3Config,
+        "gpt3": transformers.GPT2Config,
     }[family]
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config_class(**hf_config))
@@ -372,6 +377,16 @@ def test_every_preset_counts_like_transformers() -> None:
             head_dim=spec.head_dim,
             tie_word_embeddings=spec.tie_embeddings,
         )
+        if spec.family == "gpt3":  # GPT-2's names, and its learned position table
+            hf_config = dict(
+                vocab_size=spec.vocab_size,
+                n_embd=spec.hidden_size,
+                n_inner=spec.intermediate_size,
+                n_layer=spec.num_layers,
+                n_head=spec.num_heads,
+                n_positions=spec.learned_positions,
+                tie_word_embeddings=spec.tie_embeddings,
+            )
         count = _hf_param_count(spec.family, **{**hf_config, **_hf_moe_config(spec)})
         assert count == spec.num_params(), name
 

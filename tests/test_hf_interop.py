@@ -172,13 +172,13 @@ def test_qwen_and_mistral_windows():
 
 
 def test_unsupported_architecture_names_file_and_choices(tmp_path):
-    cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 32}
+    cfg = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embd": 32}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     for call in (lambda: spec_from_hf_config(tmp_path), lambda: load_hf_params(tmp_path)):
         with pytest.raises(ConfigError) as err:
             call()
         message = str(err.value)
-        assert "GPT2LMHeadModel" in message and str(tmp_path / "config.json") in message
+        assert "BloomForCausalLM" in message and str(tmp_path / "config.json") in message
         assert "LlamaForCausalLM" in message and "Qwen3ForCausalLM" in message
 
 

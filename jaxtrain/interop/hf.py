@@ -50,8 +50,9 @@ TOKENIZER_FILES = (
     "chat_template.json",
     "generation_config.json",
 )
-# Buffers some old checkpoints carry that are recomputed from the config, not learned.
-_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
+# Buffers some old checkpoints carry that are recomputed from the config, not learned: rotary
+# frequencies, GPT-2's causal masks.
+_IGNORED = re.compile(r".*rotary_emb\.inv_freq$|.*\.attn\.(masked_)?bias$")
 _TIE_HINT = " (tied embeddings need tie_word_embeddings=true in config.json)"
 _SHARD_FILE = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
 

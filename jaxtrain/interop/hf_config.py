@@ -1,7 +1,8 @@
 """Hugging Face `config.json` <-> `ModelSpec`, for Llama 2/3, Qwen 2.5/3, Mistral, Mixtral,
-Qwen3-MoE, DeepSeek V2/V3, gpt-oss, Llama 4 text and Gemma 1/2/3 text (the keys of the last
-four live in `hf_deepseek`, `hf_gpt_oss`, `hf_llama4` and `hf_gemma`; the rotary keys in `hf_rope_keys`, the Mixtral and
-Qwen3-MoE expert keys in `hf_moe_keys`, what each class can express in `hf_expressible`).
+Qwen3-MoE, DeepSeek V2/V3, gpt-oss, Llama 4 text, Gemma 1/2/3 text, OLMo 3 and GPT-3 as GPT-2
+(the keys of the last six live in `hf_deepseek`, `hf_gpt_oss`, `hf_llama4`, `hf_gemma`,
+`hf_olmo3` and `hf_gpt2`; the rotary keys in `hf_rope_keys`, the Mixtral and Qwen3-MoE expert
+keys in `hf_moe_keys`, what each class can express in `hf_expressible`).
 
 Reading accepts both the transformers-4 layout (`rope_theta` at top level, `rope_scaling`) and
 the transformers-5 one (`rope_parameters` holding `rope_theta`); writing uses the layout of the
@@ -40,9 +41,22 @@ from jaxtrain.interop.hf_gemma import (
     gemma_config,
     gemma_fields,
 )
+from jaxtrain.interop.hf_gpt2 import (
+    GPT2_ARCHITECTURES,
+    check_gpt2_expressible,
+    gpt2_config,
+    gpt2_fields,
+)
 from jaxtrain.interop.hf_gpt_oss import check_gpt_oss_expressible, gpt_oss_config, gpt_oss_fields
 from jaxtrain.interop.hf_llama4 import check_llama4_expressible, llama4_config, llama4_fields
 from jaxtrain.interop.hf_moe_keys import moe_config, moe_fields, require
+from jaxtrain.interop.hf_olmo3 import (
+    OLMO3_ARCHITECTURES,
+    check_olmo3_expressible,
+    olmo3_config,
+    olmo3_fields,
+    olmo3_rope_config,
+)
 from jaxtrain.interop.hf_rope_keys import rope_fields, rope_parameters
 from jaxtrain.interop.hf_ssm import SSM_ARCHITECTURES, SSM_FAMILIES, ssm_config, ssm_fields
 from jaxtrain.models.spec.hyperparameters import ModelSpec
@@ -51,6 +65,7 @@ from jaxtrain.models.spec.hyperparameters import ModelSpec
 _FAMILY_KEYS = {
     "gpt_oss": (gpt_oss_fields, check_gpt_oss_expressible, gpt_oss_config),
     "llama4": (llama4_fields, check_llama4_expressible, llama4_config),
+    "olmo3": (olmo3_fields, check_olmo3_expressible, olmo3_config),
 }
 
 # Architecture name (config.json `architectures[0]`) -> (spec family, transformers model_type).
@@ -66,6 +81,8 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "GptOssForCausalLM": ("gpt_oss", "gpt_oss"),
     "Llama4ForCausalLM": ("llama4", "llama4_text"),
     **GEMMA_ARCHITECTURES,
+    **OLMO3_ARCHITECTURES,
+    **GPT2_ARCHITECTURES,
     **SSM_ARCHITECTURES,
 }
 FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
@@ -160,6 +177,8 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path, **overrides
     family = ARCHITECTURES[arch][0]
     if family in SSM_FAMILIES:
         return _checked_spec({**ssm_fields(cfg, family, where), **overrides}, overrides, where)
+    if family == "gpt3":  # GPT-2's keys: hf_gpt2
+        return _checked_spec({**gpt2_fields(cfg, where), **overrides}, overrides, where)
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish") and family not in GEMMA_FAMILIES:  # GeGLU: hf_gemma
         raise ConfigError(f"{where}: hidden_act={act!r} is not supported (SwiGLU needs silu).")
@@ -236,7 +255,8 @@ def hf_config_from_spec(
     spec: ModelSpec, dtype: str | None = None, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """A transformers `config.json` dict for the spec's family (llama, qwen2, qwen3, mistral,
-    mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, llama4).
+    mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, llama4, gemma*, olmo3, gpt3 as
+    GPT-2, the state-space families).
 
     `dtype` is the stored weight dtype (default `spec.param_dtype`); `extra` keys (token ids,
     say) are added last. Raises ConfigError when the family cannot express the spec.
@@ -256,6 +276,16 @@ def hf_config_from_spec(
             "model_type": ARCHITECTURES[arch][1],
             **ssm_config(spec),
             dtype_key: weights,
+            **(extra or {}),
+        }
+    if spec.family == "gpt3":
+        check_gpt2_expressible(spec, arch)
+        dtype_key = "dtype" if _transformers_major() >= 5 else "torch_dtype"
+        return {
+            "architectures": [arch],
+            "model_type": ARCHITECTURES[arch][1],
+            **gpt2_config(spec),
+            dtype_key: dtype or spec.param_dtype,
             **(extra or {}),
         }
     if spec.block_pattern:
@@ -326,9 +356,10 @@ def hf_config_from_spec(
         cfg["rope_theta"] = spec.rope_theta
         cfg["rope_scaling"] = None if spec.rope_scaling == "none" else rope
         cfg["torch_dtype"] = weight_dtype
-    if spec.family == "gemma3":  # one rotary entry per layer type
+    if spec.family in ("gemma3", "olmo3"):  # one rotary entry per layer type
         for key in ("rope_parameters", "rope_theta", "rope_scaling"):
             cfg.pop(key, None)
-        cfg.update(gemma3_rope_config(spec, _transformers_major()))
+        layouts = {"gemma3": gemma3_rope_config, "olmo3": olmo3_rope_config}
+        cfg.update(layouts[spec.family](spec, _transformers_major()))
     cfg.update(extra or {})
     return cfg

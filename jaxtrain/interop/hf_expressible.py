@@ -12,7 +12,7 @@ QWEN = ("qwen2", "qwen3")
 GEMMA = ("gemma", "gemma2", "gemma3")
 # Families whose `attention_bias` puts biases on q, k, v and o (gpt-oss and Llama 4 read it in
 # their own modules).
-ATTENTION_BIAS = ("llama", "qwen3", "qwen3_moe")
+ATTENTION_BIAS = ("llama", "qwen3", "qwen3_moe", "olmo3")
 
 
 def check_expressible(spec: ModelSpec, arch: str) -> None:
@@ -78,7 +78,11 @@ def check_pattern_keys(spec: ModelSpec, arch: str) -> None:
         "attention_sinks": "gpt_oss",
         "o_bias": ("gpt_oss", "llama4", *ATTENTION_BIAS),
         "mlp_bias": "llama",
-        "global_layer_step": ("gpt_oss", "llama4", *GEMMA),
+        "global_layer_step": ("gpt_oss", "llama4", "olmo3", *GEMMA),
+        "pre_norms": "olmo3",
+        "qk_norm_across_heads": "olmo3",
+        "norm_type": "gpt3",
+        "learned_positions": "gpt3",
         "leading_global_layers": QWEN,
         "moe_router_bias": "gpt_oss",
         "moe_expert_bias": "gpt_oss",
@@ -98,17 +102,17 @@ def check_pattern_keys(spec: ModelSpec, arch: str) -> None:
         dict.fromkeys(("attn_temperature_len", "router_logit_softcap", "output_multiplier"), "grok")
     )
     owners["moe_residual_mlp"] = "grok"
+    owners["post_norms"] = ("grok", "olmo3", *GEMMA)
+    owners["rope_local_theta"] = ("grok", "olmo3", *GEMMA)
     owners.update(
         dict.fromkeys(
             (
                 "mlp_activation",
                 "attn_logit_softcap",
                 "final_logit_softcap",
-                "post_norms",
                 "embed_multiplier",
                 "norm_zero_centered",
                 "query_pre_attn_scalar",
-                "rope_local_theta",
             ),
             ("grok", *GEMMA),
         )
@@ -126,6 +130,9 @@ def check_pattern_keys(spec: ModelSpec, arch: str) -> None:
         "final_logit_softcap": 0.0,
         "query_pre_attn_scalar": 0.0,
         "rope_local_theta": 0.0,
+        "pre_norms": True,
+        "norm_type": "rms",
+        "learned_positions": 0,
     }
     for key, families in owners.items():
         families = (families,) if isinstance(families, str) else families

@@ -5,10 +5,12 @@ transformers 5's `rope_parameters`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.models.layers.rope import yarn_mscale
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 
@@ -52,16 +54,25 @@ def rope_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def yarn_fields(cfg: Mapping[str, Any], params: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The YaRN keys; a missing factor is the context ratio, as transformers infers it."""
-    if params.get("attention_factor") is not None:
-        raise ConfigError(
-            f"{where}: yarn attention_factor={params['attention_factor']!r} is "
-            "not supported (only the default, derived from factor and mscale)."
-        )
+    """The YaRN keys; a missing factor is the context ratio, as transformers infers it. An
+    `attention_factor` is read when it is the default one (OLMo 3 spells it out)."""
     original = params.get("original_max_position_embeddings")
     if original is None:
         raise ConfigError(f"{where}: rope type 'yarn' needs `original_max_position_embeddings`.")
     factor = params.get("factor") or int(cfg["max_position_embeddings"]) / int(original)
+    mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+    given = params.get("attention_factor")
+    if given is not None:
+        default = (
+            yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+            if mscale and mscale_all_dim
+            else yarn_mscale(factor)
+        )
+        if not math.isclose(float(given), default, rel_tol=1e-6):
+            raise ConfigError(
+                f"{where}: yarn attention_factor={given!r} is not supported (only the "
+                f"default, {default:.10g}, derived from factor and mscale)."
+            )
     return dict(
         rope_scaling="yarn",
         rope_factor=float(factor),

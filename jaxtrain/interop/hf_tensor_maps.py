@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.interop.hf_gpt2 import gpt2_tensor_rows
 from jaxtrain.interop.hf_ssm import SSM_FAMILIES, ssm_tensor_rows
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 from jaxtrain.models.spec.layer_pattern import stack_layer_indices
@@ -129,6 +130,11 @@ def tensor_maps(spec: ModelSpec) -> list[TensorMap]:
             TensorMap(path, name, shape, hf_shape, in_rank, layer_ids=ids, **extra)
             for path, name, shape, hf_shape, in_rank, ids, extra in ssm_tensor_rows(spec)
         ]
+    if spec.family == "gpt3":  # GPT-2's layout: see hf_gpt2
+        return [
+            TensorMap(path, name, shape, hf_shape, in_rank, **extra)
+            for path, name, shape, hf_shape, in_rank, extra in gpt2_tensor_rows(spec)
+        ]
     d, v = spec.hidden_size, spec.vocab_size
     maps = [TensorMap(("embed", "embedding"), "model.embed_tokens.weight", (v, d), (v, d))]
     stacks = stack_layer_indices(spec)
@@ -182,17 +188,22 @@ def _block_maps(spec: ModelSpec, dense: bool) -> list[TensorMap]:
                     )
                 )
     # Gemma 2 / 3 name the norm of the attention output post_attention_layernorm, and the
-    # one before the MLP (jaxtrain's post_attn_norm) pre_feedforward_layernorm.
-    norms = (
-        (
+    # one before the MLP (jaxtrain's post_attn_norm) pre_feedforward_layernorm; OLMo has the
+    # output norms alone.
+    if not spec.pre_norms:
+        norms = (
+            ("attn_out_norm", "post_attention_layernorm"),
+            ("mlp_out_norm", "post_feedforward_layernorm"),
+        )
+    elif spec.post_norms:
+        norms = (
             ("input_norm", "input_layernorm"),
             ("attn_out_norm", "post_attention_layernorm"),
             ("post_attn_norm", "pre_feedforward_layernorm"),
             ("mlp_out_norm", "post_feedforward_layernorm"),
         )
-        if spec.post_norms
-        else (("input_norm", "input_layernorm"), ("post_attn_norm", "post_attention_layernorm"))
-    )
+    else:
+        norms = (("input_norm", "input_layernorm"), ("post_attn_norm", "post_attention_layernorm"))
     for ours, theirs in norms:
         maps.append(_vector(("layers", ours, "scale"), f"{lay}{theirs}.weight", (d,)))
     return maps
@@ -220,10 +231,11 @@ def _attention_maps(spec: ModelSpec, lay: str) -> list[TensorMap]:
         )
     if spec.attention_sinks:
         maps.append(_vector(("layers", "attn", "sinks"), f"{lay}self_attn.sinks", (n,)))
-    if spec.qk_norm:
-        for norm in ("q_norm", "k_norm"):
+    if spec.qk_norm:  # per head, or across heads (OLMo: one weight per head and dim)
+        for norm, heads in (("q_norm", n), ("k_norm", k)):
+            shape = (heads, h) if spec.qk_norm_across_heads else (h,)
             maps.append(
-                _vector(("layers", "attn", norm, "scale"), f"{lay}self_attn.{norm}.weight", (h,))
+                _vector(("layers", "attn", norm, "scale"), f"{lay}self_attn.{norm}.weight", shape)
             )
     return maps
 

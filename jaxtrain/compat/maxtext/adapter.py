@@ -46,6 +46,9 @@ MODELS = {
     "gpt-oss-120b": "gpt-oss-120b",
     "llama4-17b-16e": "llama4-scout-17b-16e",
     "llama4-17b-128e": "llama4-maverick-17b-128e",
+    "olmo3-7b": "olmo3-7b",
+    "olmo3-32b": "olmo3-32b",
+    "gpt3-175b": "gpt3-175b",
 }
 REMAT = {
     "full": "full",

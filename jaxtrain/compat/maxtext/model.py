@@ -16,6 +16,9 @@ semantics (as of the MaxText commit in tests/fixtures/compat/SOURCES.md):
   biased projections, router and experts, clamped SwiGLU (`mlp_activations_limit`, 1.702).
 - gemma, gemma2, gemma3: see `gemma` (GeGLU, Gemma 2's post-norms and soft-caps, Gemma 3's
   qk-norm and local RoPE base).
+- olmo3: see `olmo3` (norms after the sublayers only, qk-norm across heads, three sliding
+  blocks per global one).
+- gpt3: see `gpt3` (LayerNorms, learned positions, an ungated GELU MLP, biases everywhere).
 - llama4: NoPE global blocks every `nope_layer_interval`, chunked attention elsewhere
   (`chunk_attn_window_size`), L2 q/k norms on RoPE blocks (`use_qk_norm`), temperature tuning,
   top-k sigmoid routing weighting the expert input, shared experts, experts every
@@ -31,7 +34,9 @@ from typing import Any
 from jaxtrain.compat.common.architectures import unbuildable
 from jaxtrain.compat.common.report import KeyReport, is_off
 from jaxtrain.compat.maxtext.gemma import GEMMA_BLOCKS, map_gemma
+from jaxtrain.compat.maxtext.gpt3 import map_gpt3
 from jaxtrain.compat.maxtext.moe import map_experts
+from jaxtrain.compat.maxtext.olmo3 import map_olmo3
 from jaxtrain.errors import ConfigError
 
 FAMILIES = {
@@ -47,14 +52,14 @@ FAMILIES = {
     "gemma": "gemma",
     "gemma2": "gemma2",
     "gemma3": "gemma3",
+    "olmo3": "olmo3",
+    "gpt3": "gpt3",
 }
 MOE_BLOCKS = ("mixtral", "qwen3_moe", "deepseek", "gpt_oss", "llama4")
 # What the blocks the zoo cannot build are (the parts it lacks).
 UNBUILDABLE = {
     "gemma4": "Gemma 4 (GeGLU MLP, post-norms, shared K/V projections)",
     "gemma4_small": "Gemma 4's small models (GeGLU MLP, layers sharing K/V)",
-    "gpt3": "GPT-3 (LayerNorm, GELU MLP)",
-    "olmo3": "OLMo 3 (norms after attention and MLP)",
     "envy": "Envy Switch (post-MLP norms)",
     "deepseek4": "DeepSeek-V4 (compressed attention, hyper-connections)",
     "qwen3_next": "Qwen3-Next (gated DeltaNet linear attention)",
@@ -137,8 +142,12 @@ def architecture(r: KeyReport, seq_len: int) -> dict[str, Any]:
     _rope(r, fields, block)
     if block in GEMMA_BLOCKS:
         map_gemma(r, fields, block)
+    elif block == "olmo3":
+        map_olmo3(r, fields)
     else:
         _attention(r, fields, block)
+    if block == "gpt3":
+        map_gpt3(r, fields)
     if block in MOE_BLOCKS and int(r.get("num_experts", 1)) > 1:
         map_experts(r, fields, block)
     else:
@@ -403,16 +412,19 @@ def _activations(r: KeyReport, fields: dict[str, Any], block: str) -> None:
         )
         r.mapped("mlp_activations_limit", "model.moe_swiglu_limit")
         return
-    if acts == ["silu", "linear"] and block not in GEMMA_BLOCKS:
+    if acts == ["silu", "linear"] and block not in (*GEMMA_BLOCKS, "gpt3"):
         r.mapped("mlp_activations", "model.intermediate_size", "SwiGLU")
     elif acts == ["gelu", "linear"] and block in GEMMA_BLOCKS:
         r.mapped("mlp_activations", "model.mlp_activation", "GeGLU (tanh GELU)")
+    elif acts == ["gelu"] and block == "gpt3":
+        r.mapped("mlp_activations", "model.mlp_activation", "ungated tanh GELU (flax's nn.gelu)")
     else:
-        r.unsupported(
-            "mlp_activations",
-            f"{acts}: the {block} block's MLP is "
-            + ("GeGLU (gelu, linear)" if block in GEMMA_BLOCKS else "SwiGLU (silu, linear)"),
-        )
+        expected = "SwiGLU (silu, linear)"
+        if block in GEMMA_BLOCKS:
+            expected = "GeGLU (gelu, linear)"
+        elif block == "gpt3":
+            expected = "an ungated GELU (gelu)"
+        r.unsupported("mlp_activations", f"{acts}: the {block} block's MLP is {expected}")
     if limit > 0:
         r.unsupported("mlp_activations_limit", "clamped activations exist only in gpt-oss experts")
     elif r.has("mlp_activations_limit"):

@@ -162,6 +162,10 @@ def _schedule_and_batch(r: KeyReport, s: dict[str, Any]) -> None:
             r.ignored(key, f"{final_key} is used (the other MaxText spelling)")
     if r.has("lr_schedule_type") and not r.handled("lr_schedule_type"):
         r.mapped("lr_schedule_type", "optim.schedule")
+    if r.get("opt_type") == "adam_pax":
+        # Pax's Adam folds the bias correction into its decay rates: with adam_eps_root 0 its
+        # update is AdamW's.
+        r.mapped("opt_type", "optim.*", "Pax's Adam: AdamW with its bias correction folded in")
     for key, target in (
         ("adam_b1", "optim.b1"),
         ("adam_b2", "optim.b2"),
@@ -279,6 +283,10 @@ def _data_eval_checkpoint(r: KeyReport, s: dict[str, Any]) -> None:
         r.mapped("eval_steps", "train.eval_batches")
     elif r.has("eval_steps"):
         r.ignored("eval_steps", "no validation" if interval <= 0 else "-1: jaxtrain's default")
+    # The MLPerf GPT-3 file's eval batch and target loss (its stopping rule) need validation.
+    for key in ("eval_per_device_batch_size", "target_eval_loss"):
+        if interval <= 0 and r.has(key):
+            r.ignored(key, "no validation (eval_interval <= 0)")
     enabled = bool(r.get("enable_checkpointing"))
     s["checkpoint.every"] = int(r.get("checkpoint_period")) if enabled else 0
     # A rerun resumes the run's own checkpoints, as MaxText does when enabled; disabled,

@@ -1,4 +1,4 @@
-"""The decoder-only transformer: embed, N pre-norm blocks (stacked and scanned), norm, logits.
+"""The decoder-only transformer: embed, N blocks (stacked and scanned), norm, logits.
 
 Shape letters: B batch, L length, D embed, V vocab, S cache length, E experts.
 Blocks are created with `nnx.vmap` so every parameter gains a leading `layers` dimension, and run
@@ -35,10 +35,11 @@ from flax import nnx
 from jaxtrain.models.assembly import pipeline
 from jaxtrain.models.assembly.hybrid import Context as HybridContext
 from jaxtrain.models.assembly.hybrid import HybridStack
-from jaxtrain.models.feedforward.mlp import SwiGLU
+from jaxtrain.models.feedforward.mlp import dense_mlp
 from jaxtrain.models.feedforward.moe import MoE
 from jaxtrain.models.layers import fp8
-from jaxtrain.models.layers.basic import Dense, Embed, RMSNorm, softcap
+from jaxtrain.models.layers.basic import Dense, Embed, LearnedPositions, softcap
+from jaxtrain.models.layers.norms import make_norm
 from jaxtrain.models.layers.rope import rope_angles, rope_angles_for_length
 from jaxtrain.models.mixers.attention import Attention
 from jaxtrain.models.mixers.mla import MLAttention
@@ -74,34 +75,31 @@ class Block(nnx.Module):
     """x + attn(norm(x)), then x + mlp(norm(x)); the mlp is a mixture of experts when
     `num_experts` > 0 and not `dense`, whose routing statistics the block returns ({} for a
     dense mlp). The attention is latent (MLA) when `kv_lora_rank` > 0; `kind` indexes the
-    block's grouped-query `AttentionKind` (see `layer_pattern`)."""
+    block's grouped-query `AttentionKind` (see `layer_pattern`). With `post_norms` the
+    sublayer outputs are normed before each add too, and without `pre_norms` (OLMo 2/3) only
+    they are: x + norm(attn(x)), then x + norm(mlp(x))."""
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs, dense: bool = False):
-        norm = dict(
-            dtype=spec.jnp_dtype,
-            param_dtype=spec.jnp_param_dtype,
-            zero_centered=spec.norm_zero_centered,
-        )
-        self.input_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
+        if spec.pre_norms:
+            self.input_norm = make_norm(spec)
         self.attn = MLAttention(spec, rngs=rngs) if spec.mla else Attention(spec, rngs=rngs)
-        self.post_attn_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
+        if spec.pre_norms:
+            self.post_attn_norm = make_norm(spec)
         experts = spec.num_experts and not dense
-        self.mlp = (
-            MoE(spec, rngs=rngs) if experts else SwiGLU(spec, rngs=rngs, use_bias=spec.mlp_bias)
-        )
-        if spec.post_norms:  # Grok, Gemma 2/3: attention and MLP outputs normed before the add
-            self.attn_out_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
-            self.mlp_out_norm = RMSNorm(spec.hidden_size, spec.norm_eps, **norm)
+        self.mlp = MoE(spec, rngs=rngs) if experts else dense_mlp(spec, rngs=rngs)
+        if spec.post_norms:  # Grok, Gemma 2/3, OLMo: sublayer outputs normed before the add
+            self.attn_out_norm = make_norm(spec)
+            self.mlp_out_norm = make_norm(spec)
 
     def __call__(self, x_BLD, cos, sin, index_BL, segment_BL=None, cache=None, kind=0):
         extra = {} if isinstance(self.attn, MLAttention) else {"kind": kind}
-        attn_BLD, cache = self.attn(
-            self.input_norm(x_BLD), cos, sin, index_BL, segment_BL, cache, **extra
-        )
+        h_BLD = self.input_norm(x_BLD) if hasattr(self, "input_norm") else x_BLD
+        attn_BLD, cache = self.attn(h_BLD, cos, sin, index_BL, segment_BL, cache, **extra)
         if hasattr(self, "attn_out_norm"):
             attn_BLD = self.attn_out_norm(attn_BLD)
         x_BLD = x_BLD + attn_BLD
-        mlp_BLD, stats = self._mlp(self.post_attn_norm(x_BLD))
+        h_BLD = self.post_attn_norm(x_BLD) if hasattr(self, "post_attn_norm") else x_BLD
+        mlp_BLD, stats = self._mlp(h_BLD)
         if hasattr(self, "mlp_out_norm"):
             mlp_BLD = self.mlp_out_norm(mlp_BLD)
         x_BLD = x_BLD + mlp_BLD
@@ -150,6 +148,15 @@ class Decoder(nnx.Module):
             param_dtype=spec.jnp_param_dtype,
             fp8=output_fp8 if spec.tie_embeddings else None,
         )
+        if spec.learned_positions:  # GPT-3: absolute positions in place of RoPE
+            self.position_embed = LearnedPositions(
+                spec.learned_positions,
+                spec.hidden_size,
+                rngs=rngs,
+                std=spec.init_std,
+                dtype=spec.jnp_dtype,
+                param_dtype=spec.jnp_param_dtype,
+            )
         if spec.block_pattern:  # a hybrid / state-space stack (models/hybrid.py)
             self.blocks = HybridStack(spec, rngs=rngs)
         else:
@@ -160,13 +167,7 @@ class Decoder(nnx.Module):
                 axis = "layers" if spec.moe_layer_step > 1 else "prefix_layers"
                 self.dense_layers = _stack(spec, len(stacks["dense_layers"]), True, rngs, axis)
             self.layers = _stack(spec, len(stacks["layers"]), False, rngs)
-        self.final_norm = RMSNorm(
-            spec.hidden_size,
-            spec.norm_eps,
-            dtype=spec.jnp_dtype,
-            param_dtype=spec.jnp_param_dtype,
-            zero_centered=spec.norm_zero_centered,
-        )
+        self.final_norm = make_norm(spec)
         self.lm_head = (
             None
             if spec.tie_embeddings
@@ -217,6 +218,8 @@ class Decoder(nnx.Module):
         x_BLD = self.embed(tokens_BL)
         if spec.embed_multiplier != 1.0:
             x_BLD = x_BLD * jnp.asarray(spec.embed_multiplier, x_BLD.dtype)
+        if spec.learned_positions:
+            x_BLD = x_BLD + self.position_embed(index_BL if positions_BL is None else positions_BL)
         unroll = True if not spec.scan_layers else 1
         if spec.block_pattern:
             ctx = HybridContext(cos, sin, index_BL, segment_ids_BL)

@@ -1,5 +1,6 @@
-"""The feed-forward blocks: the gated down(silu(gate(x)) * up(x)) (gelu for Grok's GeGLU), and
-the ungated down(relu(up(x))^2) of Megatron hybrids and Nemotron-H.
+"""The feed-forward blocks: the gated down(silu(gate(x)) * up(x)) (gelu for Grok's GeGLU), the
+ungated down(relu(up(x))^2) of Megatron hybrids and Nemotron-H, and GPT-3's ungated
+down(gelu(up(x))).
 
 Shape letters: B batch, L length, D embed, F hidden (intermediate) size.
 """
@@ -106,3 +107,28 @@ class ReluSquaredMLP(nnx.Module):
             h_BLF, ("activation_batch", "activation_length", "activation_mlp")
         )
         return self.down_proj(h_BLF)
+
+
+class GeluMLP(nnx.Module):
+    """down(gelu(up(x))) with the tanh approximation of gelu: GPT-2's and MaxText's GPT-3 MLP
+    (`jax.nn.gelu`'s default, transformers' gelu_new), biased with `model.mlp_bias`."""
+
+    def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
+        d, f = spec.hidden_size, spec.intermediate_size
+        common = _projection_args(spec, rngs, use_bias=spec.mlp_bias)
+        self.up_proj = Dense((d,), (f,), ("embed",), ("mlp",), **common)
+        self.down_proj = Dense((f,), (d,), ("mlp",), ("embed",), **common)
+
+    def __call__(self, x_BLD: jax.Array) -> jax.Array:
+        h_BLF = jax.nn.gelu(self.up_proj(x_BLD), approximate=True)
+        h_BLF = sharding.constrain(
+            h_BLF, ("activation_batch", "activation_length", "activation_mlp")
+        )
+        return self.down_proj(h_BLF)
+
+
+def dense_mlp(spec: ModelSpec, *, rngs: nnx.Rngs) -> SwiGLU | GeluMLP:
+    """A transformer block's dense MLP: ungated GELU, or gated by `model.mlp_activation`."""
+    if spec.mlp_activation == "gelu":
+        return GeluMLP(spec, rngs=rngs)
+    return SwiGLU(spec, rngs=rngs, use_bias=spec.mlp_bias)

@@ -1,4 +1,5 @@
-"""Parameter-holding building blocks: dense projections, RMSNorm and the token embedding.
+"""Parameter-holding building blocks: dense projections, RMSNorm, the token embedding and
+learned absolute positions.
 
 Every parameter carries `logical_axes` metadata (one name per dimension); `jaxtrain.parallel.sharding`
 turns those names into mesh shardings through the rule table, so model code never names a mesh axis.
@@ -139,14 +140,17 @@ class Dense(nnx.Module):
 class RMSNorm(nnx.Module):
     """Root-mean-square norm computed in float32, scaled by a learned weight (init 1), or with
     `zero_centered` by 1 + the weight (init 0), as Gemma stores it: the checkpoint's weights
-    then map one to one, and weight decay pulls the scale towards 1, not 0."""
+    then map one to one, and weight decay pulls the scale towards 1, not 0.
+
+    A tuple `size` (with one axis name per entry) normalizes over that many trailing
+    dimensions at once, one weight per element: OLMo's qk-norm over all heads of q."""
 
     def __init__(
         self,
-        size: int,
+        size: int | tuple[int, ...],
         eps: float,
         *,
-        axis_name: str = "norm",
+        axis_name: str | tuple[str, ...] = "norm",
         dtype=jnp.float32,
         param_dtype=jnp.float32,
         zero_centered: bool = False,
@@ -154,12 +158,16 @@ class RMSNorm(nnx.Module):
         self.eps = eps
         self.dtype = dtype
         self.zero_centered = zero_centered
+        shape = size if isinstance(size, tuple) else (size,)
+        axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+        self.reduce = tuple(range(-len(shape), 0))
         init = jnp.zeros if zero_centered else jnp.ones
-        self.scale = nnx.Param(init((size,), param_dtype), logical_axes=(axis_name,))
+        self.scale = nnx.Param(init(shape, param_dtype), logical_axes=axes)
 
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         x32 = x.astype(jnp.float32)
-        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        mean_square = jnp.mean(x32 * x32, axis=self.reduce, keepdims=True)
+        normed = x32 * jax.lax.rsqrt(mean_square + self.eps)
         scale = self.scale[...].astype(jnp.float32)
         if self.zero_centered:
             scale = scale + 1.0
@@ -209,3 +217,28 @@ class Embed(nnx.Module):
                 jnp.float32,
             )
         return project(x_BLD.astype(self.dtype), self.attend_kernel(), 1, jnp.float32)
+
+
+class LearnedPositions(nnx.Module):
+    """A learned vector per absolute position, [positions, embed], added to the token
+    embeddings in place of rotary embeddings (GPT-2 / GPT-3). Its rows stay whole on every
+    device (a position table is small next to the vocabulary)."""
+
+    def __init__(
+        self,
+        count: int,
+        size: int,
+        *,
+        rngs: nnx.Rngs,
+        std: float,
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+    ):
+        self.dtype = dtype
+        self.embedding = make_param(rngs, (count, size), (None, "embed"), std, param_dtype)
+
+    def __call__(self, positions_BL: jnp.ndarray) -> jnp.ndarray:
+        x_BLD = jnp.take(self.embedding[...], positions_BL, axis=0).astype(self.dtype)
+        return sharding.constrain(
+            x_BLD, ("activation_batch", "activation_length", "activation_embed")
+        )

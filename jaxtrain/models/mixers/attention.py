@@ -1,6 +1,6 @@
-"""Grouped-query causal self-attention with RoPE, optional qkv / output biases, qk-norm,
-sliding windows, chunked local attention, attention sinks, document (segment) masking and a
-key/value cache for decoding.
+"""Grouped-query causal self-attention with RoPE, optional qkv / output biases, qk-norm (per
+head, or across heads as OLMo has it), sliding windows, chunked local attention, attention
+sinks, document (segment) masking and a key/value cache for decoding.
 
 Training (no cache) runs the implementation `model.attention_impl` picks (see
 `self_attention`); decoding with a cache uses the plain masked softmax below. Blocks of one
@@ -307,13 +307,20 @@ class Attention(nnx.Module):
         )
         if spec.qk_norm:
             norm = dict(
-                axis_name="head_dim",
                 dtype=spec.jnp_dtype,
                 param_dtype=spec.jnp_param_dtype,
                 zero_centered=spec.norm_zero_centered,
             )
-            self.q_norm = RMSNorm(h, spec.norm_eps, **norm)
-            self.k_norm = RMSNorm(h, spec.norm_eps, **norm)
+            if spec.qk_norm_across_heads:  # OLMo: one norm over all heads' q (and k)
+                self.q_norm = RMSNorm(
+                    (n, h), spec.norm_eps, axis_name=("heads", "head_dim"), **norm
+                )
+                self.k_norm = RMSNorm(
+                    (k, h), spec.norm_eps, axis_name=("kv_heads", "head_dim"), **norm
+                )
+            else:
+                self.q_norm = RMSNorm(h, spec.norm_eps, axis_name="head_dim", **norm)
+                self.k_norm = RMSNorm(h, spec.norm_eps, axis_name="head_dim", **norm)
         else:
             self.q_norm = self.k_norm = None
         if spec.attention_sinks:  # only then, so other families keep their parameter tree

@@ -1,8 +1,8 @@
 """Named architectures with their published hyperparameters, plus a tiny debug size per family.
 
 The values a family's sizes share live in `preset_families`, the debug sizes in
-`presets_debug`, the state-space and hybrid families in `presets_ssm`, Gemma's in `gemma`; this
-module registers them all under one table.
+`presets_debug`, the state-space and hybrid families in `presets_ssm`, Gemma's, OLMo 3's and
+GPT-3's in `gemma`, `olmo3` and `gpt3`; this module registers them all under one table.
 
 Full-size values are those of each model's Hugging Face `config.json`. `model_config(name)`
 returns a ConfigDict of every `ModelSpec` field, ready to sit in `config.model` and be overridden
@@ -23,6 +23,8 @@ from jaxtrain.models.presets.gemma import (
     GEMMA_PRESETS,
     GEMMA_PUBLISHED_PARAMS,
 )
+from jaxtrain.models.presets.gpt3 import GPT3_PRESETS, GPT3_PUBLISHED_PARAMS
+from jaxtrain.models.presets.olmo3 import OLMO3_PRESETS, OLMO3_PUBLISHED_PARAMS
 from jaxtrain.models.presets.ssm import SSM_PRESETS, SSM_PUBLISHED_PARAMS
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 
@@ -404,6 +406,8 @@ PRESETS.update(SSM_PRESETS)
 PUBLISHED_PARAMS.update(SSM_PUBLISHED_PARAMS)
 PRESETS.update({**GEMMA_PRESETS, **GEMMA_DEBUG_PRESETS})
 PUBLISHED_PARAMS.update(GEMMA_PUBLISHED_PARAMS)
+PRESETS.update({**OLMO3_PRESETS, **GPT3_PRESETS})
+PUBLISHED_PARAMS.update({**OLMO3_PUBLISHED_PARAMS, **GPT3_PUBLISHED_PARAMS})
 
 
 def family_names() -> tuple[str, ...]:

@@ -30,13 +30,34 @@ def attention_params(spec: Any) -> int:
         extra = spec.q_lora_rank + spec.kv_lora_rank  # the two latent RMSNorms
     if spec.qkv_bias:
         extra += (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim
-    if spec.qk_norm:
-        extra += 2 * spec.head_dim
+    if spec.qk_norm:  # per head, or one weight per head and dim across heads (OLMo)
+        across = spec.qk_norm_across_heads
+        extra += (spec.num_heads + spec.num_kv_heads if across else 2) * spec.head_dim
     if spec.o_bias:
         extra += spec.hidden_size
     if spec.attention_sinks:
         extra += spec.num_heads
     return attention_matmul_params(spec) + extra
+
+
+def norm_params(spec: Any) -> int:
+    """One norm over the hidden size: a scale, and a bias for LayerNorms."""
+    return spec.hidden_size * (2 if spec.norm_type == "layer" else 1)
+
+
+def block_norm_params(spec: Any) -> int:
+    """One transformer block's norms: before attention and MLP (`pre_norms`), after them
+    (`post_norms`), or both."""
+    return (2 * spec.pre_norms + 2 * spec.post_norms) * norm_params(spec)
+
+
+def dense_mlp_params(spec: Any, with_biases: bool) -> int:
+    """One dense MLP: gate, up and down (the ungated GELU: up and down), and their biases
+    when counted."""
+    d, f = spec.hidden_size, spec.intermediate_size
+    weights = 2 if spec.mlp_activation == "gelu" else 3
+    biases = (weights - 1) * f + d if with_biases and spec.mlp_bias else 0
+    return weights * d * f + biases
 
 
 def expert_weights(spec: Any) -> int:
@@ -69,9 +90,8 @@ def ffn_params(spec: Any, experts: int, with_biases: bool = True) -> int:
     """Feed-forward parameters of all blocks, with `experts` routed experts counted in each
     expert block (its router and shared experts included); biases only when asked (FLOPs
     count matmul weights)."""
-    d, f = spec.hidden_size, spec.intermediate_size
-    dense_biases = 2 * f + d if with_biases and spec.mlp_bias else 0
-    dense = (spec.num_layers - spec.num_moe_layers) * (3 * d * f + dense_biases)
+    d = spec.hidden_size
+    dense = (spec.num_layers - spec.num_moe_layers) * dense_mlp_params(spec, with_biases)
     if not spec.num_experts:
         return dense
     routed = experts * expert_params(spec, with_biases)

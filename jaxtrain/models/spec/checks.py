@@ -28,9 +28,11 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims", "minimal")
 MOE_SCORES = ("topk_softmax", "softmax_topk", "sigmoid", "topk_sigmoid")
 # Expert activation: silu(gate) x up, or gpt-oss's clamped variant (see `moe.clamped_swiglu`).
 MOE_ACTIVATIONS = ("swiglu", "clamped_swiglu", "geglu", "relu2")
-# Dense MLP activation: silu(gate) x up, tanh-approximated gelu(gate) x up (Grok), or the
-# ungated relu(x)^2 of Nemotron-H's hybrid MLP sublayers.
-MLP_ACTIVATIONS = ("swiglu", "geglu", "relu2")
+# Dense MLP activation: silu(gate) x up, tanh-approximated gelu(gate) x up (Grok), the
+# ungated relu(x)^2 of Nemotron-H's hybrid MLP sublayers, or GPT-3's ungated tanh gelu(x).
+MLP_ACTIVATIONS = ("swiglu", "geglu", "relu2", "gelu")
+# RMSNorm, or LayerNorm with a bias (GPT-3).
+NORM_TYPES = ("rms", "layer")
 # How top-k is restricted to groups of experts: none | V2 (group score = its best expert) | V3
 # (group score = sum of its two best biased scores).
 MOE_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
@@ -79,6 +81,7 @@ def validate(spec: Any) -> None:
             f"model.attention_impl={spec.attention_impl!r} is not one of {list(ATTENTION_IMPLS)}."
         )
     _check_grok(spec)
+    _check_norms_and_positions(spec)
     _check_fp8(spec)
     _check_mla(spec)
     _check_layer_pattern(spec)
@@ -118,6 +121,55 @@ def _check_grok(spec: Any) -> None:
             f"(model.attn_logit_softcap={spec.attn_logit_softcap}); use "
             "'blockwise', 'dot' or 'auto'."
         )
+
+
+def _check_norms_and_positions(spec: Any) -> None:
+    """OLMo's and GPT-3's switches: where the norms sit and what kind they are, the ungated
+    GELU MLP, learned absolute positions."""
+    if spec.norm_type not in NORM_TYPES:
+        raise ConfigError(f"model.norm_type={spec.norm_type!r} is not one of {list(NORM_TYPES)}.")
+    if not (spec.pre_norms or spec.post_norms):
+        raise ConfigError(
+            "model.pre_norms=False leaves the blocks without norms; set model.post_norms=True "
+            "to norm the attention and MLP outputs instead (OLMo 2/3), or pre_norms=True."
+        )
+    if spec.qk_norm_across_heads and not spec.qk_norm:
+        raise ConfigError(
+            "model.qk_norm_across_heads=True says how qk-norm normalizes; set "
+            "model.qk_norm=True too, or turn it off."
+        )
+    if spec.learned_positions and spec.learned_positions < spec.max_seq_len:
+        raise ConfigError(
+            f"model.learned_positions={spec.learned_positions} has no row for positions up to "
+            f"model.max_seq_len={spec.max_seq_len}; raise it to at least max_seq_len, or "
+            "lower max_seq_len (train.seq_len with it)."
+        )
+    rotary = {
+        "rope_scaling": spec.rope_scaling != "none",
+        "rope_local_theta": spec.rope_local_theta,
+        "nope_global": spec.nope_global,
+        "rope_interleave": spec.rope_interleave,
+    }
+    for key, used in rotary.items():
+        if spec.learned_positions and used:
+            raise ConfigError(
+                f"model.{key}={getattr(spec, key)!r} shapes rotary embeddings, which "
+                f"model.learned_positions={spec.learned_positions} replaces; leave it at its "
+                "default or set learned_positions to 0."
+            )
+    transformer_only = {
+        "norm_type": spec.norm_type != "rms",
+        "pre_norms": not spec.pre_norms,
+        "qk_norm_across_heads": spec.qk_norm_across_heads,
+        "learned_positions": spec.learned_positions,
+        "mlp_activation": spec.mlp_activation == "gelu",
+    }
+    for key, used in transformer_only.items():
+        if used and (spec.block_pattern or spec.mla or spec.num_experts):
+            raise ConfigError(
+                f"model.{key}={getattr(spec, key)!r} applies to dense transformer blocks only; "
+                "leave it at its default with model.block_pattern, kv_lora_rank or num_experts."
+            )
 
 
 def _check_blocks(spec: Any) -> None:

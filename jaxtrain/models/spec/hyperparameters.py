@@ -21,11 +21,12 @@ _DTYPES = {name: getattr(jnp, name) for name in checks.DTYPES}
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """Hyperparameters of one decoder (Llama 2/3, Qwen 2.5/3, Mistral, Gemma 1/2/3; Mixtral, Qwen3-MoE,
-    DeepSeek V2/V3, gpt-oss and Llama 4 when `num_experts` > 0, which swaps the MLP of every
-    block after the first `num_dense_layers` (or of every `moe_layer_step`-th block) for a
-    mixture of experts; `kv_lora_rank` > 0 swaps grouped-query attention for multi-head latent
-    attention; `global_layer_step` alternates local and global attention layers)."""
+    """Hyperparameters of one decoder (Llama 2/3, Qwen 2.5/3, Mistral, Gemma 1/2/3, OLMo 3,
+    GPT-3; Mixtral, Qwen3-MoE, DeepSeek V2/V3, gpt-oss and Llama 4 when `num_experts` > 0,
+    which swaps the MLP of every block after the first `num_dense_layers` (or of every
+    `moe_layer_step`-th block) for a mixture of experts; `kv_lora_rank` > 0 swaps grouped-query
+    attention for multi-head latent attention; `global_layer_step` alternates local and global
+    attention layers)."""
 
     family: str = "llama"  # informational: llama, qwen2, qwen3, mistral, mixtral, deepseek_v3, ...
     vocab_size: int = 32000  # rows of the embedding and output projection
@@ -36,7 +37,7 @@ class ModelSpec:
     head_dim: int = 128  # width of each attention head (even: rotary embeddings)
     intermediate_size: int = 11008  # hidden width of the SwiGLU MLP
     max_seq_len: int = 4096  # longest sequence (training windows, prompt + generated tokens)
-    norm_eps: float = 1e-5  # RMSNorm epsilon
+    norm_eps: float = 1e-5  # RMSNorm (LayerNorm) epsilon
     rope_theta: float = 10000.0  # rotary embedding base
     rope_scaling: str = "none"  # none | llama3 | linear | yarn
     rope_factor: float = 1.0  # context extension factor of llama3 / linear / yarn rope_scaling
@@ -121,7 +122,7 @@ class ModelSpec:
     # Grok (xAI's Grok-1 / Grok-2): soft-capped logits (cap x tanh(x / cap); 0: off), norms
     # on the attention and MLP outputs, scaled embeddings and logits, GELU-gated MLPs.
     mlp_activation: str = "swiglu"  # dense MLPs: swiglu | geglu (gelu(gate) x up, Grok) |
-    #   relu2 (relu(x)^2, ungated; hybrid MLP sublayers only, Nemotron-H)
+    #   relu2 (relu(x)^2, ungated; hybrid MLP sublayers only, Nemotron-H) | gelu (ungated, GPT-3)
     attn_logit_softcap: float = 0.0  # caps scaled q.k scores before the softmax (Grok: 30)
     attn_temperature_len: int = 0  # > 0: queries at index i > this scale by log2(i) / log2(it)
     router_logit_softcap: float = 0.0  # caps the router logits (Grok-2: 30)
@@ -135,6 +136,13 @@ class ModelSpec:
     query_pre_attn_scalar: float = 0.0  # > 0: scores scale by this^-0.5, not head_dim^-0.5
     rope_local_theta: float = 0.0  # > 0: the rotary base of sliding-window blocks, unscaled
     #   (Gemma 3: 10k local, rope_theta and rope_scaling on the global blocks); 0: rope_theta
+    # OLMo 2/3 (norms after the sublayers only, qk-norm across heads) and GPT-3 (MaxText's
+    # gpt3 block, laid out as GPT-2: LayerNorms, learned positions, an ungated GELU MLP).
+    pre_norms: bool = True  # norm the attention and MLP inputs; False: post_norms alone (OLMo)
+    qk_norm_across_heads: bool = False  # qk_norm over all heads of q (of k) at once (OLMo)
+    norm_type: str = "rms"  # rms | layer (LayerNorm: mean removed, then scale and bias; GPT-3)
+    learned_positions: int = 0  # > 0: learned absolute positions in place of RoPE (GPT-3)
+    #   this many rows added to the token embeddings (2048; MaxText's trainable_position_size)
     # Hybrid and state-space models (jaxtrain/models/assembly/hybrid.py, docs/models.md): one pre-norm
     # residual sublayer per character, M mamba, * attention (MLA with kv_lora_rank), - MLP,
     # E mixture of experts (Megatron's hybrid_override_pattern), G Gated DeltaNet, K Kimi
@@ -231,8 +239,10 @@ class ModelSpec:
                     for kind in blocks.pattern_kinds(self.block_pattern)
                 )
             )
-        layer = sizes.attention_params(self) + (4 if self.post_norms else 2) * d
-        return self.num_layers * layer + sizes.ffn_params(self, self.num_experts) + embed + d
+        layer = sizes.attention_params(self) + sizes.block_norm_params(self)
+        embed += self.learned_positions * d
+        ffn = sizes.ffn_params(self, self.num_experts)
+        return self.num_layers * layer + ffn + embed + sizes.norm_params(self)
 
     def num_active_params(self) -> int:
         """Parameters one token uses: `num_params` with only its top-k experts counted."""

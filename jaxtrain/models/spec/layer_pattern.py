@@ -26,6 +26,7 @@ class ModelSpec(Protocol):
     attn_temperature_tuning: bool
     qk_l2_norm: bool
     rope_local_theta: float
+    learned_positions: int
     num_experts: int
     num_dense_layers: int
     moe_layer_step: int
@@ -52,13 +53,15 @@ def is_global_layer(spec: ModelSpec, i: int) -> bool:
 
 def attention_kinds(spec: ModelSpec) -> tuple[tuple[AttentionKind, ...], tuple[int, ...]]:
     """(the distinct kinds, each block's index into them); one kind when all blocks agree."""
+    positional = not spec.learned_positions  # learned positions replace RoPE (GPT-3)
     local = AttentionKind(
         window=spec.sliding_window,
         chunk=spec.attention_chunk,
+        rope=positional,
         qk_l2=spec.qk_l2_norm,
         local_rope=bool(spec.rope_local_theta),
     )
-    rope = not spec.nope_global
+    rope = positional and not spec.nope_global
     glob = AttentionKind(
         rope=rope,
         qk_l2=spec.qk_l2_norm and rope,

@@ -157,6 +157,7 @@ MODEL_RANGES: dict[str, Range] = {
     },
     "query_pre_attn_scalar": Range(0, hint="0: head_dim"),
     "rope_local_theta": Range(0, hint="0: rope_theta on every block"),
+    "learned_positions": Range(0, hint="0: rotary positions"),
     # State-space (Mamba) sublayers.
     "mamba_version": Range(1, 2, hint="1: Mamba-1, 2: Mamba-2"),
     **{
