@@ -1,0 +1,200 @@
+"""Tokenized shards in an S3 bucket (moto's server on 127.0.0.1) read as the same shards in a local
+folder do: the same batches token for token, shuffled or not, with or without worker processes;
+token windows come by ranged reads, and bad URLs fail with one line naming the URL and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pytest
+import s3_fixture
+from data_fixtures import DatatroveCorpus, write_raw_megatron, write_raw_shard
+from ml_collections import ConfigDict
+
+from jaxtrain.config.loader import load_config
+from jaxtrain.data import bucket_files
+from jaxtrain.data.datatrove import find_shards
+from jaxtrain.data.errors import DataError
+from jaxtrain.data.megatron import megatron_files
+from jaxtrain.data.pipeline import make_eval_batches, make_train_iterator
+
+s3_server = s3_fixture.s3_server  # moto's server, once per test run
+REPO = Path(__file__).resolve().parent.parent
+BUCKET = s3_fixture.BUCKET
+
+
+def upload(folder: Path, prefix: str) -> str:
+    """Copies every file of `folder` (not deeper) to s3://BUCKET/prefix/; returns that URL."""
+    client = boto3.client("s3")
+    for f in sorted(folder.iterdir()):
+        if f.is_file():
+            client.upload_file(str(f), BUCKET, f"{prefix}/{f.name}")
+    return f"s3://{BUCKET}/{prefix}"
+
+
+@pytest.fixture(scope="module")
+def base_cfg() -> ConfigDict:
+    """configs/base.py, loaded once."""
+    return load_config(str(REPO / "configs" / "base.py"))
+
+
+def _cfg(base: ConfigDict, **values: object) -> ConfigDict:
+    cfg = ConfigDict(base.to_dict())
+    values = {"train.seq_len": 16, "train.global_batch_size": 4, "data.prefetch": 2, **values}
+    for key, value in values.items():
+        section, leaf = key.split(".")
+        cfg[section][leaf] = value
+    return cfg
+
+
+def _batches(cfg: ConfigDict, n: int) -> list[dict[str, np.ndarray]]:
+    it = make_train_iterator(cfg, vocab_size=400)
+    try:
+        return [next(it) for _ in range(n)]
+    finally:
+        if hasattr(it, "close"):
+            it.close()
+
+
+def _assert_same(a: list[dict[str, np.ndarray]], b: list[dict[str, np.ndarray]]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert sorted(x) == sorted(y)
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key])
+
+
+@pytest.fixture(scope="module")
+def megatron_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two Megatron datasets whose names sort differently with and without extension."""
+    folder = tmp_path_factory.mktemp("megatron")
+    rng = np.random.default_rng(0)
+    for name in ("corpus", "corpus-b"):
+        docs = [rng.integers(0, 400, int(rng.integers(3, 40))).tolist() for _ in range(60)]
+        write_raw_megatron(folder / name, docs)
+    return folder
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_datatrove_shards_in_a_bucket_give_the_local_batches(
+    s3_server, base_cfg, datatrove_corpus: DatatroveCorpus, shuffle: bool
+) -> None:
+    url = upload(datatrove_corpus.folder, f"datatrove-{shuffle}")
+    assert [str(s.path).rsplit("/", 1)[1] for s in find_shards([url])] == [
+        s.path.name for s in find_shards([str(datatrove_corpus.folder)])
+    ]
+    local = _cfg(base_cfg, **{"data.kind": "datatrove", "data.shuffle": shuffle})
+    local.data.paths = str(datatrove_corpus.folder)
+    remote = ConfigDict(local.to_dict())
+    remote.data.paths = url
+    _assert_same(_batches(remote, 6), _batches(local, 6))
+    local.data.val_paths, remote.data.val_paths = local.data.paths, remote.data.paths
+    local.train.eval_batches = remote.train.eval_batches = 2
+    _assert_same(
+        list(make_eval_batches(remote, vocab_size=400)()),
+        list(make_eval_batches(local, vocab_size=400)()),
+    )
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_megatron_datasets_in_a_bucket_give_the_local_batches(
+    s3_server, base_cfg, megatron_folder: Path, shuffle: bool
+) -> None:
+    url = upload(megatron_folder, f"megatron-{shuffle}")
+    assert [str(f.prefix).rsplit("/", 1)[1] for f in megatron_files(url)] == ["corpus", "corpus-b"]
+    assert [f.prefix.name for f in megatron_files(str(megatron_folder))] == ["corpus", "corpus-b"]
+    local = _cfg(base_cfg, **{"data.kind": "megatron", "data.shuffle": shuffle})
+    local.data.paths = str(megatron_folder / "corpus") + "," + str(megatron_folder / "corpus-b")
+    remote = ConfigDict(local.to_dict())
+    remote.data.paths = f"{url}/corpus,{url}/corpus-b.bin"  # a prefix, or one of its files
+    _assert_same(_batches(remote, 6), _batches(local, 6))
+    remote.data.paths = url  # the folder of datasets
+    local.data.paths = str(megatron_folder)
+    _assert_same(_batches(remote, 6), _batches(local, 6))
+
+
+def test_token_windows_are_ranged_reads(s3_server, tmp_path, monkeypatch) -> None:
+    folder = tmp_path / "big"
+    write_raw_shard(folder, "00000.ds", [list(range(i, i + 1000)) for i in range(50)], width=4)
+    url = upload(folder, "ranged")
+    reads: list[tuple[str, int, int]] = []
+    real = bucket_files.read_range
+
+    def counted(path, start, stop):
+        reads.append((str(path), start, stop))
+        return real(path, start, stop)
+
+    monkeypatch.setattr(bucket_files, "read_range", counted)
+    shard = find_shards([url])[0]
+    reads.clear()  # opening reads the index's last entry and the index, never tokens
+    window = np.asarray(shard.tokens[20_000:20_017])
+    np.testing.assert_array_equal(window, np.arange(20, 37))
+    assert reads == [(f"{url}/00000.ds", 80_000, 80_068)]
+
+
+@pytest.mark.slow  # worker processes start by importing jax: ~10 s on two cores
+def test_worker_processes_read_the_bucket(s3_server, base_cfg, datatrove_corpus) -> None:
+    url = upload(datatrove_corpus.folder, "datatrove-workers")
+    local = _cfg(base_cfg, **{"data.kind": "datatrove"})
+    local.data.paths = str(datatrove_corpus.folder)
+    remote = ConfigDict(local.to_dict())
+    remote.data.paths = url
+    remote.data.worker_count = 1
+    _assert_same(_batches(remote, 4), _batches(local, 4))
+
+
+def test_bad_urls_are_one_line_naming_the_url(s3_server, tmp_path) -> None:
+    with pytest.raises(DataError, match=r"s3://no-such-bucket/x.*does not exist") as e:
+        find_shards(["s3://no-such-bucket/x"])
+    assert "\n" not in str(e.value)
+    with pytest.raises(DataError, match=r"s3://jaxtrain-test/nothing-here: no \*\.ds shards"):
+        find_shards([f"s3://{BUCKET}/nothing-here"])
+    with pytest.raises(DataError, match=r"no Megatron dataset"):
+        megatron_files(f"s3://{BUCKET}/nothing-here")
+    write_raw_shard(tmp_path / "noindex", "00000.ds", [[1, 2, 3]])
+    (tmp_path / "noindex" / "00000.ds.index").unlink()
+    url = upload(tmp_path / "noindex", "noindex")
+    with pytest.raises(DataError, match=r"00000.ds: its companion file 00000.ds.index is missing"):
+        find_shards([url])
+
+
+def test_refused_credentials_are_one_line_naming_the_url() -> None:
+    # moto's server accepts any key unless IAM checks are on for the whole run, so the refusal
+    # s3fs raises (PermissionError) is given to the translation directly.
+    error = bucket_files._fail("s3://b/tokens", PermissionError("InvalidAccessKeyId"))
+    assert isinstance(error, DataError) and "\n" not in str(error)
+    assert str(error).startswith("s3://b/tokens: the store refused the credentials")
+    assert "AWS_ACCESS_KEY_ID" in str(error)
+
+
+@pytest.mark.slow  # compiles the debug model's train step twice (12 s with a warm cache)
+def test_training_on_a_bucket_gives_the_losses_of_the_local_shards(
+    s3_server, tmp_path, datatrove_corpus: DatatroveCorpus
+) -> None:
+    import jax
+    from checkpoint_fixtures import losses, small_config
+
+    from jaxtrain.trainer import Trainer
+
+    url = upload(datatrove_corpus.folder, "datatrove-train")
+    found = {}
+    for where, paths in (("local", str(datatrove_corpus.folder)), ("bucket", url)):
+        cfg = small_config(
+            tmp_path / where,
+            **{
+                "data.kind": "datatrove",
+                "data.paths": paths,
+                "data.tokenizer": str(datatrove_corpus.tokenizer),
+                "checkpoint.every": 0,
+            },
+        )
+        trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
+        try:
+            trainer.run(3)
+        finally:
+            trainer.close()
+        found[where] = losses(tmp_path / where)
+    assert sorted(found["local"]) == [1, 2, 3]
+    assert found["bucket"] == found["local"]
