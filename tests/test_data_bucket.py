@@ -4,6 +4,9 @@ token windows come by ranged reads, and bad URLs fail with one line naming the U
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import boto3
@@ -12,6 +15,7 @@ import pytest
 import s3_fixture
 from data_fixtures import DatatroveCorpus, write_raw_megatron, write_raw_shard
 from ml_collections import ConfigDict
+from test_cli_faults import one_line_error
 
 from jaxtrain.config.loader import load_config
 from jaxtrain.data import bucket_files
@@ -198,3 +202,29 @@ def test_training_on_a_bucket_gives_the_losses_of_the_local_shards(
         found[where] = losses(tmp_path / where)
     assert sorted(found["local"]) == [1, 2, 3]
     assert found["bucket"] == found["local"]
+
+
+def test_the_cli_prints_one_line_and_exits_2_for_a_missing_bucket(
+    s3_server, tmp_path, datatrove_corpus: DatatroveCorpus
+) -> None:
+    url = "s3://no-such-bucket/tokens"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxtrain",
+            "--config",
+            "configs/llama_debug.py",
+            f"--config.run.dir={tmp_path / 'run'}",
+            "--config.data.kind=datatrove",
+            f"--config.data.paths={url}",
+            f"--config.data.tokenizer={datatrove_corpus.tokenizer}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"},
+    )
+    line = one_line_error(out)
+    assert url in line and "does not exist" in line
