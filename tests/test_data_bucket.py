@@ -13,7 +13,7 @@ import boto3
 import numpy as np
 import pytest
 import s3_fixture
-from data_fixtures import DatatroveCorpus, write_raw_megatron, write_raw_shard
+from data_fixtures import DatatroveCorpus, corpus_texts, write_raw_megatron, write_raw_shard
 from ml_collections import ConfigDict
 from test_cli_faults import one_line_error
 
@@ -204,6 +204,52 @@ def test_training_on_a_bucket_gives_the_losses_of_the_local_shards(
     assert found["bucket"] == found["local"]
 
 
+@pytest.fixture(scope="module")
+def text_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Raw text as JSONL, gzipped JSONL and Parquet (two row groups of 16)."""
+    import gzip
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path_factory.mktemp("text")
+    texts = corpus_texts(120, seed=5)
+    (folder / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:40]))
+    with gzip.open(folder / "b.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps({"text": t}) + "\n" for t in texts[40:80])
+    pq.write_table(pa.table({"text": texts[80:]}), folder / "c.parquet", row_group_size=16)
+    return folder
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_raw_text_in_a_bucket_gives_the_local_batches(
+    s3_server, base_cfg, text_corpus: Path, tiny_tokenizer: Path, tmp_path, monkeypatch, shuffle
+) -> None:
+    monkeypatch.setenv("JAXTRAIN_TEXT_CACHE", str(tmp_path / "cache"))
+    url = upload(text_corpus, f"text-{shuffle}")
+    local = _cfg(base_cfg, **{"data.kind": "text", "data.shuffle": shuffle})
+    local.data.paths, local.data.tokenizer = str(text_corpus), str(tiny_tokenizer)
+    remote = ConfigDict(local.to_dict())
+    remote.data.paths = url
+    _assert_same(_batches(remote, 6), _batches(local, 6))
+    remote.data.paths = f"{url}/c.parquet"  # one object
+    local.data.paths = str(text_corpus / "c.parquet")
+    _assert_same(_batches(remote, 3), _batches(local, 3))
+
+
+def test_array_records_in_a_bucket_are_refused_naming_the_fix(s3_server, tmp_path) -> None:
+    from jaxtrain.data.text_files import text_files
+
+    (tmp_path / "ar").mkdir()
+    (tmp_path / "ar" / "x.array_record-00000-of-00001").write_bytes(b"")
+    url = upload(tmp_path / "ar", "arrayrecord")
+    with pytest.raises(DataError, match=r"ArrayRecord files are read from local disk only"):
+        text_files(url)
+    with pytest.raises(DataError, match=r"no \.jsonl.*under it"):
+        text_files(f"s3://{BUCKET}/nothing-here")
+
+
 def test_the_cli_prints_one_line_and_exits_2_for_a_missing_bucket(
     s3_server, tmp_path, datatrove_corpus: DatatroveCorpus
 ) -> None:
@@ -228,3 +274,4 @@ def test_the_cli_prints_one_line_and_exits_2_for_a_missing_bucket(
     )
     line = one_line_error(out)
     assert url in line and "does not exist" in line
+

@@ -192,3 +192,35 @@ def open_array(
         nbytes = count * np.dtype(dtype).itemsize
         return np.frombuffer(read_range(path, offset, offset + nbytes), dtype, count)
     return BucketArray(str(path), dtype, count, offset)
+
+
+def find_files(url: str) -> list[str]:
+    """URLs of every object under the folder `url`, at any depth, sorted (a local rglob's order
+    for files of one folder level; across levels, by full key)."""
+    check_bucket(url)
+    try:
+        found = _filesystem(url).find(url.rstrip("/"), detail=False)
+    except FileNotFoundError:
+        return []
+    except Exception as e:
+        raise _fail(url, e) from e
+    scheme = split_url(url)[0]
+    return sorted(f"{scheme}://{n}" for n in found)
+
+
+def open_object(url: str) -> Any:
+    """A seekable binary file of an object, read by ranged requests as it is read."""
+    try:
+        return _filesystem(url).open(url, "rb")
+    except FileNotFoundError:
+        raise DataError(f"{url}: no such object (data.paths / data.val_paths).") from None
+    except Exception as e:
+        raise _fail(url, e) from e
+
+
+def version_tag(url: str) -> str:
+    """What changes when the object is rewritten: its size and ETag (or modification time)."""
+    info = _info(url)
+    if info is None:
+        raise DataError(f"{url}: no such object (data.paths / data.val_paths).")
+    return f"{info.get('size')}:{info.get('ETag') or info.get('LastModified') or ''}"
