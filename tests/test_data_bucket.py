@@ -275,3 +275,41 @@ def test_the_cli_prints_one_line_and_exits_2_for_a_missing_bucket(
     line = one_line_error(out)
     assert url in line and "does not exist" in line
 
+
+@pytest.mark.slow  # trains the debug model twice (a few seconds each with a warm cache)
+def test_init_from_a_checkpoint_step_in_a_bucket(s3_server, tmp_path, capsys) -> None:
+    import jax
+    from checkpoint_fixtures import small_config
+
+    from jaxtrain.trainer import Trainer
+
+    url = f"s3://{BUCKET}/init-source"
+    source = Trainer(
+        small_config(tmp_path / "source", **{"checkpoint.dir": url}),
+        devices=jax.devices()[:1],
+        console=False,
+    )
+    source.run(2)  # a checkpoint at step 2
+    want = [np.asarray(x) for x in jax.tree.leaves(jax.device_get(source.state["params"]))]
+    source.close()
+    capsys.readouterr()
+    for init_from in (f"{url}/2", url):
+        run = Trainer(
+            small_config(tmp_path / init_from[-1], **{"checkpoint.init_from": init_from}),
+            devices=jax.devices()[:1],
+            console=False,
+        )
+        got = [np.asarray(x) for x in jax.tree.leaves(jax.device_get(run.state["params"]))]
+        run.close()
+        assert run.step == 0
+        assert f"from {url} (jaxtrain checkpoint, step 2)" in capsys.readouterr().out
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_init_from_a_missing_bucket_is_one_line(s3_server) -> None:
+    from jaxtrain.checkpoint.init_from import find_source
+    from jaxtrain.checkpoint.manager import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"s3://no-such-bucket/ckpt/2: bucket .* not exist"):
+        find_source("s3://no-such-bucket/ckpt/2")

@@ -2,7 +2,8 @@
 
 Used only when the run has no checkpoint of its own. The source is a Hugging Face folder
 (config.json + safetensors), a jaxtrain run directory, an Orbax checkpoint folder or one step
-folder of it (`checkpoint.init_step` picks the step; -1 = latest). Only the parameters are read
+folder of it (`checkpoint.init_step` picks the step; -1 = latest), or such a checkpoint folder or
+step folder in a bucket (`s3://bucket/ckpt`, `s3://bucket/ckpt/200`). Only the parameters are read
 (a partial restore: the source's optimizer state is never loaded); the optimizer state is
 initialised, the step is 0 and the data order starts from the beginning.
 """
@@ -28,6 +29,7 @@ from jaxtrain.interop.hf import (
 )
 from jaxtrain.interop.hf_config import spec_from_hf_config
 from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.rundir.object_store import StorageError, check_reachable, is_url
 from jaxtrain.train import buffers
 from jaxtrain.train.state import StateLayout, count_params
 
@@ -108,7 +110,7 @@ class Source:
     """Where initial weights come from."""
 
     kind: str  # "hf" or "jaxtrain"
-    path: Path  # the Hugging Face folder, or the Orbax checkpoint folder
+    path: Path | str  # the Hugging Face folder, or the Orbax checkpoint folder (maybe a URL)
     step: int | None = None  # the step a step folder names (jaxtrain only)
 
 
@@ -121,6 +123,8 @@ def is_hf_folder(path: Path) -> bool:
 
 def find_source(path: str | Path) -> Source:
     """Classifies `path`; CheckpointError when it is none of the accepted kinds."""
+    if is_url(str(path)):
+        return _bucket_source(str(path))
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint.init_from={str(path)!r} does not exist.")
@@ -135,6 +139,19 @@ def find_source(path: str | Path) -> Source:
             "checkpoint folder (numbered step folders)."
         ) from None
     return Source("jaxtrain", root, step)
+
+
+def _bucket_source(url: str) -> Source:
+    """An Orbax checkpoint folder, or one step folder of it, in a bucket: the step folder is
+    told by its numeric name (the Checkpointer then checks that the step is committed)."""
+    try:
+        check_reachable(url, write=False)
+    except StorageError as e:
+        raise CheckpointError(f"checkpoint.init_from: {e}") from None
+    parent, _, name = url.rstrip("/").rpartition("/")
+    if name.isdigit() and "://" in parent and parent.split("://", 1)[1]:
+        return Source("jaxtrain", parent, int(name))
+    return Source("jaxtrain", url.rstrip("/"))
 
 
 def compare_specs(source: ModelSpec, run: ModelSpec, where: str) -> list[str]:
