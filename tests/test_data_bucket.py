@@ -313,3 +313,32 @@ def test_init_from_a_missing_bucket_is_one_line(s3_server) -> None:
 
     with pytest.raises(CheckpointError, match=r"s3://no-such-bucket/ckpt/2: bucket .* not exist"):
         find_source("s3://no-such-bucket/ckpt/2")
+
+
+def test_foreign_configs_map_bucket_urls_onto_data_paths(compat_samples, tmp_path) -> None:
+    from test_compat_train import LLAMA2, SHRINK
+
+    from jaxtrain import compat
+    from jaxtrain.data.sources import SourceSpec, parse_sources
+
+    blend = "0.7 s3://corpus/a_text_document 0.3 s3://corpus/b_text_document"
+    cfg, _ = compat.load_foreign(
+        compat_samples / LLAMA2,
+        {"run.dir": str(tmp_path / "run")},
+        env={},
+        native_overrides=[*SHRINK, "mock_data=false", f"data_path={blend}"],
+    )
+    assert (cfg.data.kind, cfg.data.paths) == ("megatron", blend)
+    assert parse_sources(cfg.data.paths, cfg.data.kind) == [
+        SourceSpec("s3://corpus/a_text_document", 0.7),
+        SourceSpec("s3://corpus/b_text_document", 0.3),
+    ]
+    toml = (compat_samples / "prime-hosted" / "pretrain.toml").read_text()
+    toml = toml.replace('"datasets/tinystories/train"', '"s3://corpus/train", "s3://corpus/more"')
+    (tmp_path / "pretrain.toml").write_text(toml.replace("datasets/tinystories", "s3://corpus"))
+    cfg, _ = compat.load_foreign(tmp_path / "pretrain.toml", env={})
+    assert (cfg.data.kind, cfg.data.paths, cfg.data.val_paths) == (
+        "datatrove",
+        "s3://corpus/train,s3://corpus/more",
+        "s3://corpus/val",
+    )
