@@ -138,6 +138,27 @@ def test_token_windows_are_ranged_reads(s3_server, tmp_path, monkeypatch) -> Non
     assert reads == [(f"{url}/00000.ds", 80_000, 80_068)]
 
 
+def test_a_bucket_pool_is_never_downloaded_whole(s3_server, base_cfg, tmp_path, monkeypatch):
+    folder = tmp_path / "pool"
+    docs = [[(i * 7 + j) % 399 for j in range(1000)] for i in range(300)]  # 300K uint16 tokens
+    write_raw_shard(folder, "00000.ds", docs)
+    url = upload(folder, "whole-pool")
+    fetched: list[int] = []
+    real = bucket_files.read_range
+
+    def counted(path, start, stop):
+        if str(path).endswith(".ds"):
+            fetched.append(stop - start)
+        return real(path, start, stop)
+
+    monkeypatch.setattr(bucket_files, "read_range", counted)
+    cfg = _cfg(base_cfg, **{"data.kind": "datatrove", "data.paths": url})
+    _batches(cfg, 2)
+    # The start-up checks read the shard's head (EOS and vocabulary), then one read per window.
+    assert sum(fetched) < 300_000 * 2 // 2
+    assert len(fetched) <= 3 + 2 * 4
+
+
 @pytest.mark.slow  # worker processes start by importing jax: ~10 s on two cores
 def test_worker_processes_read_the_bucket(s3_server, base_cfg, datatrove_corpus) -> None:
     url = upload(datatrove_corpus.folder, "datatrove-workers")
