@@ -259,6 +259,23 @@ def test_raw_text_in_a_bucket_gives_the_local_batches(
     _assert_same(_batches(remote, 3), _batches(local, 3))
 
 
+def test_a_text_folder_in_a_bucket_is_searched_in_the_local_order(s3_server, tmp_path) -> None:
+    from jaxtrain.data.text_files import text_files
+
+    folder = tmp_path / "nested"
+    for name in ("a/b.jsonl", "a-c.jsonl", "a/z/d.parquet", "b.txt", "notes.csv"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("{}")
+    client = boto3.client("s3")
+    for f in folder.rglob("*"):
+        if f.is_file():
+            client.upload_file(str(f), BUCKET, f"nested/{f.relative_to(folder)}")
+    local = [str(f.relative_to(folder)) for f in text_files(str(folder))]
+    assert local == ["a/b.jsonl", "a/z/d.parquet", "a-c.jsonl", "b.txt"]
+    remote = text_files(f"s3://{BUCKET}/nested")
+    assert [u.split("/nested/", 1)[1] for u in remote] == local
+
+
 def test_array_records_in_a_bucket_are_refused_naming_the_fix(s3_server, tmp_path) -> None:
     from jaxtrain.data.text_files import text_files
 

@@ -64,10 +64,13 @@ def _info(url: str) -> dict[str, Any] | None:
 
 
 def check_bucket(url: str) -> None:
-    """DataError naming the URL when its bucket does not exist or refuses these credentials."""
-    scheme, bucket, _ = split_url(url)
+    """DataError naming the URL when its bucket does not exist or refuses these credentials.
+
+    Asked only once a listing came back empty (a missing bucket lists as an empty prefix), since
+    listing a bucket's top level costs requests in proportion to its size."""
+    bucket = split_url(url)[1]
     try:
-        _filesystem(url).ls(f"{bucket}", detail=False)
+        _filesystem(url).ls(bucket, detail=False)
     except FileNotFoundError as e:
         raise DataError(describe_failure(url, Exception("NoSuchBucket"))) from e
     except Exception as e:
@@ -121,25 +124,16 @@ def list_files(url: str) -> list[str]:
 
     An empty list when the prefix holds nothing; DataError when the bucket is missing or refuses
     the credentials."""
-    check_bucket(url)
-    folder = url.rstrip("/")
     try:
-        entries = _filesystem(url).ls(folder, detail=True, refresh=True)
+        entries = _filesystem(url).ls(url.rstrip("/"), detail=True, refresh=True)
     except FileNotFoundError:
-        return []
+        entries = []
     except Exception as e:
         raise _fail(url, e) from e
+    if not entries:
+        check_bucket(url)
     scheme = split_url(url)[0]
-    names = [e["name"] for e in entries if e.get("type") == "file"]
-    return sorted(f"{scheme}://{n}" for n in names)
-
-
-def is_folder(path: str | os.PathLike) -> bool:
-    """Whether `path` is a folder (a prefix holding objects, for a URL)."""
-    if is_url(path):
-        check_bucket(str(path))
-        return _info(str(path)) is not None and not is_file(path)
-    return Path(path).is_dir()
+    return sorted(f"{scheme}://{e['name']}" for e in entries if e.get("type") == "file")
 
 
 class BucketArray:
@@ -195,17 +189,18 @@ def open_array(
 
 
 def find_files(url: str) -> list[str]:
-    """URLs of every object under the folder `url`, at any depth, sorted (a local rglob's order
-    for files of one folder level; across levels, by full key)."""
-    check_bucket(url)
+    """URLs of every object under the folder `url`, at any depth, in the order sorted local
+    paths have: part by part ("a/b" before "a-c", though "-" sorts before "/")."""
     try:
         found = _filesystem(url).find(url.rstrip("/"), detail=False)
     except FileNotFoundError:
-        return []
+        found = []
     except Exception as e:
         raise _fail(url, e) from e
+    if not found:
+        check_bucket(url)
     scheme = split_url(url)[0]
-    return sorted(f"{scheme}://{n}" for n in found)
+    return sorted((f"{scheme}://{n}" for n in found), key=lambda u: u.split("/"))
 
 
 def open_object(url: str) -> Any:
