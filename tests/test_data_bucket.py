@@ -315,7 +315,9 @@ def test_the_cli_prints_one_line_and_exits_2_for_a_missing_bucket(
 
 
 @pytest.mark.slow  # trains the debug model twice (a few seconds each with a warm cache)
-def test_init_from_a_checkpoint_step_in_a_bucket(s3_server, tmp_path, capsys) -> None:
+def test_init_from_a_checkpoint_or_hugging_face_folder_in_a_bucket(
+    s3_server, tmp_path, capsys, monkeypatch
+) -> None:
     import jax
     from checkpoint_fixtures import small_config
 
@@ -343,6 +345,22 @@ def test_init_from_a_checkpoint_step_in_a_bucket(s3_server, tmp_path, capsys) ->
         assert f"from {url} (jaxtrain checkpoint, step 2)" in capsys.readouterr().out
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
+
+    from jaxtrain.checkpoint import init_from as init_from_lib
+    from jaxtrain.commands.export import export_hf
+
+    monkeypatch.setattr(init_from_lib, "HF_COPIES", tmp_path / "copies")
+    hf_url = upload(export_hf(tmp_path / "source", tmp_path / "hf"), "init-hf")
+    run = Trainer(
+        small_config(tmp_path / "from-hf", **{"checkpoint.init_from": hf_url}),
+        devices=jax.devices()[:1],
+        console=False,
+    )
+    got = [np.asarray(x) for x in jax.tree.leaves(jax.device_get(run.state["params"]))]
+    run.close()
+    assert "(Hugging Face checkpoint); optimizer state initialised" in capsys.readouterr().out
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_init_from_a_missing_bucket_is_one_line(s3_server) -> None:
