@@ -119,6 +119,25 @@ def test_megatron_datasets_in_a_bucket_give_the_local_batches(
     _assert_same(_batches(remote, 6), _batches(local, 6))
 
 
+def test_loss_masks_and_weighted_mixtures_from_buckets_match_local(
+    s3_server, base_cfg, tmp_path
+) -> None:
+    rng = np.random.default_rng(1)
+    for name in ("a", "b"):
+        docs = [rng.integers(0, 400, int(rng.integers(5, 60))).tolist() for _ in range(40)]
+        loss = rng.integers(0, 2, sum(len(d) for d in docs)).tolist()
+        write_raw_shard(tmp_path / name, "00000.ds", docs, loss=loss)
+    urls = {name: upload(tmp_path / name, f"mix-{name}") for name in ("a", "b")}
+    local = _cfg(base_cfg, **{"data.kind": "datatrove"})
+    local.data.paths = f"0.7:{tmp_path / 'a'},0.3:{tmp_path / 'b'}"
+    local.data.reset_attention_mask = local.data.eod_mask_loss = True
+    remote = ConfigDict(local.to_dict())
+    remote.data.paths = f"0.7:{urls['a']},0.3:{urls['b']}"
+    got, want = _batches(remote, 6), _batches(local, 6)
+    assert any(np.any(b["loss_mask"] == 0) for b in want)  # the .ds.loss masks were read
+    _assert_same(got, want)
+
+
 def test_token_windows_are_ranged_reads(s3_server, tmp_path, monkeypatch) -> None:
     folder = tmp_path / "big"
     write_raw_shard(folder, "00000.ds", [list(range(i, i + 1000)) for i in range(50)], width=4)
