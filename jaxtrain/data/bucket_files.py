@@ -23,8 +23,6 @@ import numpy as np
 from jaxtrain.data.errors import DataError
 from jaxtrain.rundir.object_store import describe_failure, is_url, split_url
 
-__all__ = ["is_url", "companion", "is_file", "size", "read_bytes", "read_range", "open_array"]
-
 _FILESYSTEMS: dict[tuple[int, str], Any] = {}
 
 
@@ -40,7 +38,7 @@ def _filesystem(url: str) -> Any:
 
 def _fail(url: str, error: BaseException) -> DataError:
     """A DataError of one line naming `url` and the fix, from a filesystem error."""
-    text = f"{type(error).__name__}: {error}"
+    text = " ".join(f"{type(error).__name__}: {error}".split())  # one line, whatever the store says
     if isinstance(error, PermissionError) and "Forbidden" not in text:
         text += " (403 Forbidden)"  # s3fs maps refused keys to PermissionError
     return DataError(describe_failure(url, Exception(text)))
