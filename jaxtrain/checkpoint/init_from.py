@@ -2,14 +2,17 @@
 
 Used only when the run has no checkpoint of its own. The source is a Hugging Face folder
 (config.json + safetensors), a jaxtrain run directory, an Orbax checkpoint folder or one step
-folder of it (`checkpoint.init_step` picks the step; -1 = latest). Only the parameters are read
-(a partial restore: the source's optimizer state is never loaded); the optimizer state is
-initialised, the step is 0 and the data order starts from the beginning.
+folder of it (`checkpoint.init_step` picks the step; -1 = latest). In a bucket, an Orbax checkpoint
+folder or step folder (`s3://bucket/ckpt`, `s3://bucket/ckpt/200`) is read in place, a Hugging
+Face folder is copied once to local disk (its safetensors are read from files). Only the
+parameters are read (a partial restore: the source's optimizer state is never loaded); the
+optimizer state is initialised, the step is 0 and the data order starts from the beginning.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +31,18 @@ from jaxtrain.interop.hf import (
 )
 from jaxtrain.interop.hf_config import spec_from_hf_config
 from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.rundir.object_store import (
+    StorageError,
+    check_reachable,
+    describe_failure,
+    is_url,
+    local_copy,
+)
 from jaxtrain.train import buffers
 from jaxtrain.train.state import StateLayout, count_params
 
+# Where Hugging Face folders named by a bucket URL are copied (once per version of their files).
+HF_COPIES = Path(tempfile.gettempdir()) / "jaxtrain-init-from"
 # Fields that change which arrays exist or their shapes: a difference is an error.
 STRUCTURAL_FIELDS = (
     "vocab_size",
@@ -108,7 +120,7 @@ class Source:
     """Where initial weights come from."""
 
     kind: str  # "hf" or "jaxtrain"
-    path: Path  # the Hugging Face folder, or the Orbax checkpoint folder
+    path: Path | str  # the Hugging Face folder, or the Orbax checkpoint folder (maybe a URL)
     step: int | None = None  # the step a step folder names (jaxtrain only)
 
 
@@ -121,6 +133,8 @@ def is_hf_folder(path: Path) -> bool:
 
 def find_source(path: str | Path) -> Source:
     """Classifies `path`; CheckpointError when it is none of the accepted kinds."""
+    if is_url(str(path)):
+        return _bucket_source(str(path))
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint.init_from={str(path)!r} does not exist.")
@@ -135,6 +149,33 @@ def find_source(path: str | Path) -> Source:
             "checkpoint folder (numbered step folders)."
         ) from None
     return Source("jaxtrain", root, step)
+
+
+def _bucket_source(url: str) -> Source:
+    """A Hugging Face folder, an Orbax checkpoint folder, or one step folder of it, in a bucket.
+
+    A Hugging Face folder is copied once into HF_COPIES (safetensors are read from local files);
+    a step folder is told by its numeric name (the Checkpointer then checks that the step is
+    committed) and read in place."""
+    try:
+        check_reachable(url, write=False)
+        if _has_object(f"{url.rstrip('/')}/config.json"):
+            return Source("hf", local_copy(url, HF_COPIES))
+    except StorageError as e:
+        raise CheckpointError(f"checkpoint.init_from: {e}") from None
+    parent, _, name = url.rstrip("/").rpartition("/")
+    if name.isdigit() and "://" in parent and parent.split("://", 1)[1]:
+        return Source("jaxtrain", parent, int(name))
+    return Source("jaxtrain", url.rstrip("/"))
+
+
+def _has_object(url: str) -> bool:
+    import fsspec  # only init_from URLs need it
+
+    try:
+        return bool(fsspec.filesystem(url.split("://", 1)[0]).isfile(url))
+    except Exception as e:
+        raise StorageError(describe_failure(url, e)) from e
 
 
 def compare_specs(source: ModelSpec, run: ModelSpec, where: str) -> list[str]:

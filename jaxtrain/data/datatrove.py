@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxtrain.data import bucket_files as files
 from jaxtrain.data.errors import DataError
 
 # Token width in bytes (second field of the metadata's first line) -> on-disk dtype.
@@ -38,9 +39,14 @@ class Shard:
     """
 
     def __init__(
-        self, path: Path, dtype: np.dtype, tokenizer_name: str, num_tokens: int, has_loss: bool
+        self,
+        path: Path | str,
+        dtype: np.dtype,
+        tokenizer_name: str,
+        num_tokens: int,
+        has_loss: bool,
     ) -> None:
-        self.path = Path(path)
+        self.path = path if files.is_url(path) else Path(path)
         self.dtype = np.dtype(dtype)
         self.tokenizer_name = tokenizer_name
         self.num_tokens = int(num_tokens)
@@ -59,13 +65,12 @@ class Shard:
         state["_cache"] = {}
         return state
 
-    def _map(self, key: str, suffix: str, dtype: np.dtype | str, count: int) -> np.ndarray:
+    def _map(
+        self, key: str, suffix: str, dtype: np.dtype | str, count: int, whole: bool = False
+    ) -> np.ndarray:
         if key not in self._cache:
-            file = self.path.with_name(self.path.name + suffix)
-            if count == 0:  # np.memmap refuses empty files
-                self._cache[key] = np.zeros(0, dtype)
-            else:
-                self._cache[key] = np.memmap(file, dtype=dtype, mode="r", shape=(count,))
+            file = files.companion(self.path, suffix)
+            self._cache[key] = files.open_array(file, dtype, count, whole=whole)
         return self._cache[key]
 
     @property
@@ -75,10 +80,11 @@ class Shard:
 
     @property
     def doc_ends(self) -> np.ndarray:
-        """Exclusive end offset (in tokens) of every document, uint64, memory-mapped."""
+        """Exclusive end offset (in tokens) of every document, uint64, memory-mapped (read
+        whole from a bucket: 8 bytes per document)."""
         if "doc_ends" not in self._cache:  # the size needs a stat: only on first use
-            index = self.path.with_name(self.path.name + ".index")
-            self._map("doc_ends", ".index", "<u8", index.stat().st_size // 8)
+            index = files.companion(self.path, ".index")
+            self._map("doc_ends", ".index", "<u8", files.size(index) // 8, whole=True)
         return self._cache["doc_ends"]
 
     @property
@@ -94,9 +100,9 @@ class Shard:
         return len(self.doc_ends)
 
 
-def _parse_metadata(file: Path) -> tuple[str, int, int]:
+def _parse_metadata(file: Path | str) -> tuple[str, int, int]:
     """Returns (tokenizer name, token width in bytes, token count) from a `.ds.metadata` file."""
-    raw = file.read_bytes()
+    raw = files.read_bytes(file)
     # Undecodable bytes are kept visible (as \udcXX) in the message instead of failing here.
     lines = raw.decode("utf-8", errors="surrogateescape").split("\n")
     # The tokenizer name may itself hold a '|' (datatrove's "Unknown Tokenizer|2" placeholder).
@@ -122,10 +128,10 @@ def _parse_metadata(file: Path) -> tuple[str, int, int]:
     return name, width_bytes, num_tokens
 
 
-def _check_index(index: Path, ds: Path, num_tokens: int) -> None:
+def _check_index(index: Path | str, ds: Path | str, num_tokens: int, index_size: int) -> None:
     """DataError at the first document end that lies past the token count or before the end
     before it (so every document is a valid, possibly empty, slice of the tokens)."""
-    ends = np.memmap(index, "<u8", "r")
+    ends = files.open_array(index, "<u8", index_size // 8, whole=True)
     previous = 0
     for lo in range(0, ends.size, INDEX_CHUNK):
         chunk = np.asarray(ends[lo : lo + INDEX_CHUNK])
@@ -137,7 +143,7 @@ def _check_index(index: Path, ds: Path, num_tokens: int) -> None:
             if end > num_tokens:
                 raise DataError(
                     f"{index}: document {doc} ends at token {end}, past the "
-                    f"{num_tokens} tokens of {ds.name}; the index is damaged or "
+                    f"{num_tokens} tokens of {_name(ds)}; the index is damaged or "
                     f"belongs to another shard: copy both again or {_RETOKENIZE}."
                 )
             raise DataError(
@@ -148,31 +154,36 @@ def _check_index(index: Path, ds: Path, num_tokens: int) -> None:
         previous = int(chunk[-1])
 
 
+def _name(path: Path | str) -> str:
+    return str(path).rsplit("/", 1)[-1]
+
+
 def open_shard(path: str | os.PathLike) -> Shard:
-    """Checks one `X.ds` shard against its `.index` and `.metadata` files and returns it.
+    """Checks one `X.ds` shard (a file or an object-store URL) against its `.index` and
+    `.metadata` files and returns it.
 
     Raises DataError naming the file when a companion file is missing, the token file is not
     `n_tokens * width` bytes long (truncated copy), or the index does not end at the token count,
     has an end past it or an end before the one ahead of it.
     """
-    ds = Path(path)
-    index, metadata, loss = (ds.with_name(ds.name + s) for s in (".index", ".metadata", ".loss"))
+    ds = path if files.is_url(path) else Path(path)
+    index, metadata, loss = (files.companion(ds, s) for s in (".index", ".metadata", ".loss"))
     for companion in (index, metadata):
-        if not companion.is_file():
+        if not files.is_file(companion):
             raise DataError(
-                f"{ds}: its companion file {companion.name} is missing (datatrove "
+                f"{ds}: its companion file {_name(companion)} is missing (datatrove "
                 "writes X.ds, X.ds.index and X.ds.metadata together); copy it with "
                 f"the shard or {_RETOKENIZE}."
             )
     name, width, num_tokens = _parse_metadata(metadata)
-    size = ds.stat().st_size
+    size = files.size(ds)
     if size != num_tokens * width:
         raise DataError(
-            f"{ds}: {size} bytes, but {metadata.name} says {num_tokens} tokens of "
+            f"{ds}: {size} bytes, but {_name(metadata)} says {num_tokens} tokens of "
             f"{width} bytes = {num_tokens * width} bytes; the file is truncated or "
             f"belongs to another run. Copy it again or {_RETOKENIZE}."
         )
-    index_size = index.stat().st_size
+    index_size = files.size(index)
     if index_size % 8:
         raise DataError(
             f"{index}: {index_size} bytes is not a whole number of uint64 document "
@@ -180,33 +191,53 @@ def open_shard(path: str | os.PathLike) -> Shard:
         )
     last = 0
     if index_size:
-        with open(index, "rb") as f:
-            f.seek(index_size - 8)
-            last = int(np.frombuffer(f.read(8), "<u8")[0])
+        last = int(np.frombuffer(files.read_range(index, index_size - 8, index_size), "<u8")[0])
     if last != num_tokens:
         raise DataError(
-            f"{index}: the last document ends at token {last}, but {ds.name} holds "
+            f"{index}: the last document ends at token {last}, but {_name(ds)} holds "
             f"{num_tokens} tokens; index and tokens come from different runs or one "
             f"is truncated: copy both again or {_RETOKENIZE}."
         )
     if index_size:
-        _check_index(index, ds, num_tokens)
-    has_loss = loss.is_file()
-    if has_loss and loss.stat().st_size != num_tokens:
+        _check_index(index, ds, num_tokens, index_size)
+    has_loss = files.is_file(loss)
+    if has_loss and files.size(loss) != num_tokens:
         raise DataError(
-            f"{loss}: {loss.stat().st_size} bytes, but the shard holds {num_tokens} "
+            f"{loss}: {files.size(loss)} bytes, but the shard holds {num_tokens} "
             "tokens (one loss byte per token); the file is truncated. Copy it again "
             f"or {_RETOKENIZE}."
         )
     return Shard(ds, TOKEN_DTYPES[width], name, num_tokens, has_loss)
 
 
-def _shard_files(path: str) -> list[Path]:
+def _bucket_shard_files(url: str) -> list[str]:
+    """The `.ds` objects one URL names, by the rules of a local folder or file."""
+    if url.endswith(".ds") and files.is_file(url):
+        return [url]
+    found = files.list_files(url)
+    shards = [f for f in found if f.endswith(".ds")]
+    if shards:
+        return shards
+    if url.endswith((".ds.index", ".ds.metadata", ".ds.loss")):
+        raise DataError(
+            f"{url}: not a datatrove shard (pass X.ds, not its .index/.metadata/.loss "
+            "companions, or the prefix of a folder of shards)."
+        )
+    raise DataError(
+        f"{url}: no *.ds shards under this prefix (an empty or wrong prefix: listing found "
+        f"{len(found)} other objects). Point data.paths at the bucket folder holding the "
+        "datatrove shards, e.g. s3://bucket/tokens/train, or upload them there."
+    )
+
+
+def _shard_files(path: str) -> list[Path] | list[str]:
     """The `.ds` files one `data.paths` entry names: a folder's shards, sorted, or one file."""
+    if files.is_url(path):
+        return _bucket_shard_files(path)
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.glob("*.ds") if f.is_file())
-        if not files:
+        found = sorted(f for f in p.glob("*.ds") if f.is_file())
+        if not found:
             nested = sorted(p.glob("*/*.ds"))
             hint = (
                 f" (its subfolder {nested[0].parent.name!r} has some: point the path there)"
@@ -218,7 +249,7 @@ def _shard_files(path: str) -> list[Path]:
                 "output folder of datatrove's DocumentTokenizer, or tokenize a corpus "
                 "into it with tools/tokenize_corpus.py."
             )
-        return files
+        return found
     if p.is_file():
         if p.suffix != ".ds":
             raise DataError(

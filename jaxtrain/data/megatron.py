@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxtrain.data import bucket_files as files
 from jaxtrain.data.errors import DataError
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -47,7 +48,9 @@ def dtype_for_vocab(vocab_size: int) -> np.dtype:
     return DTYPE_CODES[8] if vocab_size < UINT16_VOCAB_LIMIT else DTYPE_CODES[4]
 
 
-def _prefix(path: str | os.PathLike) -> Path:
+def _prefix(path: str | os.PathLike) -> Path | str:
+    if files.is_url(path):
+        return str(path)[:-4] if str(path).endswith((".bin", ".idx")) else str(path)
     p = Path(path)
     return p.with_suffix("") if p.suffix in (".bin", ".idx") else p
 
@@ -65,10 +68,15 @@ class MegatronFile:
     tokenizer_name = ""
 
     def __init__(
-        self, prefix: Path, dtype: np.dtype, num_seqs: int, num_docs_index: int, num_tokens: int
+        self,
+        prefix: Path | str,
+        dtype: np.dtype,
+        num_seqs: int,
+        num_docs_index: int,
+        num_tokens: int,
     ) -> None:
-        self.prefix = Path(prefix)
-        self.path = self.prefix.with_name(self.prefix.name + ".bin")
+        self.prefix = prefix if files.is_url(prefix) else Path(prefix)
+        self.path = files.companion(self.prefix, ".bin")
         self.dtype = np.dtype(dtype)
         self.num_seqs = int(num_seqs)
         self.num_doc_index = int(num_docs_index)
@@ -87,17 +95,13 @@ class MegatronFile:
         return state
 
     @property
-    def idx_path(self) -> Path:
+    def idx_path(self) -> Path | str:
         """The `.idx` file."""
-        return self.prefix.with_name(self.prefix.name + ".idx")
+        return files.companion(self.prefix, ".idx")
 
     def _idx_array(self, key: str, dtype: str, offset: int, count: int) -> np.ndarray:
-        if key not in self._cache:
-            self._cache[key] = (
-                np.zeros(0, dtype)
-                if count == 0
-                else np.memmap(self.idx_path, dtype, "r", offset, (count,))
-            )
+        if key not in self._cache:  # read whole from a bucket: the index is small
+            self._cache[key] = files.open_array(self.idx_path, dtype, count, offset, whole=True)
         return self._cache[key]
 
     @property
@@ -119,14 +123,10 @@ class MegatronFile:
 
     @property
     def tokens(self) -> np.ndarray:
-        """Every token of the .bin, memory-mapped in the file's own dtype."""
+        """Every token of the .bin in the file's own dtype: memory-mapped, or read by ranged
+        requests from a bucket."""
         if "tokens" not in self._cache:
-            shape = (self.num_tokens,)
-            self._cache["tokens"] = (
-                np.zeros(0, self.dtype)
-                if self.num_tokens == 0
-                else np.memmap(self.path, self.dtype, "r", shape=shape)
-            )
+            self._cache["tokens"] = files.open_array(self.path, self.dtype, self.num_tokens)
         return self._cache["tokens"]
 
     @property
@@ -152,16 +152,15 @@ def open_megatron(path: str | os.PathLike) -> MegatronFile:
     entry of the index is checked (vectorised: 20 bytes per sequence are read).
     """
     prefix = _prefix(path)
-    idx, bin_ = (prefix.with_name(prefix.name + s) for s in (".idx", ".bin"))
+    idx, bin_ = (files.companion(prefix, s) for s in (".idx", ".bin"))
     for file in (idx, bin_):
-        if not file.is_file():
+        if not files.is_file(file):
             raise DataError(
                 f"{file}: missing (a Megatron dataset is prefix.bin + prefix.idx, "
                 f"named by the prefix without extension); copy it or {_REBUILD}."
             )
-    idx_size = idx.stat().st_size
-    with open(idx, "rb") as f:
-        head = f.read(HEADER.size)
+    idx_size = files.size(idx)
+    head = files.read_range(idx, 0, min(HEADER.size, idx_size))
     if len(head) < HEADER.size or head[:9] != MAGIC:
         raise DataError(
             f"{idx}: not a Megatron index (magic {head[:9]!r}, expected {MAGIC!r}); "
@@ -199,10 +198,10 @@ def open_megatron(path: str | os.PathLike) -> MegatronFile:
             f"counts and never negative. The index is damaged: {_REBUILD}."
         )
     num_tokens = int(sizes.sum())
-    bin_size = bin_.stat().st_size
+    bin_size = files.size(bin_)
     if bin_size != num_tokens * dtype.itemsize:
         raise DataError(
-            f"{bin_}: {bin_size} bytes, but {idx.name} holds {num_seqs} sequences of "
+            f"{bin_}: {bin_size} bytes, but {str(idx).rsplit('/', 1)[-1]} holds {num_seqs} sequences of "
             f"{num_tokens} {dtype.name} tokens = {num_tokens * dtype.itemsize} bytes; "
             f"the .bin is truncated or belongs to another index. Copy both again or "
             f"{_REBUILD}."
@@ -231,6 +230,8 @@ def open_megatron(path: str | os.PathLike) -> MegatronFile:
 
 def megatron_files(path: str | os.PathLike) -> list[MegatronFile]:
     """The datasets one path names: a prefix (or its .bin/.idx), or a folder of prefixes, sorted."""
+    if files.is_url(path):
+        return _bucket_megatron_files(str(path))
     p = Path(path)
     if p.is_dir():
         prefixes = sorted(f.with_suffix("") for f in p.glob("*.idx") if f.is_file())
@@ -256,6 +257,24 @@ def megatron_files(path: str | os.PathLike) -> list[MegatronFile]:
             "data.paths / data.val_paths (prefixes have no extension)."
         )
     return [open_megatron(prefix)]
+
+
+def _bucket_megatron_files(url: str) -> list[MegatronFile]:
+    """The datasets a URL names, by the rules of a local prefix or folder."""
+    prefix = _prefix(url)
+    if files.is_file(f"{prefix}.idx") or files.is_file(f"{prefix}.bin"):
+        return [open_megatron(prefix)]
+    found = files.list_files(url)
+    # Sorted as prefixes, as a local folder's are ("a-b" after "a", though "a-b.idx" < "a.idx").
+    prefixes = sorted(f[: -len(".idx")] for f in found if f.endswith(".idx"))
+    if not prefixes:
+        raise DataError(
+            f"{url}: no Megatron dataset (prefix.bin/.idx) at this prefix or under it "
+            f"(an empty or wrong prefix: listing found {len(found)} other objects). Point "
+            "data.paths at a dataset prefix in the bucket, e.g. "
+            "s3://bucket/data/corpus_text_document, or a folder of them."
+        )
+    return [open_megatron(p) for p in prefixes]
 
 
 class MegatronWriter:

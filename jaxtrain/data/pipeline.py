@@ -36,6 +36,7 @@ from ml_collections import ConfigDict
 from jaxtrain.config.loader import split_paths
 from jaxtrain.data import text_pipeline
 from jaxtrain.data.batches import BatchPlan, RowSource, epoch_stream, process_batches
+from jaxtrain.data.bucket_files import is_url
 from jaxtrain.data.datatrove import find_shards, warn_if_no_eos
 from jaxtrain.data.documents import DocumentOptions
 from jaxtrain.data.errors import DataError
@@ -82,6 +83,10 @@ def batch_fields(cfg: ConfigDict) -> dict[str, np.dtype]:
 # second from page cache); larger ones have each shard's head scanned.
 FULL_VOCAB_SCAN_TOKENS = 1 << 28
 HEAD_VOCAB_SCAN_TOKENS = 1 << 22
+# Shards in a bucket have only this many head tokens scanned (one small ranged read each, the one
+# the EOS check makes): a whole-pool scan would download every token file, and each window is
+# checked again when it is read.
+BUCKET_VOCAB_SCAN_TOKENS = 1 << 16
 # Synthetic validation windows come from a different stream than the training ones.
 SYNTHETIC_EVAL_SEED_OFFSET = 1_000_003
 
@@ -89,6 +94,8 @@ SYNTHETIC_EVAL_SEED_OFFSET = 1_000_003
 def _check_vocab(source: WindowSource, vocab_size: int | None) -> WindowSource:
     if vocab_size is not None:
         head = None if len(source.pool) <= FULL_VOCAB_SCAN_TOKENS else HEAD_VOCAB_SCAN_TOKENS
+        if any(is_url(str(shard.path)) for shard in source.pool.shards):
+            head = BUCKET_VOCAB_SCAN_TOKENS
         source.validate_vocab(vocab_size, head)
     return source
 

@@ -30,6 +30,7 @@ from jaxtrain.data.megatron import megatron_files
 from jaxtrain.data.text_config import check_text_config
 from jaxtrain.data.tokenizer_check import check_tokenizer_folder
 from jaxtrain.errors import ConfigError
+from jaxtrain.rundir.object_store import is_url
 
 SPLIT_PARTS = ("train", "valid", "test")
 
@@ -227,6 +228,8 @@ def load_datasets(
 
 
 def _exists(path: str, kind: str) -> bool:
+    if is_url(path):
+        return True  # checked when the shards are listed, with the store's own reason
     p = Path(path)
     if kind == "megatron" and p.suffix not in (".bin", ".idx"):
         return (

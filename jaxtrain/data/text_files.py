@@ -10,7 +10,10 @@ sorted order, as `tools/tokenize_corpus.py` orders its inputs). Kinds, by file n
 - plain text (`.txt`, `.md`, `.rst`, optionally compressed): the whole file is one document.
 
 `open_binary` is the only function that opens a data file by name for reading, so that another
-filesystem (object storage) needs to be routed through one place.
+filesystem (object storage) is routed through one place. An entry may be an `s3://` (or `gs://`)
+URL of a file or folder: Parquet is read by ranged requests (pyarrow reads the footer, then the
+row groups it needs); JSONL and plain text are copied once into `cache_folder()` (their line index
+needs the whole file); ArrayRecord stays local-only (its C++ reader opens local paths).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
+from jaxtrain.data import bucket_files
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.text_inputs import JSONL_SUFFIXES, PARQUET_SUFFIXES, TEXT_SUFFIXES
 
@@ -37,6 +41,8 @@ TOKENIZED_SUFFIXES = (".ds", ".bin", ".idx")
 
 def open_binary(path: str | os.PathLike) -> IO[bytes]:
     """Opens a data file for reading bytes; the one place raw-text files are opened by name."""
+    if bucket_files.is_url(path):
+        return bucket_files.open_object(str(path))
     try:
         return open(path, "rb")
     except FileNotFoundError:
@@ -68,6 +74,10 @@ def file_kind(path: str | os.PathLike) -> str | None:
 
 def is_tokenized(entry: str) -> bool:
     """Whether a `data.paths` entry names tokenized shards (datatrove or Megatron), not text."""
+    if bucket_files.is_url(entry):
+        if entry.endswith(TOKENIZED_SUFFIXES) or bucket_files.is_file(f"{entry}.idx"):
+            return True
+        return any(f.endswith((".ds", ".idx")) for f in bucket_files.find_files(entry))
     p = Path(entry)
     if p.is_file():
         return p.name.endswith(TOKENIZED_SUFFIXES)
@@ -76,8 +86,27 @@ def is_tokenized(entry: str) -> bool:
     return p.with_name(p.name + ".idx").is_file()  # a Megatron prefix
 
 
-def text_files(entry: str) -> list[Path]:
+def _bucket_text_files(entry: str) -> list[str]:
+    found = [entry] if bucket_files.is_file(entry) else bucket_files.find_files(entry)
+    files = [f for f in found if file_kind(f) is not None]
+    if not files:
+        raise DataError(
+            f"{entry}: no .jsonl(.gz/.zst), .parquet or .txt object at this URL or under it "
+            "(an empty or wrong prefix) to read as raw text (data.kind='text')."
+        )
+    local_only = [f for f in files if file_kind(f) == "arrayrecord"]
+    if local_only:
+        raise DataError(
+            f"{local_only[0]}: ArrayRecord files are read from local disk only (their C++ "
+            "reader opens local paths); copy them to a local folder and point data.paths there."
+        )
+    return files
+
+
+def text_files(entry: str) -> list[Path] | list[str]:
     """The raw-text files one entry names: the file itself, or a folder's, sorted."""
+    if bucket_files.is_url(entry):
+        return _bucket_text_files(entry)
     p = Path(entry)
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file() and file_kind(f) is not None)
@@ -97,7 +126,7 @@ def text_files(entry: str) -> list[Path]:
     return [p]
 
 
-def _decompressor(path: Path, raw: IO[bytes]) -> IO[bytes]:
+def _decompressor(path: Path | str, raw: IO[bytes]) -> IO[bytes]:
     if compression(path) == ".gz":
         return gzip.GzipFile(fileobj=raw)
     try:
@@ -116,22 +145,29 @@ def cache_folder() -> Path:
     )
 
 
-def readable_copy(path: Path) -> Path:
+def readable_copy(path: Path | str) -> Path:
     """A file of `path`'s bytes that can be read at any offset: the file itself, or for a
     compressed file its decompressed copy in `cache_folder()`, made once (random access into a
     gzip or zstd stream would decompress from its start on every read)."""
-    if not compression(path):
+    if bucket_files.is_url(path):  # a bucket object is copied even when not compressed
+        version = f"{path}:{bucket_files.version_tag(str(path))}"
+    elif not compression(path):
         return path
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
-    copy = cache_folder() / f"{key[:24]}-{path.name[: -len(compression(path))]}"
+    else:
+        stat = path.stat()
+        version = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    key = hashlib.sha256(version.encode()).hexdigest()
+    name = str(path).rsplit("/", 1)[-1]
+    copy = cache_folder() / f"{key[:24]}-{name[: len(name) - len(compression(name))]}"
     if copy.is_file():
         return copy
     copy.parent.mkdir(parents=True, exist_ok=True)
     partial = copy.with_name(f".{copy.name}.{os.getpid()}.partial")
     try:
-        with open_binary(path) as raw, _decompressor(path, raw) as src, open(partial, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        with open_binary(path) as raw, open(partial, "wb") as dst:
+            src = _decompressor(path, raw) if compression(path) else raw
+            with src:
+                shutil.copyfileobj(src, dst, 1 << 20)
     except (OSError, EOFError) as e:
         partial.unlink(missing_ok=True)
         raise DataError(f"{path}: cannot be decompressed ({e}); is the file complete?") from None

@@ -18,6 +18,8 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from jaxtrain.config.loader import split_paths
+from jaxtrain.data import bucket_files
+from jaxtrain.data.bucket_files import is_url
 from jaxtrain.data.documents import DocumentOptions
 from jaxtrain.data.errors import DataError
 from jaxtrain.data.mixture import SOURCE_SEED_SALT
@@ -80,7 +82,13 @@ def _windows(
 
 
 def _token_source(cfg: ConfigDict, spec: SourceSpec) -> WindowSource:
-    kind = "datatrove" if Path(spec.path).is_dir() or spec.path.endswith(".ds") else "megatron"
+    if is_url(spec.path):
+        is_shards = spec.path.endswith(".ds") or any(
+            f.endswith(".ds") for f in bucket_files.find_files(spec.path)
+        )
+    else:
+        is_shards = Path(spec.path).is_dir() or spec.path.endswith(".ds")
+    kind = "datatrove" if is_shards else "megatron"
     (ds,) = load_datasets([spec], kind, "", "train")
     pool = TokenPool(ds.shards, ds.ranges)
     return WindowSource(pool, cfg.train.seq_len, "pool", DocumentOptions.from_config(cfg.data))

@@ -15,8 +15,11 @@ written or trained.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import shutil
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -24,6 +27,8 @@ from jaxtrain.errors import JaxtrainError
 
 # The URL schemes whose TensorStore kvstore driver is named here.
 DRIVERS = {"s3": "s3", "gs": "gcs"}
+# Written last into a local copy of a bucket folder: a copy without it is incomplete.
+COPY_COMPLETE = ".jaxtrain-copy-complete"
 
 
 class StorageError(JaxtrainError, RuntimeError):
@@ -124,3 +129,38 @@ def folder_bytes(url: str) -> int:
     import fsspec  # with etils; only listings of buckets need it
 
     return int(fsspec.filesystem(split_url(url)[0]).du(url))
+
+
+def local_copy(url: str, root: str | os.PathLike) -> Path:
+    """A local copy of the objects directly under the bucket folder `url`, made once under
+    `root` and reused while the objects keep their sizes and ETags (for readers that need local
+    files, such as a Hugging Face folder's safetensors). StorageError when nothing is there."""
+    import fsspec
+
+    fs = fsspec.filesystem(split_url(url)[0])
+    try:
+        entries = [
+            e for e in fs.ls(url.rstrip("/"), detail=True, refresh=True) if e["type"] == "file"
+        ]
+    except FileNotFoundError:
+        entries = []
+    except Exception as e:
+        raise StorageError(describe_failure(url, Exception(f"{type(e).__name__}: {e}"))) from e
+    if not entries:
+        raise StorageError(f"{url}: no objects under this prefix; fix the URL.")
+    version = url + "".join(f"|{e['name']}:{e['size']}:{e.get('ETag', '')}" for e in entries)
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    dest = Path(root) / f"{hashlib.sha256(version.encode()).hexdigest()[:16]}-{name}"
+    if (dest / COPY_COMPLETE).is_file():
+        return dest
+    partial = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for e in entries:
+        fs.get_file(e["name"], str(partial / e["name"].rsplit("/", 1)[-1]))
+    (partial / COPY_COMPLETE).touch()
+    try:
+        os.replace(partial, dest)  # atomic: another process never reads half a copy
+    except OSError:  # another process finished the same copy first
+        shutil.rmtree(partial, ignore_errors=True)
+    return dest
