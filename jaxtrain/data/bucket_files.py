@@ -32,7 +32,15 @@ def _filesystem(url: str) -> Any:
     if key not in _FILESYSTEMS:
         import fsspec  # only runs that read buckets pay for s3fs/aiobotocore
 
-        _FILESYSTEMS[key] = fsspec.filesystem(scheme)
+        try:
+            _FILESYSTEMS[key] = fsspec.filesystem(scheme)
+        except ImportError as e:  # fsspec names the missing driver (s3fs, gcsfs)
+            extra = "s3" if scheme == "s3" else "gcs"
+            raise DataError(
+                f"{url}: reading {scheme}:// needs a filesystem driver that is not installed "
+                f"({e}); install it, e.g. `pip install 'jaxtrain[{extra}]'` or "
+                f"`pip install {'s3fs' if scheme == 's3' else 'gcsfs'}`"
+            ) from e
     return _FILESYSTEMS[key]
 
 
