@@ -87,3 +87,21 @@ ENTRY %main.2 (a: f32[8,16]) -> f32[8,16] {
     summary = hlo_collectives.summarise(found, mesh)
     assert summary["all-gather over tensor"] == {"bus_bytes": 256 * 3 / 4 * 3, "runs": 3}
     assert summary["all-reduce over data"] == {"bus_bytes": 2 * 512 / 2 * 3, "runs": 3}
+
+
+def test_memory_refusal_and_config_point_to_plan(monkeypatch, capsys):
+    from jaxtrain.errors import ConfigError
+    from jaxtrain.planning import memory
+
+    cfg = compat.load_config_file(CONFIG, [], allow_unsupported=True)
+    monkeypatch.setattr(sys, "argv", ["jaxtrain", "--config", CONFIG])
+    plan = memory.MemoryPlan(params=2**30, optimizer=2**31, batch=0)
+    with pytest.raises(ConfigError) as refused:
+        memory.check_fits(plan, 2**20, "NVIDIA H100 80GB HBM3", cfg, {"fsdp": 8})
+    assert f"python -m jaxtrain plan --config {CONFIG} --devices 8 --device-kind H100" in str(
+        refused.value
+    )
+    assert cli.main(["config", CONFIG, "--devices", "16", "--hosts", "2"]) == 0
+    assert f"python -m jaxtrain plan --config {CONFIG} --devices 16 --hosts 2" in (
+        capsys.readouterr().out
+    )
