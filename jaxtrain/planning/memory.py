@@ -285,8 +285,9 @@ def check_fits(
 
 
 def _kind_name(source: str) -> str:
-    """The planner's device kind named in a capacity source ('NVIDIA H100 80GB HBM3 ...')."""
-    from jaxtrain.planning.hardware import KINDS
+    """The device kind named in a capacity source ('NVIDIA H100 80GB HBM3 ...'), as the
+    planner and the peak table spell it."""
+    from jaxtrain.hardware.peaks import PEAK_BF16_FLOPS
 
     text = source.upper().replace(" ", "")
-    return next((k for k in KINDS if k.upper() in text), "cpu")
+    return next((k for k in PEAK_BF16_FLOPS if k in text), "cpu")
