@@ -19,18 +19,22 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = str(REPO / "configs" / "bench_tiny_llama.py")
 
 
-@pytest.fixture(scope="module")
-def picks(tmp_path_factory) -> list[dict]:
-    cache = tmp_path_factory.mktemp("plan-cache")
+def _plan(config: str, cache: Path, top: int) -> list[dict]:
+    """`plan --json` of `config` on 8 CPU devices, compiling `top` candidates."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    command = [sys.executable, "-m", "jaxtrain", "plan", "--config", CONFIG, "--devices", "8"]
-    command += ["--device-kind", "cpu", "--json", "--top", "4", "--compile", "4"]
+    command = [sys.executable, "-m", "jaxtrain", "plan", "--config", config, "--devices", "8"]
+    command += ["--device-kind", "cpu", "--json", "--top", str(top), "--compile", str(top)]
     out = subprocess.run(
         [*command, "--cache-dir", str(cache)], env=env, capture_output=True, text=True, cwd=REPO
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "plan: compiling" in out.stderr  # the progress lines
     return json.loads(out.stdout)["candidates"]
+
+
+@pytest.fixture(scope="module")
+def picks(tmp_path_factory) -> list[dict]:
+    return _plan(CONFIG, tmp_path_factory.mktemp("plan-cache"), 4)
 
 
 def test_picks_are_layouts_the_trainer_accepts(picks):
@@ -40,6 +44,16 @@ def test_picks_are_layouts_the_trainer_accepts(picks):
         cfg = compat.load_config_file(CONFIG, pick["overrides"], allow_unsupported=True)
         run.setup(cfg, jax.devices(), check_data=False)  # raises on a layout it refuses
         assert 0 < pick["predicted_mfu"] < 1
+
+
+@pytest.mark.parametrize("name", ["mixtral_debug.py", "nemotron_h_debug.py"])
+def test_moe_and_hybrid_picks_are_accepted(name, tmp_path):
+    config = str(REPO / "configs" / name)
+    found = _plan(config, tmp_path, 2)
+    assert found and found[0]["fits"]
+    for pick in found:
+        cfg = compat.load_config_file(config, pick["overrides"], allow_unsupported=True)
+        run.setup(cfg, jax.devices(), check_data=False)
 
 
 def test_memory_of_first_pick_matches_the_compiled_program(picks):

@@ -28,6 +28,7 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from jaxtrain import run
+from jaxtrain.config import mesh_check
 from jaxtrain.planning import candidates as candidates_lib
 from jaxtrain.planning import compile_worker, cost
 from jaxtrain.planning.hardware import DeviceKind
@@ -56,11 +57,16 @@ class Ranked:
     reason: str = ""
 
 
-def _depths(cfg: ConfigDict, cand: candidates_lib.Candidate) -> tuple[int, ...]:
-    """Two small depths to compile (multiples of the pipeline stages), or the real one."""
+def _depths(cfg: ConfigDict, spec: Any, cand: candidates_lib.Candidate) -> tuple[int, ...]:
+    """Two small depths to compile (multiples of the pipeline stages), or the real one.
+
+    A block pattern (hybrids) is written for the whole depth, and leading dense blocks or
+    interleaved expert blocks do not shrink to one layer: those compile at the real depth.
+    """
     full = int(cfg.model.num_layers)
     unit = cand.sizes["pipeline"]
-    if full <= 2 * unit:
+    plain = not spec.block_pattern and mesh_check.pipeline_units(spec)[0] == full
+    if not plain or full <= 2 * unit:
         return (full,)
     return (unit, 2 * unit)
 
@@ -91,11 +97,12 @@ def _compile(
     cache_dir: str,
 ) -> list[list[dict]]:
     """The compiled figures of each chosen candidate at its depths (compiling what is missing)."""
+    spec = run.validate(cfg, check_data=False)
     key = _job_key(config_path, overrides, devices, hosts)
     tasks, paths = [], []
     for cand in chosen:
         cand_paths = []
-        for depth in _depths(cfg, cand):
+        for depth in _depths(cfg, spec, cand):
             path = _cache_path(cache_dir, key, cand, depth)
             cand_paths.append(path)
             if not os.path.exists(path):
@@ -229,6 +236,8 @@ def _explain(ranked: list[Ranked], capacity: float) -> None:
     if not ranked:
         return
     best = ranked[0].prediction
+    if ranked[0].error:
+        ranked[0].reason = f"did not compile: {ranked[0].error}"
     for r in ranked[1:]:
         if r.error:
             r.reason = f"did not compile: {r.error}"
