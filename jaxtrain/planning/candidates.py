@@ -177,16 +177,28 @@ def estimate(cand: Candidate, cfg: ConfigDict, spec: Any, state: memory.MemoryPl
     """Fills the candidate's first-guess memory and collective bytes (see the docstring)."""
     s = cand.sizes
     m = cfg.model
-    act = 2 if m.dtype == "bfloat16" else 4
+    # The figures ranked are XLA's CPU compiler's, which widens bfloat16 to float32: guess
+    # what it will plan, not what a GPU would.
+    act = 4
     param = 2 if m.param_dtype == "bfloat16" else 4
-    rows = rows_per_device(cand, int(cfg.train.seq_len))
+    # Inside a pipeline each stage runs every micro batch of its rows: `pipeline` does not
+    # split the activations a stage keeps, only the layers it keeps them for.
+    rows = rows_per_device(cand, int(cfg.train.seq_len)) * s["pipeline"]
     t = s["tensor"]
     width = spec.moe_intermediate_size * spec.num_experts_per_tok or m.intermediate_size
     q = m.num_heads * m.head_dim
     kv = m.num_kv_heads * m.head_dim
-    # Without remat a layer keeps its inputs, norms, q/k/v, attention output and MLP inputs.
-    layer = rows * act * (4 * m.hidden_size + (2 * q + 2 * kv + 3 * width) / t)
-    saved = {"full": rows * act * m.hidden_size, "none": layer}.get(cand.remat, 0.6 * layer)
+    # Without remat a layer keeps its inputs, norms, q/k/v, attention output and MLP inputs,
+    # and the attention scores and probabilities (heads x seq_len per row: the CPU program
+    # materialises them).
+    seq_len = int(cfg.train.seq_len) // s["context"]
+    scores = rows * seq_len * max(m.num_heads // t, 1) * 4 * 2
+    layer = rows * act * (4 * m.hidden_size + (2 * q + 2 * kv + 3 * width) / t) + scores
+    saved = {
+        "full": rows * act * m.hidden_size,  # the layer input only
+        "none": layer,
+        "dots": layer,  # every matmul output, attention's batched ones included
+    }.get(cand.remat, layer - scores)  # the no-batch-dims policies recompute attention
     layers = spec.num_layers / s["pipeline"]
     logits = rows * m.vocab_size / t * 4 * 2 / max(cand.loss_chunks, 1)
     micro_steps = cfg.train.global_batch_size // cand.micro_batch
