@@ -153,7 +153,14 @@ def _extend(results: list[dict], full: int) -> tuple[float, dict[str, dict[str, 
         ca = a["collectives"].get(key, {"bus_bytes": 0.0, "runs": 0.0})
         cb = b["collectives"].get(key, {"bus_bytes": 0.0, "runs": 0.0})
         coll[key] = {f: max(line(ca[f], cb[f]), 0.0) for f in ("bus_bytes", "runs")}
-    return line(a["peak_bytes"], b["peak_bytes"]), coll
+    # XLA may schedule a deeper shallow program more tightly (pipelines at 1 and 2 layers per
+    # stage did): a line falling with depth is no extrapolation; then the larger peak plus
+    # the state's growth per layer (the arguments, which are affine) stands in for it.
+    peak = line(a["peak_bytes"], b["peak_bytes"])
+    if b["peak_bytes"] < a["peak_bytes"]:
+        args_a, args_b = a["memory"]["argument"], b["memory"]["argument"]
+        peak = a["peak_bytes"] + line(args_a, args_b) - args_b
+    return peak, coll
 
 
 def _predict(
