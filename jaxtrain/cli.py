@@ -22,7 +22,7 @@ from typing import Any
 from jaxtrain.commands.options import split_overrides
 
 # Commands whose arguments may carry config overrides (`--config.a.b=v`, bare `key=value`).
-_CONFIG_COMMANDS = ("train", "config", "bench", "preflight")
+_CONFIG_COMMANDS = ("train", "config", "bench", "preflight", "plan")
 
 # name: one-line description; the command itself is the module `jaxtrain.commands.NAME`.
 COMMANDS: dict[str, str] = {
@@ -37,6 +37,8 @@ COMMANDS: dict[str, str] = {
     "export": "write a run's checkpoint as a Hugging Face model folder",
     "convert": "read a Hugging Face checkpoint, summarise it, optionally write it back",
     "bench": "time the train step of a config (tokens/s, MFU, compile time, memory)",
+    "plan": "pick mesh sizes, micro batch, remat and loss chunking for N devices, from "
+    "compiled programs and a cost model",
     "preflight": "check every host before training: devices, memory, collectives, checkpoint "
     "folder, data (start it as training is started)",
 }

@@ -29,7 +29,7 @@ from jaxtrain.planning import memory as memory_plan
 from jaxtrain.planning.devices import mesh_shape, plan_devices, resolve_for_devices
 
 
-def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
+def derived(cfg: ConfigDict, devices: int, hosts: int = 1, config_path: str = "") -> dict[str, Any]:
     """Figures worth checking before a run, on `devices` devices over `hosts` hosts."""
     spec = run.validate(cfg, check_data=False)
     figures: dict[str, Any] = {
@@ -56,7 +56,7 @@ def derived(cfg: ConfigDict, devices: int, hosts: int = 1) -> dict[str, Any]:
             mesh_cfg=cfg.mesh,
         )
     plan, axis_sizes = memory_plan.plan_for_mesh(cfg, devices, hosts)
-    figures["memory_per_device"] = memory_plan.describe_state(plan, axis_sizes)
+    figures["memory_per_device"] = memory_plan.describe_state(plan, axis_sizes, config_path, hosts)
     figures["state_bytes_per_device"] = {
         "parameters": plan.params,
         "optimizer_state": plan.optimizer,
@@ -138,7 +138,7 @@ def build(
     # --devices/--hosts, else the launch the file names (grown to what its parallel sizes
     # need), else this host's devices.
     plan = plan_devices(devices, hosts, keys, short)
-    figures = derived(cfg, plan.devices, plan.hosts)
+    figures = derived(cfg, plan.devices, plan.hosts, path)
     return ConfigReport(cfg, {**figures, **plan.figures(cfg)}, keys)
 
 

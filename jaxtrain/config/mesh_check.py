@@ -228,7 +228,31 @@ def check_fits_mesh(
     `mesh_cfg` (the `config.mesh` section) only makes the message name the `ici_*`/`dcn_*` keys;
     `schedule` is the pipeline's (the default one when None).
     """
-    sizes = mesh_shape(mesh)
+    check_sizes_fit(
+        spec,
+        mesh_shape(mesh),
+        rules,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        mesh_cfg=mesh_cfg,
+        rules_name=rules_name,
+        schedule=schedule,
+    )
+
+
+def check_sizes_fit(
+    spec: ModelSpec,
+    sizes: dict[str, int],
+    rules: Sequence[tuple[str, Any]],
+    *,
+    seq_len: int,
+    micro_batch: int,
+    mesh_cfg: Any = None,
+    rules_name: str = "",
+    schedule: Schedule | None = None,
+) -> None:
+    """`check_fits_mesh` on mesh axis sizes alone: the planner checks meshes of any device
+    count without building them."""
     table = dict(rules)
     schedule = schedule or Schedule()
     check_stages(spec, sizes.get("pipeline", 1), schedule, mesh_cfg)

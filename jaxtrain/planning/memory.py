@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -127,7 +128,23 @@ def plan_for_mesh(
     return plan_state(one.layout.abstract, one.abstract_batch(), axis_sizes), axis_sizes
 
 
-def describe_state(plan: MemoryPlan, axis_sizes: Mapping[str, int]) -> str:
+def plan_command(config_path: str = "", devices: int = 0, hosts: int = 1) -> str:
+    """The `plan` command line that picks a layout for this config and device count (the
+    config from this process's own `--config` when not given)."""
+    if not config_path:
+        argv = sys.argv[1:]
+        for i, arg in enumerate(argv):
+            if arg == "--config" and i + 1 < len(argv):
+                config_path = argv[i + 1]
+            elif arg.startswith("--config="):
+                config_path = arg.split("=", 1)[1]
+    command = f"python -m jaxtrain plan --config {config_path or 'FILE'} --devices {devices or 'N'}"
+    return command + (f" --hosts {hosts}" if hosts > 1 else "")
+
+
+def describe_state(
+    plan: MemoryPlan, axis_sizes: Mapping[str, int], config_path: str = "", hosts: int = 1
+) -> str:
     """One line for `config`: the state per device and the gradients it implies."""
     mesh = " x ".join(f"{k}={v}" for k, v in axis_sizes.items() if v > 1) or "1 device"
     # Stages hold equal runs of the stack plus the (replicated) embedding and output layer.
@@ -136,7 +153,8 @@ def describe_state(plan: MemoryPlan, axis_sizes: Mapping[str, int]) -> str:
         f"parameters {gib(plan.params)} + optimizer state {gib(plan.optimizer)} + "
         f"gradients ~{gib(plan.params)} = {gib(plan.state + plan.params)} per device on "
         f"mesh {mesh}{stages}, before activations (the trainer checks the compiled step "
-        "before it allocates; tools/compile_plan.py compiles it for a planned mesh)"
+        "before it allocates; tools/compile_plan.py compiles it for a planned mesh); "
+        f"to pick a layout: {plan_command(config_path, math.prod(axis_sizes.values()), hosts)}"
     )
 
 
@@ -259,6 +277,17 @@ def check_fits(
     lines += [f"  - {a}" for a in _advice(plan, capacity, cfg, axis_sizes)]
     lines.append(
         "Size a layout before running it: python -m jaxtrain config FILE --devices N "
-        "(or tools/compile_plan.py); train.check_memory=false skips this check."
+        "(or tools/compile_plan.py), or let the planner pick one: "
+        f"{plan_command('', math.prod(axis_sizes.values()), jax.process_count())} "
+        f"--device-kind {_kind_name(source)}; train.check_memory=false skips this check."
     )
     raise MemoryPlanError("\n".join(lines))
+
+
+def _kind_name(source: str) -> str:
+    """The device kind named in a capacity source ('NVIDIA H100 80GB HBM3 ...'), as the
+    planner and the peak table spell it."""
+    from jaxtrain.hardware.peaks import PEAK_BF16_FLOPS
+
+    text = source.upper().replace(" ", "")
+    return next((k for k in PEAK_BF16_FLOPS if k in text), "cpu")
