@@ -6,14 +6,24 @@ The processes run the real CLI (`python -m jaxtrain ... --coordinator --num-proc
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from conftest import REPO
+
+# Process I on CPU I, as on hosts that do not share their CPUs (`Job(cpus=...)`, `busy_cpu`).
+pinned = pytest.mark.skipif(
+    shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
+    reason="needs taskset (util-linux) and two CPUs",
+)
 
 
 def free_port() -> int:
@@ -52,7 +62,9 @@ class Job:
         count: int = 2,
         devices: int = 2,
         env: dict[str, str] | None = None,
+        cpus: list[int] | None = None,
     ):
+        """`cpus`: process I runs on CPU cpus[I] only (taskset)."""
         port = free_port()
         logs.mkdir(parents=True, exist_ok=True)
         self.logs = [logs / f"process{i}.log" for i in range(count)]
@@ -62,6 +74,7 @@ class Job:
                 self.procs.append(
                     subprocess.Popen(
                         [
+                            *(["taskset", "-c", str(cpus[pid])] if cpus else []),
                             sys.executable,
                             "-m",
                             "jaxtrain",
@@ -99,3 +112,18 @@ class Job:
         """A process's output: its end (for assertion messages), or all of it (tail=None)."""
         text = self.logs[pid].read_text(errors="replace")
         return text if tail is None else text[-tail:]
+
+
+@contextlib.contextmanager
+def busy_cpu(cpu: int, loops: int) -> Iterator[None]:
+    """`loops` busy processes sharing CPU `cpu` while the block runs (a host made slow)."""
+    hogs = [
+        subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
+        for _ in range(loops)
+    ]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

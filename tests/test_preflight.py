@@ -6,15 +6,11 @@ busy processes and must be named slow.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import REPO
-from multiprocess_helpers import child_env, free_port
+from multiprocess_helpers import Job, busy_cpu, pinned
 
 from jaxtrain.planning.preflight import HostCheck, judge, table
 
@@ -51,6 +47,23 @@ def test_another_device_kind_and_a_failed_write_are_named():
     assert "process 1 (node1): checkpoint folder /ckpt is not writable here" in text
 
 
+def test_collectives_far_below_the_device_kinds_links_are_named():
+    one_host = [HostCheck(0, "node0", 8, "NVIDIA H100 80GB HBM3", 10.0, 80.0, 500.0, 90.0, 300.0)]
+    text = table(judge(one_host))
+    assert (
+        "process 0 (node0): slow: all-reduce 90 GB/s per device, 25% of the 360 GB/s expected "
+        "of H100 links inside a host" in text
+    )
+    assert "all-gather" not in text.split("\n", 2)[2]  # 300 of 360 is fine
+    # Across hosts the network's figure is expected; an unknown kind expects nothing.
+    two_hosts = checks(1000.0, 1000.0)
+    for c in two_hosts:
+        c.kind, c.allreduce_gbps, c.allgather_gbps = "NVIDIA H100 80GB HBM3", 35.0, 30.0
+    assert not any(c.problems for c in judge(two_hosts))
+    slow_cpu = [HostCheck(0, "node0", 8, "cpu", 1.0, 8.0, 50.0, 0.01, 0.01)]
+    assert not judge(slow_cpu)[0].problems
+
+
 def preflight_args(run: Path) -> list[str]:
     return [
         "preflight",
@@ -65,41 +78,10 @@ def preflight_args(run: Path) -> list[str]:
 def run_pinned(tmp_path: Path, busy_loops_on_cpu1: int) -> tuple[list[int], str]:
     """Exit codes and process 0's output of a two-process preflight, process I pinned to CPU
     I (two hosts do not share their CPUs), with busy loops sharing CPU 1."""
-    port = free_port()
-    hogs = [
-        subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", "while True: pass"])
-        for _ in range(busy_loops_on_cpu1)
-    ]
-    procs, logs = [], []
-    try:
-        for pid in range(2):
-            logs.append(tmp_path / f"process{pid}.log")
-            with open(logs[-1], "w") as log:
-                procs.append(
-                    subprocess.Popen(
-                        ["taskset", "-c", str(pid), sys.executable, "-m", "jaxtrain"]
-                        + preflight_args(tmp_path / "run")
-                        + ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
-                        + ["--process-id", str(pid)],
-                        env=child_env(2),
-                        cwd=REPO,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    )
-                )
-        codes = [p.wait(timeout=400) for p in procs]
-    finally:
-        for p in [*procs, *hogs]:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return codes, logs[0].read_text()
-
-
-pinned = pytest.mark.skipif(
-    shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
-    reason="needs taskset (util-linux) and two CPUs",
-)
+    with busy_cpu(1, busy_loops_on_cpu1):
+        job = Job(preflight_args(tmp_path / "run"), tmp_path / "logs", cpus=[0, 1])
+        codes = job.wait(timeout=400)
+    return codes, job.log(0, tail=None)
 
 
 @pytest.mark.slow

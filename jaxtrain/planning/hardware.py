@@ -61,6 +61,17 @@ _TABLE: dict[str, dict[str, float]] = {
 KINDS = tuple(_TABLE)
 
 
+def expected_bus_gbs(device_kind: str, across_hosts: bool) -> tuple[str, float] | None:
+    """(the table's kind, the bus bandwidth a collective should reach) for a device as jax
+    names it ("NVIDIA H100 80GB HBM3", "AMD Instinct MI300X"), across hosts or inside one;
+    None for kinds the table does not know (and CPUs, whose figure is no expectation)."""
+    name = device_kind.upper().replace(" ", "")
+    key = next((k for k in KINDS if k != "cpu" and k in name), None)
+    if key is None:
+        return None
+    return key, _TABLE[key]["inter_gbs" if across_hosts else "intra_gbs"]
+
+
 def _peak(name: str) -> float:
     return peaks.PEAK_BF16_FLOPS.get(name, 0.0)
 

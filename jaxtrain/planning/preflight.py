@@ -17,13 +17,15 @@ then process 0 prints one table, a row per process, and names the hosts that fai
 - data: every path of `data.paths` exists on this host.
 
 A host is slow when its matmul rate is below `SLOW_FRACTION` of the best host's, or its
-checkpoint write speed below `SLOW_WRITE_FRACTION` of the best host's. Results travel between processes as fixed-size JSON in one `process_allgather`.
+checkpoint write speed below `SLOW_WRITE_FRACTION` of the best host's. The collectives are
+slow when their bus bandwidth is below `SLOW_LINK_FRACTION` of what the device kind's links
+should give (`jaxtrain.planning.hardware`: inside a host, or across hosts when the processes
+are on several), for the kinds that table knows. Results travel between processes as fixed-size JSON in one `process_allgather`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import socket
 import time
@@ -33,18 +35,21 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ml_collections import ConfigDict
 
 from jaxtrain import run as run_lib
 from jaxtrain.config import loader as config_lib
 from jaxtrain.errors import JaxtrainError
+from jaxtrain.parallel import host_records
+from jaxtrain.planning import hardware
 from jaxtrain.planning import memory as memory_plan
 
 SLOW_FRACTION = 0.5
 # File systems vary more from one write to the next (caches, other jobs' traffic).
 SLOW_WRITE_FRACTION = 0.25
+# Planning figures, not a given cluster's: only a link far below them is reported.
+SLOW_LINK_FRACTION = 0.5
 CKPT_PROBE_BYTES = 32 * 2**20
 COLLECTIVE_BYTES = 16 * 2**20  # per device
 MATMUL_SIZE = 1024
@@ -177,19 +182,15 @@ def check_host(cfg: ConfigDict) -> HostCheck:
 
 def gather(check: HostCheck) -> list[HostCheck]:
     """Every process's check, in process order (on every process)."""
-    wire = json.dumps(dataclasses.asdict(check)).encode()[:_WIRE_BYTES]
-    row = np.zeros(_WIRE_BYTES, np.uint8)
-    row[: len(wire)] = np.frombuffer(wire, np.uint8)
-    if jax.process_count() == 1:
-        rows = row[None]
-    else:
-        rows = np.asarray(multihost_utils.process_allgather(row)).reshape(-1, _WIRE_BYTES)
-    return [HostCheck(**json.loads(bytes(r).rstrip(b"\0"))) for r in rows]
+    return [
+        HostCheck(**r) for r in host_records.allgather_json(dataclasses.asdict(check), _WIRE_BYTES)
+    ]
 
 
 def judge(checks: list[HostCheck]) -> list[HostCheck]:
     """Adds the problems only a comparison of hosts shows: another device kind, a slow host."""
     kind = checks[0].kind
+    expected = hardware.expected_bus_gbs(kind, across_hosts=len({c.host for c in checks}) > 1)
     best_matmul = max(c.matmul_gflops for c in checks)
     writes = [c.ckpt_mbps for c in checks if c.ckpt_mbps]
     best_write = max(writes) if writes else None
@@ -206,6 +207,19 @@ def judge(checks: list[HostCheck]) -> list[HostCheck]:
                 f"slow: checkpoint write {c.ckpt_mbps:.3g} MB/s, "
                 f"{c.ckpt_mbps / best_write:.0%} of the fastest host's"
             )
+        if expected and len(checks) * c.devices > 1:
+            name, gbs = expected
+            for what, got in (("all-reduce", c.allreduce_gbps), ("all-gather", c.allgather_gbps)):
+                if got < SLOW_LINK_FRACTION * gbs:
+                    c.problems.append(
+                        f"slow: {what} {got:.3g} GB/s per device, {got / gbs:.0%} of the "
+                        f"{gbs:g} GB/s expected of {name} links "
+                        + (
+                            "across hosts (the network)"
+                            if len({h.host for h in checks}) > 1
+                            else "inside a host"
+                        )
+                    )
     return checks
 
 
