@@ -46,6 +46,12 @@ def get_config() -> ConfigDict:
     c.train.hang_timeout = 1800.0  # seconds without a completed step before the run prints every
     #   thread's stack and exits 4 (hung data, file system or collective); counted from the
     #   first completed step, so compiling never counts; 0 disables the watch
+    c.train.straggler_every = 100  # steps between comparisons of the hosts (a timed matmul on
+    #   each, and its data wait): a host behind the others is named in the log; 0 = never
+    #   (a single process never compares)
+    c.train.straggler_patience = 3  # comparisons in a row a host must be behind to be named
+    c.train.straggler_fraction = 0.75  # behind: device rate under this share of the fastest
+    #   host's, or data wait longer than the least-waiting host's by (1 - this) of a step
 
     c.optim = ConfigDict()
     c.optim.lr = 3e-4  # peak learning rate

@@ -49,6 +49,7 @@ from jaxtrain.train import state as state_lib
 from jaxtrain.train.hang_watch import HangWatch
 from jaxtrain.train.step_timer import StepTimer
 from jaxtrain.train.stop import StopRequests
+from jaxtrain.train.straggler_watch import StragglerWatch
 
 # Steps of metrics a Trainer keeps in memory (a long run would otherwise grow without bound).
 HISTORY = 10_000
@@ -164,6 +165,12 @@ class Trainer:
         self.events = goodput.EventLog(self.run_dir, enabled=self.is_primary)
         self.profiler = StepProfiler(self.run_dir, cfg.train.profile_start, cfg.train.profile_steps)
         self.hang_watch = HangWatch(cfg.train.hang_timeout, self.checkpointer.directory)
+        self.stragglers = StragglerWatch(
+            cfg.train.straggler_every,
+            cfg.train.straggler_patience,
+            cfg.train.straggler_fraction,
+            self.log,
+        )
         self._saved_step: int | None = None
         self._last_save_time = time.monotonic()
         distributed.report_checkpoints_in(self.checkpointer.directory)
@@ -354,8 +361,10 @@ class Trainer:
 
     def _dispatch(self) -> tuple[int, Any]:
         """Starts the next step on the devices; returns its number and its (future) metrics."""
+        asked = time.perf_counter()
         with self.events.timing("data_wait"):
             batch = self.setup.global_batch(next(self.train_iter))
+        self.stragglers.waited_for_data(time.perf_counter() - asked)
         self._timer.dispatched(self._host_step + 1)  # before queueing: see StepTimer
         with self.profiler.step(self._host_step + 1):
             self.state, device_metrics = self.compiled_step(self.state, batch)
@@ -424,9 +433,10 @@ class Trainer:
             step_no = current[0]
             stop = self.stops.stop_after(step_no)
             save = not stop and self._save_due(step_no) and step_no < self.cfg.train.steps
-            if stop or save or self._evaluation_due(step_no):
+            if stop or save or self._evaluation_due(step_no) or self.stragglers.due(step_no):
                 # Read this step's metrics before its state is saved, evaluated or donated:
-                # read a step late, validation would see the next step's parameters.
+                # read a step late, validation would see the next step's parameters (and the
+                # hosts' comparison would time its probe behind the next step).
                 last, pending = self._after_step(*current, target), None
                 if save:
                     self.save()  # copies to host before returning: donation is safe
@@ -501,11 +511,20 @@ class Trainer:
         if self.harness.due(step_no):
             with self.events.timing("eval"):  # goodput counts harness tasks as evaluation
                 record.update(self.harness(step_no, self.state["params"]))
-        if log_now or any(k.startswith(("val_", "harness/")) for k in record):
+        if self.stragglers.due(step_no):
+            record.update(self._compare_hosts(step_no))
+        if log_now or any(k.startswith(("val_", "harness/", "straggler/")) for k in record):
             self.metrics.write(step_no, record)
             self.events.steps_done(step_no)
         self.history.append({"step": step_no, **record})
         return record
+
+    def _compare_hosts(self, step_no: int) -> dict[str, float]:
+        """The hosts' figures at this step (`StragglerWatch.check`, a collective); the window
+        of the step timer reopens after it, since it is host work."""
+        figures = self.stragglers.check(step_no)
+        self._timer.interrupted()
+        return figures
 
     def close(self) -> None:
         """Flushes metrics, waits for checkpoints and releases the run directory."""

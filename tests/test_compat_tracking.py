@@ -1,6 +1,6 @@
-"""Other stacks' Weights & Biases and profiler keys map onto metrics.wandb_* and
-train.profile_*: prime-rl's [wandb] table, Primus/Megatron's wandb_* and disable_wandb,
-MaxText's enable_wandb and profiler keys."""
+"""Other stacks' Weights & Biases, profiler and straggler keys map onto metrics.wandb_*,
+train.profile_* and train.straggler_*: prime-rl's [wandb] table, Primus/Megatron's wandb_*,
+disable_wandb and log_straggler, MaxText's enable_wandb and profiler keys."""
 
 from __future__ import annotations
 
@@ -53,6 +53,23 @@ def test_primus_megatron_wandb_keys(fake_primus, disabled):  # noqa: F811
             "/scratch/wandb",
         )
         assert report.entries["wandb_exp_name"].status == "mapped"
+
+
+@pytest.mark.parametrize(("log_straggler", "every"), [("false", 0), ("true", 5)])
+def test_primus_megatron_straggler_keys(fake_primus, log_straggler, every):  # noqa: F811
+    path = experiment(
+        fake_primus,
+        f"""\
+        hidden_size: 64
+        log_interval: 5
+        log_straggler: {log_straggler}
+        straggler_minmax_count: 1
+        """,
+    )
+    cfg, report = compat.load_foreign(path, env={})
+    assert cfg.train.straggler_every == every
+    assert report.entries["log_straggler"].status == "mapped"
+    assert report.entries["straggler_minmax_count"].status == "ignored"
 
 
 def test_maxtext_profiler_and_wandb_keys(compat_samples):

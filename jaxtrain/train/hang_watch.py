@@ -55,6 +55,7 @@ _PHASES = (
     ("evaluate", "evaluating"),
     ("_save_due", "agreeing with the other processes whether to checkpoint"),
     ("stop_after", "agreeing with the other processes on the stop step"),
+    ("_compare_hosts", "comparing this host's figures with the other processes'"),
     ("_after_step", "waiting for the step to complete on the devices"),
     ("_dispatch", "dispatching the next step"),
 )
@@ -68,6 +69,7 @@ _PEER_WAITS = {
     "dispatching the next step",
     "agreeing with the other processes whether to checkpoint",
     "agreeing with the other processes on the stop step",
+    "comparing this host's figures with the other processes'",
 }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxtrain.compat.common.report import KeyReport, is_off
-from jaxtrain.compat.megatron import fp8, tracking, training
+from jaxtrain.compat.megatron import fp8, stragglers, tracking, training
 from jaxtrain.compat.megatron.ignored_keys import IGNORE_RULES
 from jaxtrain.compat.megatron.mla import MLA_KEYS
 from jaxtrain.compat.megatron.model import int_key, map_model, refuse_unbuildable
@@ -123,6 +123,7 @@ def to_jaxtrain(r: KeyReport, default_origins: tuple[str, ...] = ()) -> dict[str
     fp8.map_fp8(r, s)
     training.map_training(r, s, tp)
     tracking.map_tracking(r, s)
+    stragglers.map_stragglers(r, s)
     _neutral(r, bool(r.get("multi_latent_attention")))
     r.finish(IGNORE_RULES, default_origins)
     return s

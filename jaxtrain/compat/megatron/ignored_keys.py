@@ -161,9 +161,6 @@ IGNORE_RULES: tuple[tuple[str, str], ...] = (
     ("memory_snapshot_path", _LOGGING),
     ("use_rocm_mem_info*", _LOGGING),
     ("wall_clock_step_timer", _LOGGING),
-    ("log_straggler", _LOGGING),
-    ("straggler_*", _LOGGING),
-    ("disable_straggler_on_startup", _LOGGING),
     ("result_rejected_tracker_filename", _LOGGING),
     # checkpoint format details
     ("ckpt_*", _CKPT_FORMAT),
