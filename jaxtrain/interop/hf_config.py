@@ -57,6 +57,13 @@ from jaxtrain.interop.hf_olmo3 import (
     olmo3_fields,
     olmo3_rope_config,
 )
+from jaxtrain.interop.hf_qwen3_next import (
+    QWEN3_NEXT_ARCHITECTURES,
+    QWEN3_NEXT_FAMILIES,
+    check_qwen3_next_expressible,
+    qwen3_next_config,
+    qwen3_next_fields,
+)
 from jaxtrain.interop.hf_rope_keys import rope_fields, rope_parameters
 from jaxtrain.interop.hf_ssm import SSM_ARCHITECTURES, SSM_FAMILIES, ssm_config, ssm_fields
 from jaxtrain.models.spec.hyperparameters import ModelSpec
@@ -84,6 +91,7 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     **OLMO3_ARCHITECTURES,
     **GPT2_ARCHITECTURES,
     **SSM_ARCHITECTURES,
+    **QWEN3_NEXT_ARCHITECTURES,
 }
 FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
 _MODEL_TYPE_ARCHITECTURE = {mt: arch for arch, (_, mt) in ARCHITECTURES.items()}
@@ -179,6 +187,9 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path, **overrides
         return _checked_spec({**ssm_fields(cfg, family, where), **overrides}, overrides, where)
     if family == "gpt3":  # GPT-2's keys: hf_gpt2
         return _checked_spec({**gpt2_fields(cfg, where), **overrides}, overrides, where)
+    if family in QWEN3_NEXT_FAMILIES:  # hybrid stacks of paired sublayers: hf_qwen3_next
+        fields = qwen3_next_fields(cfg, family, where)
+        return _checked_spec({**fields, **overrides}, overrides, where)
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish") and family not in GEMMA_FAMILIES:  # GeGLU: hf_gemma
         raise ConfigError(f"{where}: hidden_act={act!r} is not supported (SwiGLU needs silu).")
@@ -276,6 +287,16 @@ def hf_config_from_spec(
             "model_type": ARCHITECTURES[arch][1],
             **ssm_config(spec),
             dtype_key: weights,
+            **(extra or {}),
+        }
+    if spec.family in QWEN3_NEXT_FAMILIES:
+        check_qwen3_next_expressible(spec, arch)
+        dtype_key = "dtype" if _transformers_major() >= 5 else "torch_dtype"
+        return {
+            "architectures": [arch],
+            "model_type": ARCHITECTURES[arch][1],
+            **qwen3_next_config(spec, _transformers_major()),
+            dtype_key: dtype or spec.param_dtype,
             **(extra or {}),
         }
     if spec.family == "gpt3":

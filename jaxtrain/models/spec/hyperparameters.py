@@ -176,6 +176,12 @@ class ModelSpec:
     linear_output_gate: bool = True  # GDN: norm(o) x silu(x W_g); False: norm(o) alone (FLA)
     linear_gate_bias: bool = False  # KDA: bias on the output gate's up projection (FLA: True)
     linear_chunk: int = 0  # tokens per chunk of the chunked delta rule; 0: 64 GDN, 16 KDA
+    # Qwen3-Next and Qwen3.5 (hybrids of Gated DeltaNet and gated attention, with zero-centred
+    # norms and qk_norm): a sigmoid gate on every attention output channel, RoPE on the first
+    # part of each head only, and a sigmoid gate on the shared experts' output.
+    attn_output_gate: bool = False  # attention output x sigmoid(x W_gate), per head and dim
+    partial_rotary_factor: float = 1.0  # RoPE turns the first this fraction of each head
+    moe_shared_gate: bool = False  # shared experts x sigmoid(x w_gate) (Qwen3-Next, Qwen3.5)
 
     @property
     def jnp_dtype(self) -> Any:
@@ -192,8 +198,11 @@ class ModelSpec:
 
     @property
     def rope_dim(self) -> int:
-        """Width the rotary tables cover: the whole head, or MLA's rotary part."""
-        return self.qk_rope_head_dim if self.mla else self.head_dim
+        """Width the rotary tables cover: the head (its first `partial_rotary_factor` of it),
+        or MLA's rotary part."""
+        return (
+            self.qk_rope_head_dim if self.mla else int(self.head_dim * self.partial_rotary_factor)
+        )
 
     @property
     def num_moe_layers(self) -> int:
