@@ -1,6 +1,7 @@
 """Qwen3-Next and Qwen3.5 (dense and MoE): logit parity with transformers'
 `Qwen3NextForCausalLM`, `Qwen3_5ForCausalLM` and `Qwen3_5MoeForCausalLM` (torch, float32) both
-ways, and config keys that cannot work named in one line.
+ways, the presets' parameter counts against transformers', and config keys that cannot work
+named in one line.
 
 Hugging Face -> jaxtrain: a tiny random transformers model saved with `save_pretrained`, read
 with `load_hf_params`. jaxtrain -> Hugging Face: the same spec with fresh random weights, written
@@ -33,6 +34,8 @@ from parity_helpers import (  # noqa: E402
 from jaxtrain.errors import ConfigError  # noqa: E402
 from jaxtrain.interop import hf_config  # noqa: E402
 from jaxtrain.interop.hf import load_hf_params, model_from_params  # noqa: E402
+from jaxtrain.interop.hf_qwen3_next import QWEN3_NEXT_FAMILIES as FAMILIES  # noqa: E402
+from jaxtrain.models.presets.registry import PRESETS, PUBLISHED_PARAMS, model_spec  # noqa: E402
 
 VOCAB, SEQ = 96, 20
 _TINY = dict(
@@ -105,3 +108,91 @@ def test_a_pattern_without_pairs_is_refused_on_export():
     broken = dataclasses.replace(spec, block_pattern="GG*-G-*-")
     with pytest.raises(ConfigError, match="model.block_pattern='GG"):
         hf_config.hf_config_from_spec(broken)
+
+
+# config.json values of the published checkpoints (the 3.5 ones their `text_config`), written
+# out apart from the presets.
+_PUBLISHED = {
+    "qwen3-next-80b-a3b": (
+        "Qwen3NextConfig",
+        dict(
+            vocab_size=151936,
+            hidden_size=2048,
+            num_hidden_layers=48,
+            num_attention_heads=16,
+            intermediate_size=5120,
+            num_experts=512,
+            num_experts_per_tok=10,
+            moe_intermediate_size=512,
+            shared_expert_intermediate_size=512,
+            linear_num_value_heads=32,
+        ),
+    ),
+    "qwen3.5-35b-a3b": (
+        "Qwen3_5MoeTextConfig",
+        dict(
+            vocab_size=248320,
+            hidden_size=2048,
+            num_hidden_layers=40,
+            num_attention_heads=16,
+            num_experts=256,
+            num_experts_per_tok=8,
+            moe_intermediate_size=512,
+            shared_expert_intermediate_size=512,
+            linear_num_value_heads=32,
+        ),
+    ),
+    "qwen3.5-397b-a17b": (
+        "Qwen3_5MoeTextConfig",
+        dict(
+            vocab_size=248320,
+            hidden_size=4096,
+            num_hidden_layers=60,
+            num_attention_heads=32,
+            num_experts=512,
+            num_experts_per_tok=10,
+            moe_intermediate_size=1024,
+            shared_expert_intermediate_size=1024,
+            linear_num_value_heads=64,
+        ),
+    ),
+}
+_SHARED = dict(
+    num_key_value_heads=2,
+    head_dim=256,
+    linear_num_key_heads=16,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    tie_word_embeddings=False,
+)
+
+
+def _meta_count(config) -> int:
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("preset", sorted(_PUBLISHED))
+def test_published_sizes_count_like_transformers(preset):
+    name, sizes = _PUBLISHED[preset]
+    count = _meta_count(getattr(transformers, name)(**_SHARED, **sizes))
+    assert count == PUBLISHED_PARAMS[preset] == model_spec(preset).num_params()
+
+
+@pytest.mark.parametrize("preset", [p for p in sorted(PRESETS) if PRESETS[p]["family"] in FAMILIES])
+def test_every_preset_counts_like_its_exported_config(preset):
+    # The config save_hf_checkpoint would write, built by transformers: the debug sizes too.
+    spec = model_spec(preset)
+    cfg = hf_config.hf_config_from_spec(spec)
+    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    assert _meta_count(config) == spec.num_params()
+
+
+def test_active_counts_match_the_model_names():
+    # The names round loosely: A3B is 3.9B (80B) and 3.5B (35B) with the embeddings counted.
+    for name in ("qwen3-next-80b-a3b", "qwen3.5-35b-a3b"):
+        assert 3e9 < model_spec(name).num_active_params() < 4e9, name
+    assert round(model_spec("qwen3.5-397b-a17b").num_active_params() / 1e9) == 17
+    assert round(PUBLISHED_PARAMS["qwen3-next-80b-a3b"] / 1e9) == 80
+    assert round(PUBLISHED_PARAMS["qwen3.5-35b-a3b"] / 1e9) == 35

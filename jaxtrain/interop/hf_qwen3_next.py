@@ -113,7 +113,15 @@ def qwen3_next_fields(cfg: Mapping[str, Any], family: str, where: str) -> dict[s
         num_heads=heads,
         num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
         head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=int(_need(cfg, "intermediate_size", where)),
+        # Qwen3.5-MoE has no dense layer and no such key: any valid size does.
+        intermediate_size=int(
+            cfg.get("intermediate_size")
+            or _need(
+                cfg,
+                "moe_intermediate_size" if family == "qwen3_5_moe" else "intermediate_size",
+                where,
+            )
+        ),
         max_seq_len=int(_need(cfg, "max_position_embeddings", where)),
         norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
