@@ -1,8 +1,9 @@
 """Hugging Face `config.json` <-> `ModelSpec`, for Llama 2/3, Qwen 2.5/3, Mistral, Mixtral,
-Qwen3-MoE, DeepSeek V2/V3, gpt-oss, Llama 4 text, Gemma 1/2/3 text, OLMo 3 and GPT-3 as GPT-2
-(the keys of the last six live in `hf_deepseek`, `hf_gpt_oss`, `hf_llama4`, `hf_gemma`,
-`hf_olmo3` and `hf_gpt2`; the rotary keys in `hf_rope_keys`, the Mixtral and Qwen3-MoE expert
-keys in `hf_moe_keys`, what each class can express in `hf_expressible`).
+Qwen3-MoE, DeepSeek V2/V3, gpt-oss, Llama 4 text, Gemma 1/2/3 text, OLMo 3, GPT-3 as GPT-2,
+Qwen3-Next and Qwen3.5 text (the keys of the last seven live in `hf_deepseek`, `hf_gpt_oss`,
+`hf_llama4`, `hf_gemma`, `hf_olmo3`, `hf_gpt2` and `hf_qwen3_next`; the rotary keys in
+`hf_rope_keys`, the Mixtral and Qwen3-MoE expert keys in `hf_moe_keys`, what each class can
+express in `hf_expressible`).
 
 Reading accepts both the transformers-4 layout (`rope_theta` at top level, `rope_scaling`) and
 the transformers-5 one (`rope_parameters` holding `rope_theta`); writing uses the layout of the

@@ -22,7 +22,7 @@ from typing import Any
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_layout import PAIRED_FAMILIES, require_settings
 from jaxtrain.interop.hf_rope_keys import rope_fields, rope_parameters
-from jaxtrain.interop.hf_ssm import Row, _kernel, _vector
+from jaxtrain.interop.hf_ssm import Row, kernel_row, vector_row
 from jaxtrain.models.spec.block_pattern import period
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 
@@ -290,7 +290,7 @@ def _gdn_rows(spec: ModelSpec, at: tuple[str, ...], lay: str, ids) -> list[Row]:
             ("a_proj", (h,), None, "in_proj_a", h),
         )
     for ours, outs, picked, theirs, size in fused:
-        path, name, shape, _, rank, _, _ = _kernel((*m, ours, "kernel"), "", (d,), outs, ids)
+        path, name, shape, _, rank, _, _ = kernel_row((*m, ours, "kernel"), "", (d,), outs, ids)
         extra = {} if picked is None else {"rows": picked}
         rows.append((path, f"{hf}{theirs}.weight", shape, (size, d), rank, ids, extra))
     for ours, picked, heads, width in (
@@ -310,10 +310,10 @@ def _gdn_rows(spec: ModelSpec, at: tuple[str, ...], lay: str, ids) -> list[Row]:
             )
         )
     return rows + [
-        _vector((*m, "dt_bias"), f"{hf}dt_bias", (h,), ids),
-        _vector((*m, "A_log"), f"{hf}A_log", (h,), ids),
-        _vector((*m, "o_norm", "scale"), f"{hf}norm.weight", (vd,), ids),
-        _kernel((*m, "o_proj", "kernel"), f"{hf}out_proj.weight", (h, vd), (d,), ids),
+        vector_row((*m, "dt_bias"), f"{hf}dt_bias", (h,), ids),
+        vector_row((*m, "A_log"), f"{hf}A_log", (h,), ids),
+        vector_row((*m, "o_norm", "scale"), f"{hf}norm.weight", (vd,), ids),
+        kernel_row((*m, "o_proj", "kernel"), f"{hf}out_proj.weight", (h, vd), (d,), ids),
     ]
 
 
@@ -324,16 +324,16 @@ def _attention_rows(spec: ModelSpec, at: tuple[str, ...], lay: str, ids) -> list
     rows: list[Row] = []
     for ours, offset in (("q_proj", 0), ("gate_proj", hd)):
         picked = tuple(j * 2 * hd + offset + r for j in range(n) for r in range(hd))
-        path, _, shape, _, rank, _, _ = _kernel((*m, ours, "kernel"), "", (d,), (n, hd), ids)
+        path, _, shape, _, rank, _, _ = kernel_row((*m, ours, "kernel"), "", (d,), (n, hd), ids)
         rows.append(
             (path, f"{hf}q_proj.weight", shape, (2 * n * hd, d), rank, ids, {"rows": picked})
         )
     return rows + [
-        _kernel((*m, "k_proj", "kernel"), f"{hf}k_proj.weight", (d,), (kv, hd), ids),
-        _kernel((*m, "v_proj", "kernel"), f"{hf}v_proj.weight", (d,), (kv, hd), ids),
-        _kernel((*m, "o_proj", "kernel"), f"{hf}o_proj.weight", (n, hd), (d,), ids),
-        _vector((*m, "q_norm", "scale"), f"{hf}q_norm.weight", (hd,), ids),
-        _vector((*m, "k_norm", "scale"), f"{hf}k_norm.weight", (hd,), ids),
+        kernel_row((*m, "k_proj", "kernel"), f"{hf}k_proj.weight", (d,), (kv, hd), ids),
+        kernel_row((*m, "v_proj", "kernel"), f"{hf}v_proj.weight", (d,), (kv, hd), ids),
+        kernel_row((*m, "o_proj", "kernel"), f"{hf}o_proj.weight", (n, hd), (d,), ids),
+        vector_row((*m, "q_norm", "scale"), f"{hf}q_norm.weight", (hd,), ids),
+        vector_row((*m, "k_norm", "scale"), f"{hf}k_norm.weight", (hd,), ids),
     ]
 
 
@@ -341,7 +341,7 @@ def _mlp_rows(spec: ModelSpec, at: tuple[str, ...], lay: str, ids) -> list[Row]:
     d, f = spec.hidden_size, spec.intermediate_size
     m = (*at, "mixer")
     return [
-        _kernel((*m, f"{p}_proj", "kernel"), f"{lay}mlp.{p}_proj.weight", ins, outs, ids)
+        kernel_row((*m, f"{p}_proj", "kernel"), f"{lay}mlp.{p}_proj.weight", ins, outs, ids)
         for p, ins, outs in (("gate", (d,), (f,)), ("up", (d,), (f,)), ("down", (f,), (d,)))
     ]
 
@@ -356,16 +356,16 @@ def _moe_rows(spec: ModelSpec, at: tuple[str, ...], lay: str, ids) -> list[Row]:
         spec.shared_expert_size(),
     )
     m, hf = (*at, "mixer"), f"{lay}mlp."
-    rows = [_kernel((*m, "router", "kernel"), f"{hf}gate.weight", (d,), (e,), ids)]
+    rows = [kernel_row((*m, "router", "kernel"), f"{hf}gate.weight", (d,), (e,), ids)]
     for p, ins, outs in (("gate", (d,), (f,)), ("up", (d,), (f,)), ("down", (f,), (d,))):
         name = f"{hf}experts.{{e}}.{p}_proj.weight"
-        rows.append(_kernel((*m, f"{p}_proj"), name, ins, outs, ids, experts=e))
+        rows.append(kernel_row((*m, f"{p}_proj"), name, ins, outs, ids, experts=e))
     if fs:
         for p, ins, outs in (("gate", (d,), (fs,)), ("up", (d,), (fs,)), ("down", (fs,), (d,))):
             name = f"{hf}shared_expert.{p}_proj.weight"
-            rows.append(_kernel((*m, "shared", f"{p}_proj", "kernel"), name, ins, outs, ids))
+            rows.append(kernel_row((*m, "shared", f"{p}_proj", "kernel"), name, ins, outs, ids))
         rows.append(
-            _kernel(
+            kernel_row(
                 (*m, "shared_gate", "kernel"), f"{hf}shared_expert_gate.weight", (d,), (1,), ids
             )
         )
@@ -388,9 +388,9 @@ def qwen3_next_tensor_rows(spec: ModelSpec) -> list[Row]:
     for j, ch in enumerate(spec.block_pattern[:p]):
         ids = tuple(i // 2 for i in range(j, spec.num_layers, p))
         at = ("blocks", f"s{j}")
-        rows.append(_vector((*at, "norm", "scale"), f"{lay}{_NORMS[j % 2]}.weight", (d,), ids))
+        rows.append(vector_row((*at, "norm", "scale"), f"{lay}{_NORMS[j % 2]}.weight", (d,), ids))
         rows += _ROWS[ch](spec, at, lay, ids)
-    rows.append(_vector(("final_norm", "scale"), "model.norm.weight", (d,), ()))
+    rows.append(vector_row(("final_norm", "scale"), "model.norm.weight", (d,), ()))
     if not spec.tie_embeddings:
-        rows.append(_kernel(("lm_head", "kernel"), "lm_head.weight", (d,), (v,), ()))
+        rows.append(kernel_row(("lm_head", "kernel"), "lm_head.weight", (d,), (v,), ()))
     return rows

@@ -26,7 +26,8 @@ class ModelSpec:
     which swaps the MLP of every block after the first `num_dense_layers` (or of every
     `moe_layer_step`-th block) for a mixture of experts; `kv_lora_rank` > 0 swaps grouped-query
     attention for multi-head latent attention; `global_layer_step` alternates local and global
-    attention layers)."""
+    attention layers; a `block_pattern` makes a hybrid stack: Mamba, Nemotron-H, Zebra-Llama,
+    Qwen3-Next and Qwen3.5)."""
 
     family: str = "llama"  # informational: llama, qwen2, qwen3, mistral, mixtral, deepseek_v3, ...
     vocab_size: int = 32000  # rows of the embedding and output projection
