@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
+import safetensors.numpy
 
 torch = pytest.importorskip(
     "torch",
@@ -72,6 +74,14 @@ def _config(arch: str, **changes):
     return getattr(transformers, name)(**{**_TINY, **extra, **changes})
 
 
+def _add_mtp_tensor(path) -> None:
+    """A multi-token-prediction tensor beside the decoder's, as the published checkpoints have
+    (transformers skips them; so does jaxtrain)."""
+    tensors = safetensors.numpy.load_file(path)
+    tensors["mtp.fc.weight"] = np.zeros((4, 4), np.float32)
+    safetensors.numpy.save_file(tensors, path, metadata={"format": "pt"})
+
+
 @pytest.mark.parametrize("arch", sorted(_CASES))
 def test_hf_to_jaxtrain_logits(arch, tmp_path):
     # Weights at 0.15 keep the logits above 1 while float32 rounding in the delta rule's
@@ -79,6 +89,7 @@ def test_hf_to_jaxtrain_logits(arch, tmp_path):
     hf_model = random_hf_model(_config(arch), std=0.15)
     assert type(hf_model).__name__ == arch
     hf_model.save_pretrained(tmp_path)
+    _add_mtp_tensor(tmp_path / "model.safetensors")
     spec, params = load_hf_params(tmp_path)
     assert spec.block_pattern == _CASES[arch][2]
     assert (spec.rope_dim, spec.attn_output_gate, spec.norm_zero_centered) == (4, True, True)
@@ -196,3 +207,17 @@ def test_active_counts_match_the_model_names():
     assert round(model_spec("qwen3.5-397b-a17b").num_active_params() / 1e9) == 17
     assert round(PUBLISHED_PARAMS["qwen3-next-80b-a3b"] / 1e9) == 80
     assert round(PUBLISHED_PARAMS["qwen3.5-35b-a3b"] / 1e9) == 35
+
+
+@pytest.mark.parametrize(
+    "preset, change",
+    [
+        ("qwen3-debug", dict(partial_rotary_factor=0.5)),
+        ("qwen3-moe-debug", dict(attn_output_gate=True)),
+        ("nemotron-h-debug", dict(norm_zero_centered=True)),
+    ],
+)
+def test_other_classes_refuse_the_qwen3_next_switches_by_name(preset, change):
+    (key,) = change
+    with pytest.raises(ConfigError, match=f"model.{key}="):
+        hf_config.hf_config_from_spec(model_spec(preset, **change))

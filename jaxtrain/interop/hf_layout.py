@@ -44,7 +44,10 @@ def require_settings(spec: ModelSpec, arch: str, needs: dict[str, tuple[bool, st
 
 def is_extra_layer(name: str, spec: ModelSpec) -> bool:
     """Whether a tensor belongs to a layer past the decoder's: DeepSeek V3's multi-token
-    prediction module (`model.layers.61.*`), which transformers does not build either."""
+    prediction module (`model.layers.61.*`) and Qwen3-Next's / Qwen3.5's (`mtp.*`), which
+    transformers does not build either."""
+    if spec.family in PAIRED_FAMILIES and name.startswith("mtp."):
+        return True
     match = _LAYER.match(name)
     return spec.family == "deepseek_v3" and bool(match) and int(match[1]) >= spec.num_layers
 

@@ -238,6 +238,9 @@ def check_ssm_expressible(spec: ModelSpec) -> None:
         ("qk_norm", spec.qk_norm),
         ("use_rope", spec.use_rope and attn),
         ("mlp_activation", "-" in spec.block_pattern and spec.mlp_activation != "relu2"),
+        ("attn_output_gate", spec.attn_output_gate),
+        ("norm_zero_centered", spec.norm_zero_centered),
+        ("moe_shared_gate", spec.moe_shared_gate),
     ):
         if bad_value:
             raise ConfigError(
