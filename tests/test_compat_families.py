@@ -396,22 +396,24 @@ RESOLVES = [
         "zebra_llama",
         model_spec("zebra-llama-300m-gdn-hybrid"),
     ),
+    # Qwen3-Next and Qwen3.5: Megatron's gated DeltaNet layers, MaxText's qwen3 Next blocks.
+    (
+        MEGATRON.format("MI300X/qwen3_5_35B_A3B-BF16-pretrain"),
+        [],
+        "qwen3_5_moe",
+        model_spec("qwen3.5-35b-a3b"),
+    ),
+    (BASE_YML, ["model_name=qwen3-next-80b-a3b"], "qwen3_next", model_spec("qwen3-next-80b-a3b")),
+    (BASE_YML, ["model_name=qwen3.5-35b-a3b"], "qwen3_5_moe", model_spec("qwen3.5-35b-a3b")),
 ]
 
 # (file, native overrides, the key=value the refusal names)
 REFUSED = [
     (MEGATRON.format("MI355X/deepseek_v4_flash-BF16-pretrain"), [], "model_type='deepseek_v4'"),
     (MEGATRON.format("MI355X/lfm2_8B_A1B-BF16-pretrain"), [], "lfm_layer_types=["),
-    (
-        MEGATRON.format("MI300X/qwen3_5_35B_A3B-BF16-pretrain"),
-        [],
-        "experimental_attention_variant='gated_delta_net'",
-    ),
     (MAXTEXT_PRIMUS.format("MI300X/gemma4_26B-bf16-pretrain"), [], "decoder_block='gemma4'"),
     (TITAN.format("flux/train_configs/flux_dev_model"), [], "model.name='flux'"),
     (BASE_YML, ["model_name=gemma4-26b"], "decoder_block='gemma4'"),
-    (BASE_YML, ["model_name=qwen3-next-80b-a3b"], "decoder_block='qwen3_next'"),
-    (BASE_YML, ["model_name=qwen3.5-35b-a3b"], "decoder_block='qwen3_5'"),
     (BASE_YML, ["model_name=deepseek4-tiny"], "decoder_block='deepseek4'"),
     (BASE_YML, ["model_name=deepseek3.2-671b"], "use_indexer=True"),
     (BASE_YML, ["model_name=qwen3-vl-4b"], "use_multimodal=True"),

@@ -21,7 +21,6 @@ FP8_FILES = sorted(
 NOT_IN_ZOO = {
     "gemma4_26B": "decoder_block='gemma4'",
     "gemma4_31B": "decoder_block='gemma4'",
-    "qwen3_5_35B_A3B": "experimental_attention_variant='gated_delta_net'",
     "deepseek_v4_flash": "model_type='deepseek_v4'",
     "lfm2_8B_A1B": "lfm_layer_types=",
 }

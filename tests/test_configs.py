@@ -44,6 +44,9 @@ FAMILIES = (
     "gemma3",
     "olmo3",
     "gpt3",
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_5_moe",
 )
 
 

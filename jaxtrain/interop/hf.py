@@ -325,14 +325,17 @@ def save_hf_checkpoint(
     order += [(m, None, m.hf_name) for m in maps if not m.layered and m.path[0] != "embed"]
     shards: list[list[tuple[TensorMap, tuple[int, ...] | None, str]]] = [[]]
     shard_bytes = 0
+    shard_names: set[str] = set()
     for m, index, name in order:
         size = math.prod(m.shape) * np_dtype.itemsize
-        # A tensor's later parts stay in the shard of its first.
-        continues = m.part is not None and m.part[0] > 0
+        # A tensor's later parts (or rows) stay in the shard of its first.
+        continues = (m.part is not None and m.part[0] > 0) or name in shard_names
         if shards[-1] and shard_bytes + size > max_shard_bytes and not continues:
             shards.append([])
             shard_bytes = 0
+            shard_names = set()
         shards[-1].append((m, index, name))
+        shard_names.add(name)
         shard_bytes += size
 
     out = pathlib.Path(out_dir)

@@ -1,8 +1,9 @@
 """Hugging Face `config.json` <-> `ModelSpec`, for Llama 2/3, Qwen 2.5/3, Mistral, Mixtral,
-Qwen3-MoE, DeepSeek V2/V3, gpt-oss, Llama 4 text, Gemma 1/2/3 text, OLMo 3 and GPT-3 as GPT-2
-(the keys of the last six live in `hf_deepseek`, `hf_gpt_oss`, `hf_llama4`, `hf_gemma`,
-`hf_olmo3` and `hf_gpt2`; the rotary keys in `hf_rope_keys`, the Mixtral and Qwen3-MoE expert
-keys in `hf_moe_keys`, what each class can express in `hf_expressible`).
+Qwen3-MoE, DeepSeek V2/V3, gpt-oss, Llama 4 text, Gemma 1/2/3 text, OLMo 3, GPT-3 as GPT-2,
+Qwen3-Next and Qwen3.5 text (the keys of the last seven live in `hf_deepseek`, `hf_gpt_oss`,
+`hf_llama4`, `hf_gemma`, `hf_olmo3`, `hf_gpt2` and `hf_qwen3_next`; the rotary keys in
+`hf_rope_keys`, the Mixtral and Qwen3-MoE expert keys in `hf_moe_keys`, what each class can
+express in `hf_expressible`).
 
 Reading accepts both the transformers-4 layout (`rope_theta` at top level, `rope_scaling`) and
 the transformers-5 one (`rope_parameters` holding `rope_theta`); writing uses the layout of the
@@ -57,6 +58,13 @@ from jaxtrain.interop.hf_olmo3 import (
     olmo3_fields,
     olmo3_rope_config,
 )
+from jaxtrain.interop.hf_qwen3_next import (
+    QWEN3_NEXT_ARCHITECTURES,
+    QWEN3_NEXT_FAMILIES,
+    check_qwen3_next_expressible,
+    qwen3_next_config,
+    qwen3_next_fields,
+)
 from jaxtrain.interop.hf_rope_keys import rope_fields, rope_parameters
 from jaxtrain.interop.hf_ssm import SSM_ARCHITECTURES, SSM_FAMILIES, ssm_config, ssm_fields
 from jaxtrain.models.spec.hyperparameters import ModelSpec
@@ -84,6 +92,7 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     **OLMO3_ARCHITECTURES,
     **GPT2_ARCHITECTURES,
     **SSM_ARCHITECTURES,
+    **QWEN3_NEXT_ARCHITECTURES,
 }
 FAMILY_ARCHITECTURE = {family: arch for arch, (family, _) in ARCHITECTURES.items()}
 _MODEL_TYPE_ARCHITECTURE = {mt: arch for arch, (_, mt) in ARCHITECTURES.items()}
@@ -179,6 +188,9 @@ def spec_from_hf_config(cfg: Mapping[str, Any] | str | pathlib.Path, **overrides
         return _checked_spec({**ssm_fields(cfg, family, where), **overrides}, overrides, where)
     if family == "gpt3":  # GPT-2's keys: hf_gpt2
         return _checked_spec({**gpt2_fields(cfg, where), **overrides}, overrides, where)
+    if family in QWEN3_NEXT_FAMILIES:  # hybrid stacks of paired sublayers: hf_qwen3_next
+        fields = qwen3_next_fields(cfg, family, where)
+        return _checked_spec({**fields, **overrides}, overrides, where)
     act = cfg.get("hidden_act", "silu")
     if act not in ("silu", "swish") and family not in GEMMA_FAMILIES:  # GeGLU: hf_gemma
         raise ConfigError(f"{where}: hidden_act={act!r} is not supported (SwiGLU needs silu).")
@@ -276,6 +288,16 @@ def hf_config_from_spec(
             "model_type": ARCHITECTURES[arch][1],
             **ssm_config(spec),
             dtype_key: weights,
+            **(extra or {}),
+        }
+    if spec.family in QWEN3_NEXT_FAMILIES:
+        check_qwen3_next_expressible(spec, arch)
+        dtype_key = "dtype" if _transformers_major() >= 5 else "torch_dtype"
+        return {
+            "architectures": [arch],
+            "model_type": ARCHITECTURES[arch][1],
+            **qwen3_next_config(spec, _transformers_major()),
+            dtype_key: dtype or spec.param_dtype,
             **(extra or {}),
         }
     if spec.family == "gpt3":

@@ -102,6 +102,13 @@ def check_pattern_keys(spec: ModelSpec, arch: str) -> None:
         dict.fromkeys(("attn_temperature_len", "router_logit_softcap", "output_multiplier"), "grok")
     )
     owners["moe_residual_mlp"] = "grok"
+    # Qwen3-Next's and Qwen3.5's switches: written by hf_qwen3_next, no other class has them.
+    owners.update(
+        dict.fromkeys(
+            ("attn_output_gate", "partial_rotary_factor", "moe_shared_gate"),
+            ("qwen3_next", "qwen3_5", "qwen3_5_moe"),
+        )
+    )
     owners["post_norms"] = ("grok", "olmo3", *GEMMA)
     owners["rope_local_theta"] = ("grok", "olmo3", *GEMMA)
     owners.update(
@@ -133,6 +140,7 @@ def check_pattern_keys(spec: ModelSpec, arch: str) -> None:
         "pre_norms": True,
         "norm_type": "rms",
         "learned_positions": 0,
+        "partial_rotary_factor": 1.0,
     }
     for key, families in owners.items():
         families = (families,) if isinstance(families, str) else families

@@ -23,6 +23,9 @@ _MXFP4 = re.compile(r"\.experts\.\w+_(?:blocks|scales)$")
 # Families whose checkpoints store each layer's experts fused ([E, ...] tensors).
 FUSED_FAMILIES = ("gpt_oss", "llama4")
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+# Families whose checkpoint layer i is hybrid sublayers 2i (a mixer) and 2i + 1 (a
+# feed-forward): Qwen3-Next and Qwen3.5 (`hf_qwen3_next`).
+PAIRED_FAMILIES = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
 
 
 def require_settings(spec: ModelSpec, arch: str, needs: dict[str, tuple[bool, str]]) -> None:
@@ -41,7 +44,10 @@ def require_settings(spec: ModelSpec, arch: str, needs: dict[str, tuple[bool, st
 
 def is_extra_layer(name: str, spec: ModelSpec) -> bool:
     """Whether a tensor belongs to a layer past the decoder's: DeepSeek V3's multi-token
-    prediction module (`model.layers.61.*`), which transformers does not build either."""
+    prediction module (`model.layers.61.*`) and Qwen3-Next's / Qwen3.5's (`mtp.*`), which
+    transformers does not build either."""
+    if spec.family in PAIRED_FAMILIES and name.startswith("mtp."):
+        return True
     match = _LAYER.match(name)
     return spec.family == "deepseek_v3" and bool(match) and int(match[1]) >= spec.num_layers
 
@@ -86,7 +92,8 @@ def check_expert_layout(
     if not found and not spec.num_experts:
         return
     first = spec.num_dense_layers if spec.num_experts else spec.num_layers
-    expected = {i: spec.num_experts for i in moe_layer_indices(spec)}
+    paired = spec.family in PAIRED_FAMILIES
+    expected = {i // 2 if paired else i: spec.num_experts for i in moe_layer_indices(spec)}
     if found != expected:
         counts = sorted(set(found.values()))
         layers = sorted(found)

@@ -53,11 +53,13 @@ Row = tuple[
 ]
 
 
-def _kernel(path, name, ins, outs, ids, **extra) -> Row:
+def kernel_row(path, name, ins, outs, ids, **extra) -> Row:
+    """The row of an nn.Linear weight: jaxtrain [*ins, *outs], HF [prod(outs), prod(ins)]."""
     return (path, name, (*ins, *outs), (math.prod(outs), math.prod(ins)), len(ins), ids, extra)
 
 
-def _vector(path, name, shape, ids, hf_shape=None, **extra) -> Row:
+def vector_row(path, name, shape, ids, hf_shape=None, **extra) -> Row:
+    """The row of a tensor kept as it is (flattened on the HF side unless `hf_shape`)."""
     return (path, name, shape, hf_shape or (math.prod(shape),), None, ids, extra)
 
 
@@ -71,41 +73,43 @@ def _mamba_rows(spec: ModelSpec, at: tuple[str, ...], lay: str, ids) -> list[Row
     else:
         h, g = ssm_heads(spec), spec.ssm_n_groups
         proj = 2 * di + 2 * g * n + h
-    rows = [_kernel((*m, "in_proj", "kernel"), f"{lay}mixer.in_proj.weight", (d,), (proj,), ids)]
+    rows = [kernel_row((*m, "in_proj", "kernel"), f"{lay}mixer.in_proj.weight", (d,), (proj,), ids)]
     if spec.ssm_proj_bias:
-        rows.append(_vector((*m, "in_proj", "bias"), f"{lay}mixer.in_proj.bias", (proj,), ids))
-    rows.append(_vector((*m, "conv_weight"), f"{lay}mixer.conv1d.weight", (c, k), ids, (c, 1, k)))
+        rows.append(vector_row((*m, "in_proj", "bias"), f"{lay}mixer.in_proj.bias", (proj,), ids))
+    rows.append(
+        vector_row((*m, "conv_weight"), f"{lay}mixer.conv1d.weight", (c, k), ids, (c, 1, k))
+    )
     if spec.ssm_conv_bias:
-        rows.append(_vector((*m, "conv_bias"), f"{lay}mixer.conv1d.bias", (c,), ids))
+        rows.append(vector_row((*m, "conv_bias"), f"{lay}mixer.conv1d.bias", (c,), ids))
     if spec.mamba_version == 1:
         rows += [
-            _kernel(
+            kernel_row(
                 (*m, "x_proj", "kernel"), f"{lay}mixer.x_proj.weight", (di,), (r + 2 * n,), ids
             ),
-            _kernel((*m, "dt_proj", "kernel"), f"{lay}mixer.dt_proj.weight", (r,), (di,), ids),
-            _vector((*m, "dt_proj", "bias"), f"{lay}mixer.dt_proj.bias", (di,), ids),
-            _vector((*m, "a_log"), f"{lay}mixer.A_log", (di, n), ids, (di, n)),
-            _vector((*m, "d"), f"{lay}mixer.D", (di,), ids),
+            kernel_row((*m, "dt_proj", "kernel"), f"{lay}mixer.dt_proj.weight", (r,), (di,), ids),
+            vector_row((*m, "dt_proj", "bias"), f"{lay}mixer.dt_proj.bias", (di,), ids),
+            vector_row((*m, "a_log"), f"{lay}mixer.A_log", (di, n), ids, (di, n)),
+            vector_row((*m, "d"), f"{lay}mixer.D", (di,), ids),
         ]
     else:
         rows += [
-            _vector((*m, "dt_bias"), f"{lay}mixer.dt_bias", (h,), ids),
-            _vector((*m, "a_log"), f"{lay}mixer.A_log", (h,), ids),
-            _vector((*m, "d"), f"{lay}mixer.D", (h,), ids),
-            _vector((*m, "norm_scale"), f"{lay}mixer.norm.weight", (di,), ids),
+            vector_row((*m, "dt_bias"), f"{lay}mixer.dt_bias", (h,), ids),
+            vector_row((*m, "a_log"), f"{lay}mixer.A_log", (h,), ids),
+            vector_row((*m, "d"), f"{lay}mixer.D", (h,), ids),
+            vector_row((*m, "norm_scale"), f"{lay}mixer.norm.weight", (di,), ids),
         ]
     rows.append(
-        _kernel((*m, "out_proj", "kernel"), f"{lay}mixer.out_proj.weight", (di,), (d,), ids)
+        kernel_row((*m, "out_proj", "kernel"), f"{lay}mixer.out_proj.weight", (di,), (d,), ids)
     )
     if spec.ssm_proj_bias:
-        rows.append(_vector((*m, "out_proj", "bias"), f"{lay}mixer.out_proj.bias", (d,), ids))
+        rows.append(vector_row((*m, "out_proj", "bias"), f"{lay}mixer.out_proj.bias", (d,), ids))
     return rows
 
 
 def _attention_rows(spec: ModelSpec, at, lay, ids) -> list[Row]:
     d, n, k, h = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
     rows = [
-        _kernel(
+        kernel_row(
             (*at, "mixer", f"{p}_proj", "kernel"),
             f"{lay}mixer.{p}_proj.weight",
             (d,),
@@ -115,15 +119,19 @@ def _attention_rows(spec: ModelSpec, at, lay, ids) -> list[Row]:
         for p, heads in (("q", n), ("k", k), ("v", k))
     ]
     return rows + [
-        _kernel((*at, "mixer", "o_proj", "kernel"), f"{lay}mixer.o_proj.weight", (n, h), (d,), ids)
+        kernel_row(
+            (*at, "mixer", "o_proj", "kernel"), f"{lay}mixer.o_proj.weight", (n, h), (d,), ids
+        )
     ]
 
 
 def _mlp_rows(spec: ModelSpec, at, lay, ids) -> list[Row]:
     d, f = spec.hidden_size, spec.intermediate_size
     return [
-        _kernel((*at, "mixer", "up_proj", "kernel"), f"{lay}mixer.up_proj.weight", (d,), (f,), ids),
-        _kernel(
+        kernel_row(
+            (*at, "mixer", "up_proj", "kernel"), f"{lay}mixer.up_proj.weight", (d,), (f,), ids
+        ),
+        kernel_row(
             (*at, "mixer", "down_proj", "kernel"), f"{lay}mixer.down_proj.weight", (f,), (d,), ids
         ),
     ]
@@ -141,25 +149,27 @@ def _moe_rows(spec: ModelSpec, at, lay, ids) -> list[Row]:
     )
     m, hf = (*at, "mixer"), f"{lay}mixer."
     rows = [
-        _kernel((*m, "router", "kernel"), f"{hf}gate.weight", (d,), (e,), ids),
-        _vector(
+        kernel_row((*m, "router", "kernel"), f"{hf}gate.weight", (d,), (e,), ids),
+        vector_row(
             (*m, "score_bias"), f"{hf}gate.e_score_correction_bias", (e,), ids, dtype="float32"
         ),
-        _kernel((*m, "up_proj"), f"{hf}experts.{{e}}.up_proj.weight", (d,), (f,), ids, experts=e),
-        _kernel(
+        kernel_row(
+            (*m, "up_proj"), f"{hf}experts.{{e}}.up_proj.weight", (d,), (f,), ids, experts=e
+        ),
+        kernel_row(
             (*m, "down_proj"), f"{hf}experts.{{e}}.down_proj.weight", (f,), (d,), ids, experts=e
         ),
     ]
     if fs:
         rows += [
-            _kernel(
+            kernel_row(
                 (*m, "shared", "up_proj", "kernel"),
                 f"{hf}shared_experts.up_proj.weight",
                 (d,),
                 (fs,),
                 ids,
             ),
-            _kernel(
+            kernel_row(
                 (*m, "shared", "down_proj", "kernel"),
                 f"{hf}shared_experts.down_proj.weight",
                 (fs,),
@@ -186,11 +196,11 @@ def ssm_tensor_rows(spec: ModelSpec) -> list[Row]:
     for j, ch in enumerate(spec.block_pattern[:p]):
         ids = tuple(range(j, spec.num_layers, p))
         at = ("blocks", f"s{j}")
-        rows.append(_vector((*at, "norm", "scale"), f"{lay}norm.weight", (d,), ids))
+        rows.append(vector_row((*at, "norm", "scale"), f"{lay}norm.weight", (d,), ids))
         rows += _ROWS[ch](spec, at, lay, ids)
-    rows.append(_vector(("final_norm", "scale"), f"{prefix}{norm}.weight", (d,), ()))
+    rows.append(vector_row(("final_norm", "scale"), f"{prefix}{norm}.weight", (d,), ()))
     if not spec.tie_embeddings:
-        rows.append(_kernel(("lm_head", "kernel"), "lm_head.weight", (d,), (v,), ()))
+        rows.append(kernel_row(("lm_head", "kernel"), "lm_head.weight", (d,), (v,), ()))
     return rows
 
 
@@ -228,6 +238,9 @@ def check_ssm_expressible(spec: ModelSpec) -> None:
         ("qk_norm", spec.qk_norm),
         ("use_rope", spec.use_rope and attn),
         ("mlp_activation", "-" in spec.block_pattern and spec.mlp_activation != "relu2"),
+        ("attn_output_gate", spec.attn_output_gate),
+        ("norm_zero_centered", spec.norm_zero_centered),
+        ("moe_shared_gate", spec.moe_shared_gate),
     ):
         if bad_value:
             raise ConfigError(

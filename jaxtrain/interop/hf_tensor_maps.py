@@ -17,6 +17,7 @@ import numpy as np
 
 from jaxtrain.errors import ConfigError
 from jaxtrain.interop.hf_gpt2 import gpt2_tensor_rows
+from jaxtrain.interop.hf_qwen3_next import QWEN3_NEXT_FAMILIES, qwen3_next_tensor_rows
 from jaxtrain.interop.hf_ssm import SSM_FAMILIES, ssm_tensor_rows
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 from jaxtrain.models.spec.layer_pattern import stack_layer_indices
@@ -34,7 +35,9 @@ class TensorMap:
     order). `dtype` pins the stored dtype (the float32 expert bias). `part` = (index, parts,
     interleaved) makes the parameter one of `parts` pieces of the HF tensor's last axis
     (`hf_shape` is the whole tensor): columns index, index + parts, ... when interleaved
-    (gpt-oss's gate/up), else the index-th contiguous block (Llama 4's gate/up).
+    (gpt-oss's gate/up), else the index-th contiguous block (Llama 4's gate/up). `rows` makes
+    it those rows (first axis) of the HF tensor, in that order (Qwen3-Next's fused projections,
+    which interleave q, k, v and the gate per key head).
     """
 
     path: tuple[str, ...]
@@ -46,6 +49,7 @@ class TensorMap:
     layer_ids: tuple[int, ...] = ()
     dtype: str | None = None
     part: tuple[int, int, bool] | None = None
+    rows: tuple[int, ...] | None = None
 
     @property
     def layered(self) -> bool:
@@ -93,6 +97,8 @@ class TensorMap:
         """One HF tensor -> one jaxtrain (per-layer) slice."""
         if self.part is not None:
             x = x[..., self._columns()]
+        if self.rows is not None:
+            x = x[np.asarray(self.rows)]
         return (x if self.in_rank is None else x.T).reshape(self.shape)
 
     def to_hf(self, x: np.ndarray, into: np.ndarray | None = None) -> np.ndarray:
@@ -102,9 +108,15 @@ class TensorMap:
             into = np.empty(self.hf_shape, x.dtype) if into is None else into
             into[..., self._columns()] = x.reshape(*self.hf_shape[:-1], -1)
             return into
+        if self.rows is not None:
+            into = np.empty(self.hf_shape, x.dtype) if into is None else into
+            whole = dataclasses.replace(self, rows=None, hf_shape=(len(self.rows), *into.shape[1:]))
+            into[np.asarray(self.rows)] = whole.to_hf(x)
+            return into
         if self.in_rank is None:
             return np.ascontiguousarray(x.reshape(self.hf_shape))
-        return np.ascontiguousarray(x.reshape(math.prod(self.shape[: self.in_rank]), -1).T)
+        kernel = x.reshape(math.prod(self.shape[: self.in_rank]), -1).T
+        return np.ascontiguousarray(kernel.reshape(self.hf_shape))  # a conv keeps its [C, 1, W]
 
 
 def _kernel(
@@ -129,6 +141,11 @@ def tensor_maps(spec: ModelSpec) -> list[TensorMap]:
         return [
             TensorMap(path, name, shape, hf_shape, in_rank, layer_ids=ids, **extra)
             for path, name, shape, hf_shape, in_rank, ids, extra in ssm_tensor_rows(spec)
+        ]
+    if spec.family in QWEN3_NEXT_FAMILIES:  # Qwen3-Next, Qwen3.5: see hf_qwen3_next
+        return [
+            TensorMap(path, name, shape, hf_shape, in_rank, layer_ids=ids, **extra)
+            for path, name, shape, hf_shape, in_rank, ids, extra in qwen3_next_tensor_rows(spec)
         ]
     if spec.family == "gpt3":  # GPT-2's layout: see hf_gpt2
         return [

@@ -19,6 +19,8 @@ semantics (as of the MaxText commit in tests/fixtures/compat/SOURCES.md):
 - olmo3: see `olmo3` (norms after the sublayers only, qk-norm across heads, three sliding
   blocks per global one).
 - gpt3: see `gpt3` (LayerNorms, learned positions, an ungated GELU MLP, biases everywhere).
+- qwen3_next, qwen3_5: see `qwen3_next` (Gated DeltaNet and gated attention layers, experts
+  with a gated shared expert, or a SwiGLU MLP in dense Qwen3.5).
 - llama4: NoPE global blocks every `nope_layer_interval`, chunked attention elsewhere
   (`chunk_attn_window_size`), L2 q/k norms on RoPE blocks (`use_qk_norm`), temperature tuning,
   top-k sigmoid routing weighting the expert input, shared experts, experts every
@@ -37,6 +39,7 @@ from jaxtrain.compat.maxtext.gemma import GEMMA_BLOCKS, map_gemma
 from jaxtrain.compat.maxtext.gpt3 import map_gpt3
 from jaxtrain.compat.maxtext.moe import map_experts
 from jaxtrain.compat.maxtext.olmo3 import map_olmo3
+from jaxtrain.compat.maxtext.qwen3_next import QWEN3_NEXT_BLOCKS, map_qwen3_next
 from jaxtrain.errors import ConfigError
 
 FAMILIES = {
@@ -54,16 +57,16 @@ FAMILIES = {
     "gemma3": "gemma3",
     "olmo3": "olmo3",
     "gpt3": "gpt3",
+    "qwen3_next": "qwen3_next",
+    "qwen3_5": "qwen3_5",
 }
-MOE_BLOCKS = ("mixtral", "qwen3_moe", "deepseek", "gpt_oss", "llama4")
+MOE_BLOCKS = ("mixtral", "qwen3_moe", "deepseek", "gpt_oss", "llama4", *QWEN3_NEXT_BLOCKS)
 # What the blocks the zoo cannot build are (the parts it lacks).
 UNBUILDABLE = {
     "gemma4": "Gemma 4 (GeGLU MLP, post-norms, shared K/V projections)",
     "gemma4_small": "Gemma 4's small models (GeGLU MLP, layers sharing K/V)",
     "envy": "Envy Switch (post-MLP norms)",
     "deepseek4": "DeepSeek-V4 (compressed attention, hyper-connections)",
-    "qwen3_next": "Qwen3-Next (gated DeltaNet linear attention)",
-    "qwen3_5": "Qwen3.5 (gated DeltaNet linear attention)",
     "qwen3_custom_moe": "MaxText's custom Qwen3 MoE block",
     "simple": "MaxText's test block",
     "simple_mlp": "MaxText's test block",
@@ -144,6 +147,8 @@ def architecture(r: KeyReport, seq_len: int) -> dict[str, Any]:
         map_gemma(r, fields, block)
     elif block == "olmo3":
         map_olmo3(r, fields)
+    elif block in QWEN3_NEXT_BLOCKS:
+        map_qwen3_next(r, fields, block)
     else:
         _attention(r, fields, block)
     if block == "gpt3":

@@ -36,7 +36,7 @@ def map_experts(r: KeyReport, fields: dict[str, Any], block: str) -> None:
         r.ignored("base_moe_mlp_dim", "MaxText's Mixtral experts use base_mlp_dim")
     if block in ("mixtral", "gpt_oss"):
         fields["moe_score"] = "topk_softmax"
-    elif block == "qwen3_moe":  # top-k logits softmaxed: the same weights as Qwen's
+    elif block in ("qwen3_moe", "qwen3_next", "qwen3_5"):  # top-k logits softmaxed
         fields.update(moe_score="softmax_topk", moe_norm_topk=True)
     elif block == "llama4":
         fields.update(
@@ -58,6 +58,13 @@ def map_experts(r: KeyReport, fields: dict[str, Any], block: str) -> None:
     if shared and block in ("deepseek", "llama4"):
         fields["moe_shared_experts"] = shared
         r.mapped("shared_experts", "model.moe_shared_experts", "x base_moe_mlp_dim wide")
+    elif shared and block in ("qwen3_next", "qwen3_5"):  # one, gated by sigmoid(x w)
+        fields.update(moe_shared_experts=shared, moe_shared_gate=True)
+        r.mapped(
+            "shared_experts",
+            "model.moe_shared_experts, model.moe_shared_gate",
+            "x base_moe_mlp_dim wide, scaled by a sigmoid gate",
+        )
     elif shared:
         r.unsupported("shared_experts", f"the {block} block has no shared experts in jaxtrain")
     if block == "gpt_oss":

@@ -15,10 +15,12 @@ from typing import Any
 from jaxtrain.compat.common import known
 from jaxtrain.compat.common.architectures import moe_family, unbuildable
 from jaxtrain.compat.common.report import KeyReport, is_off
+from jaxtrain.compat.megatron import gated_delta_net
 from jaxtrain.compat.megatron.mamba import map_mamba
 from jaxtrain.compat.megatron.mla import map_mla
 from jaxtrain.compat.megatron.moe import map_moe
 from jaxtrain.errors import ConfigError
+from jaxtrain.models.presets.registry import model_spec
 
 # len() of Megatron's GPT2BPETokenizer: GPT-2's 50,257 BPE entries (the EOD is one of them).
 GPT2_BPE_TOKENS = 50_257
@@ -58,6 +60,8 @@ def refuse_unbuildable(r: KeyReport) -> None:
     if r.has("model_type"):
         r.ignored("model_type", "gpt: a decoder-only transformer")
     for key, what in _OTHER_LAYERS:
+        if key == "experimental_attention_variant" and r.get(key) == gated_delta_net.VARIANT:
+            continue  # Qwen3-Next's / Qwen3.5's layers: gated_delta_net.py
         if not is_off(r.get(key)):
             raise unbuildable(r.source, key, r.get(key), what)
 
@@ -215,6 +219,8 @@ def map_model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
     model["family"] = _family(model, _grok_preset(r))
     if r.get("model_type") == "mamba":  # Mamba-2 / hybrid stacks: megatron/mamba.py
         map_mamba(r, model)
+    if r.get("experimental_attention_variant") == gated_delta_net.VARIANT:
+        gated_delta_net.map_gated_delta_net(r, model)
     if model["family"] == "grok":
         r.note(
             "family grok: Primus' grok preset (or its soft-capped logits); Megatron builds "
@@ -222,7 +228,7 @@ def map_model(r: KeyReport, s: dict[str, Any], tp: int) -> None:
             "plain embeddings and uncapped attention scores, not xAI's GELU experts, output "
             "norms, multipliers and capped attention (presets grok-1 / grok-2 have those)"
         )
-    else:
+    elif not model.get("block_pattern", "").count("G"):  # gated_delta_net notes its own
         r.note(
             f"family {model['family']}: Megatron names no architecture, so the zoo family "
             "is the one these settings define (whatever the preset or tokenizer is called)"
@@ -300,6 +306,20 @@ def _vocab(r: KeyReport, s: dict[str, Any], tp: int) -> int:
         size, how = known.tokenizer_size(str(name or ""))
     if r.has("vocab_size") and kind != "NullTokenizer":
         r.ignored("vocab_size", "used only with NullTokenizer; the tokenizer decides")
+    preset = known.preset_for_hf_name(str(name or "")) if size is None else None
+    if preset and kind != "NullTokenizer":
+        # The published embedding rows (a multiple of 128 already) where len(tokenizer) is not
+        # known offline; Megatron pads len(tokenizer), which may give fewer rows.
+        rows = model_spec(preset).vocab_size
+        for key in ("tokenizer_type", "tokenizer_model", "make_vocab_size_divisible_by"):
+            if r.has(key):
+                r.mapped(key, "model.vocab_size", f"{preset}'s published {rows} embedding rows")
+        r.note(
+            f"len(tokenizer) of {name} is not known offline ({how}): model.vocab_size is "
+            f"{preset}'s published {rows} rows; Megatron pads the tokenizer's own size to a "
+            f"multiple of {divisible} x tensor parallel {tp}, which may be smaller"
+        )
+        return rows
     if size is None:
         r.unsupported(
             "tokenizer_model",

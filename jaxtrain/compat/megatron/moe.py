@@ -137,11 +137,15 @@ def _shared(r: KeyReport, model: dict[str, Any], ffn: int) -> None:
                 "model.moe_shared_experts",
                 f"{int(size) // ffn} x moe_ffn_hidden_size",
             )
-    if r.get("moe_shared_expert_gate"):
-        r.unsupported(
+    if r.get("moe_shared_expert_gate") and model.get("moe_shared_experts"):
+        model["moe_shared_gate"] = True
+        r.mapped(
             "moe_shared_expert_gate",
-            "a sigmoid gate on the shared expert output (Qwen2-MoE) is not implemented",
+            "model.moe_shared_gate",
+            "the shared expert's output x sigmoid(x w) (Qwen2-MoE, Qwen3-Next)",
         )
+    elif r.get("moe_shared_expert_gate"):
+        r.ignored("moe_shared_expert_gate", "no shared expert to gate")
 
 
 def _router(r: KeyReport, model: dict[str, Any], experts: int, topk: int) -> None:

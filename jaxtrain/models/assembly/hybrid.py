@@ -137,7 +137,11 @@ class Sublayer(nnx.Module):
     def __init__(self, spec: ModelSpec, kind: str, *, rngs: nnx.Rngs):
         self.kind = kind
         self.norm = RMSNorm(
-            spec.hidden_size, spec.norm_eps, dtype=spec.jnp_dtype, param_dtype=spec.jnp_param_dtype
+            spec.hidden_size,
+            spec.norm_eps,
+            dtype=spec.jnp_dtype,
+            param_dtype=spec.jnp_param_dtype,
+            zero_centered=spec.norm_zero_centered,  # Qwen3-Next / Qwen3.5
         )
         self.mixer = MIXERS[kind].build(spec, rngs)
 

@@ -196,6 +196,10 @@ class MoE(nnx.Module):
         if spec.moe_shared_experts:
             shared = SwiGLU if gated else ReluSquaredMLP
             self.shared = shared(spec, rngs=rngs, intermediate_size=spec.shared_expert_size())
+        if spec.moe_shared_gate:  # Qwen3-Next: a token may turn the shared experts down
+            self.shared_gate = Dense(
+                (d,), (1,), ("embed",), (None,), rngs=rngs, std=spec.init_std, param_dtype=pdt
+            )
         if spec.moe_residual_mlp:  # Grok-2: a dense MLP of intermediate_size beside the experts
             self.residual = SwiGLU(spec, rngs=rngs)
         self.router_softcap = spec.router_logit_softcap
@@ -245,7 +249,11 @@ class MoE(nnx.Module):
         y_TKD = jnp.zeros_like(y_AD).at[order_A].set(y_AD).reshape(b * l, self.k, d)
         y_TD = jnp.einsum("tkd,tk->td", y_TKD, weights_TK.astype(self.dtype))
         if hasattr(self, "shared"):
-            y_TD = y_TD + self.shared(x_BLD).reshape(b * l, d)
+            shared_TD = self.shared(x_BLD).reshape(b * l, d)
+            if hasattr(self, "shared_gate"):
+                gate_T1 = jax.nn.sigmoid(self.shared_gate(x_TD).astype(jnp.float32))
+                shared_TD = (shared_TD.astype(jnp.float32) * gate_T1).astype(shared_TD.dtype)
+            y_TD = y_TD + shared_TD
         if hasattr(self, "residual"):
             y_TD = (y_TD + self.residual(x_BLD).reshape(b * l, d)) * (0.5**0.5)
         y_BLD = sharding.constrain(

@@ -145,7 +145,13 @@ def _global_spec(spec: ModelSpec) -> ModelSpec:
 
 
 def apply_rope(x_BLNH: jnp.ndarray, cos_BLH: jnp.ndarray, sin_BLH: jnp.ndarray) -> jnp.ndarray:
-    """Rotates each (i, i + H/2) pair of x by the position's angle, in float32."""
+    """Rotates each (i, i + H/2) pair of x by the position's angle, in float32. Tables
+    narrower than the head turn its first dims only and pass the rest through (Qwen3-Next's
+    partial rotary embedding, as transformers lays it out)."""
+    rotary = cos_BLH.shape[-1]
+    if rotary < x_BLNH.shape[-1]:
+        turned = apply_rope(x_BLNH[..., :rotary], cos_BLH, sin_BLH)
+        return jnp.concatenate([turned, x_BLNH[..., rotary:]], axis=-1)
     x = x_BLNH.astype(jnp.float32)
     half = x.shape[-1] // 2
     rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)

@@ -305,6 +305,8 @@ class Attention(nnx.Module):
         self.o_proj = Dense(
             (n, h), (d,), ("heads", "head_dim"), ("embed",), use_bias=spec.o_bias, **common
         )
+        if spec.attn_output_gate:  # Qwen3-Next: only then, so others keep their tree
+            self.gate_proj = Dense((d,), (n, h), ("embed",), ("heads", "head_dim"), **common)
         if spec.qk_norm:
             norm = dict(
                 dtype=spec.jnp_dtype,
@@ -362,6 +364,9 @@ class Attention(nnx.Module):
             out_BLNH.astype(self.spec.jnp_dtype),
             ("activation_batch", "activation_length", "activation_heads", None),
         )
+        if hasattr(self, "gate_proj"):  # the gate lets a head pass nothing (no sink needed)
+            gate_BLNH = jax.nn.sigmoid(self.gate_proj(x_BLD).astype(jnp.float32))
+            out_BLNH = (out_BLNH.astype(jnp.float32) * gate_BLNH).astype(self.spec.jnp_dtype)
         return self.o_proj(out_BLNH), new_cache
 
     def _attend_fn(self, kind: AttentionKind):

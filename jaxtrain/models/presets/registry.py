@@ -1,8 +1,9 @@
 """Named architectures with their published hyperparameters, plus a tiny debug size per family.
 
 The values a family's sizes share live in `preset_families`, the debug sizes in
-`presets_debug`, the state-space and hybrid families in `presets_ssm`, Gemma's, OLMo 3's and
-GPT-3's in `gemma`, `olmo3` and `gpt3`; this module registers them all under one table.
+`presets_debug`, the state-space and hybrid families in `presets_ssm`, Gemma's, OLMo 3's,
+GPT-3's and Qwen3-Next's / Qwen3.5's in `gemma`, `olmo3`, `gpt3` and `qwen3_next`; this module
+registers them all under one table.
 
 Full-size values are those of each model's Hugging Face `config.json`. `model_config(name)`
 returns a ConfigDict of every `ModelSpec` field, ready to sit in `config.model` and be overridden
@@ -25,6 +26,7 @@ from jaxtrain.models.presets.gemma import (
 )
 from jaxtrain.models.presets.gpt3 import GPT3_PRESETS, GPT3_PUBLISHED_PARAMS
 from jaxtrain.models.presets.olmo3 import OLMO3_PRESETS, OLMO3_PUBLISHED_PARAMS
+from jaxtrain.models.presets.qwen3_next import QWEN3_NEXT_PRESETS, QWEN3_NEXT_PUBLISHED_PARAMS
 from jaxtrain.models.presets.ssm import SSM_PRESETS, SSM_PUBLISHED_PARAMS
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 
@@ -408,6 +410,8 @@ PRESETS.update({**GEMMA_PRESETS, **GEMMA_DEBUG_PRESETS})
 PUBLISHED_PARAMS.update(GEMMA_PUBLISHED_PARAMS)
 PRESETS.update({**OLMO3_PRESETS, **GPT3_PRESETS})
 PUBLISHED_PARAMS.update({**OLMO3_PUBLISHED_PARAMS, **GPT3_PUBLISHED_PARAMS})
+PRESETS.update(QWEN3_NEXT_PRESETS)
+PUBLISHED_PARAMS.update(QWEN3_NEXT_PUBLISHED_PARAMS)
 
 
 def family_names() -> tuple[str, ...]:

@@ -20,7 +20,8 @@ def attention_matmul_params(spec: Any) -> int:
         kv = d * (kvr + spec.qk_rope_head_dim) + kvr * h * (spec.qk_nope_head_dim + spec.v_head_dim)
         return q + kv + h * spec.v_head_dim * d
     kv, hd = spec.num_kv_heads, spec.head_dim
-    return d * h * hd + 2 * d * kv * hd + h * hd * d
+    gate = d * h * hd if spec.attn_output_gate else 0  # Qwen3-Next's output gate
+    return d * h * hd + 2 * d * kv * hd + h * hd * d + gate
 
 
 def attention_params(spec: Any) -> int:
@@ -82,8 +83,10 @@ def shared_expert_size(spec: Any) -> int:
 
 
 def shared_params(spec: Any) -> int:
-    """The shared experts' weights (gated or relu2 like the routed ones)."""
-    return expert_weights(spec) * spec.hidden_size * shared_expert_size(spec)
+    """The shared experts' weights (gated or relu2 like the routed ones), and their output
+    gate's one row when they have one."""
+    gate = spec.hidden_size if spec.moe_shared_gate else 0
+    return expert_weights(spec) * spec.hidden_size * shared_expert_size(spec) + gate
 
 
 def ffn_params(spec: Any, experts: int, with_biases: bool = True) -> int:

@@ -66,6 +66,17 @@ def validate(spec: Any) -> None:
         )
     if spec.head_dim % 2:
         raise ConfigError(f"model.head_dim={spec.head_dim} must be even for rotary embeddings.")
+    if spec.rope_dim % 2 and not spec.mla:
+        raise ConfigError(
+            f"model.partial_rotary_factor={spec.partial_rotary_factor} rotates "
+            f"{spec.rope_dim} of model.head_dim={spec.head_dim} dims, an odd number; rotary "
+            "embeddings turn pairs of dims: pick a factor that gives an even width."
+        )
+    if spec.moe_shared_gate and not (spec.num_experts and spec.moe_shared_experts):
+        raise ConfigError(
+            "model.moe_shared_gate=True gates the shared experts; set model.num_experts and "
+            "model.moe_shared_experts > 0, or turn it off."
+        )
     for key, allowed in (
         ("dtype", DTYPES),
         ("param_dtype", DTYPES),

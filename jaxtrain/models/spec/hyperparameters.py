@@ -26,7 +26,8 @@ class ModelSpec:
     which swaps the MLP of every block after the first `num_dense_layers` (or of every
     `moe_layer_step`-th block) for a mixture of experts; `kv_lora_rank` > 0 swaps grouped-query
     attention for multi-head latent attention; `global_layer_step` alternates local and global
-    attention layers)."""
+    attention layers; a `block_pattern` makes a hybrid stack: Mamba, Nemotron-H, Zebra-Llama,
+    Qwen3-Next and Qwen3.5)."""
 
     family: str = "llama"  # informational: llama, qwen2, qwen3, mistral, mixtral, deepseek_v3, ...
     vocab_size: int = 32000  # rows of the embedding and output projection
@@ -176,6 +177,12 @@ class ModelSpec:
     linear_output_gate: bool = True  # GDN: norm(o) x silu(x W_g); False: norm(o) alone (FLA)
     linear_gate_bias: bool = False  # KDA: bias on the output gate's up projection (FLA: True)
     linear_chunk: int = 0  # tokens per chunk of the chunked delta rule; 0: 64 GDN, 16 KDA
+    # Qwen3-Next and Qwen3.5 (hybrids of Gated DeltaNet and gated attention, with zero-centred
+    # norms and qk_norm): a sigmoid gate on every attention output channel, RoPE on the first
+    # part of each head only, and a sigmoid gate on the shared experts' output.
+    attn_output_gate: bool = False  # attention output x sigmoid(x W_gate), per head and dim
+    partial_rotary_factor: float = 1.0  # RoPE turns the first this fraction of each head
+    moe_shared_gate: bool = False  # shared experts x sigmoid(x w_gate) (Qwen3-Next, Qwen3.5)
 
     @property
     def jnp_dtype(self) -> Any:
@@ -192,8 +199,11 @@ class ModelSpec:
 
     @property
     def rope_dim(self) -> int:
-        """Width the rotary tables cover: the whole head, or MLA's rotary part."""
-        return self.qk_rope_head_dim if self.mla else self.head_dim
+        """Width the rotary tables cover: the head (its first `partial_rotary_factor` of it),
+        or MLA's rotary part."""
+        return (
+            self.qk_rope_head_dim if self.mla else int(self.head_dim * self.partial_rotary_factor)
+        )
 
     @property
     def num_moe_layers(self) -> int:

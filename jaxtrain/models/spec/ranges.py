@@ -132,6 +132,7 @@ MODEL_RANGES: dict[str, Range] = {
         key: COUNT for key in ("linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel")
     },
     "linear_chunk": Range(0, hint="0: the mixer's default"),
+    "partial_rotary_factor": Range(0, 1, low_open=True, hint="1: RoPE on the whole head"),
     "sliding_window": Range(0, hint="0: full causal attention"),
     "attention_chunk": Range(0, hint="0: off"),
     "global_layer_step": Range(0, hint="0: every block alike"),
