@@ -22,10 +22,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-# The test process itself compiles without the persistent cache; the processes tests start
-# (CLI runs, multi-process jobs) still share it through the variable above.
-jax.config.update("jax_enable_compilation_cache", False)
-
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Verbatim copies of real config files from other stacks, in their repositories' layout;
 # fixtures/compat/SOURCES.md names each file's repository, commit and license.
@@ -57,7 +53,8 @@ def _free_compiled_programs():
     jax's caches hold it. One process running the whole suite accumulates ~60k of them and
     reaches the kernel's limit (vm.max_map_count, 65530 by default), after which the next
     mapping fails inside XLA and the process dies with SIGSEGV at whichever test is
-    compiling. Modules share few programs, so clearing between them costs little.
+    compiling (or inside `executable.serialize()` writing a persistent-cache entry). A later
+    module that compiles the same program loads it from the persistent cache instead.
     """
     yield
     jax.clear_caches()
