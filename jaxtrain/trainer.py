@@ -361,10 +361,8 @@ class Trainer:
 
     def _dispatch(self) -> tuple[int, Any]:
         """Starts the next step on the devices; returns its number and its (future) metrics."""
-        asked = time.perf_counter()
-        with self.events.timing("data_wait"):
+        with self.events.timing("data_wait", also=self.stragglers.waited_for_data):
             batch = self.setup.global_batch(next(self.train_iter))
-        self.stragglers.waited_for_data(time.perf_counter() - asked)
         self._timer.dispatched(self._host_step + 1)  # before queueing: see StepTimer
         with self.profiler.step(self._host_step + 1):
             self.state, device_metrics = self.compiled_step(self.state, batch)

@@ -46,9 +46,16 @@ PEAK_FP8_FLOPS = {
 }
 
 
+def kind_in(names, device_kind: str) -> str | None:
+    """The first of `names` (a table's kinds: "H100", "MI300X") that a device kind as jax
+    names it ("NVIDIA H100 80GB HBM3", "AMD Instinct MI300X") contains, or None."""
+    kind = device_kind.upper().replace(" ", "")
+    return next((name for name in names if name in kind), None)
+
+
 def _table_peak(table: dict[str, float], device: jax.Device) -> float | None:
-    kind = getattr(device, "device_kind", "").upper().replace(" ", "")
-    return next((peak for name, peak in table.items() if name in kind), None)
+    name = kind_in(table, getattr(device, "device_kind", ""))
+    return table[name] if name else None
 
 
 def device_peak_flops(device: jax.Device | None = None, fp8: bool = False) -> float | None:

@@ -65,8 +65,7 @@ def expected_bus_gbs(device_kind: str, across_hosts: bool) -> tuple[str, float] 
     """(the table's kind, the bus bandwidth a collective should reach) for a device as jax
     names it ("NVIDIA H100 80GB HBM3", "AMD Instinct MI300X"), across hosts or inside one;
     None for kinds the table does not know (and CPUs, whose figure is no expectation)."""
-    name = device_kind.upper().replace(" ", "")
-    key = next((k for k in KINDS if k != "cpu" and k in name), None)
+    key = peaks.kind_in([k for k in KINDS if k != "cpu"], device_kind)
     if key is None:
         return None
     return key, _TABLE[key]["inter_gbs" if across_hosts else "intra_gbs"]

@@ -190,7 +190,8 @@ def gather(check: HostCheck) -> list[HostCheck]:
 def judge(checks: list[HostCheck]) -> list[HostCheck]:
     """Adds the problems only a comparison of hosts shows: another device kind, a slow host."""
     kind = checks[0].kind
-    expected = hardware.expected_bus_gbs(kind, across_hosts=len({c.host for c in checks}) > 1)
+    across_hosts = len({c.host for c in checks}) > 1
+    expected = hardware.expected_bus_gbs(kind, across_hosts)
     best_matmul = max(c.matmul_gflops for c in checks)
     writes = [c.ckpt_mbps for c in checks if c.ckpt_mbps]
     best_write = max(writes) if writes else None
@@ -214,11 +215,7 @@ def judge(checks: list[HostCheck]) -> list[HostCheck]:
                     c.problems.append(
                         f"slow: {what} {got:.3g} GB/s per device, {got / gbs:.0%} of the "
                         f"{gbs:g} GB/s expected of {name} links "
-                        + (
-                            "across hosts (the network)"
-                            if len({h.host for h in checks}) > 1
-                            else "inside a host"
-                        )
+                        + ("across hosts (the network)" if across_hosts else "inside a host")
                     )
     return checks
 

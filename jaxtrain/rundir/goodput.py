@@ -26,7 +26,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +82,17 @@ class EventLog:
         self._since, self._first = self._clock(), step + 1
 
     @contextlib.contextmanager
-    def timing(self, kind: str) -> Iterator[None]:
-        """Counts the block's wall time as host work of `kind` (one of HOST_WORK)."""
+    def timing(self, kind: str, also: Callable[[float], None] | None = None) -> Iterator[None]:
+        """Counts the block's wall time as host work of `kind` (one of HOST_WORK), and hands
+        the seconds to `also` when given (another account of the same wait)."""
         start = time.perf_counter()
         try:
             yield
         finally:
-            self._spent[kind] += time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            self._spent[kind] += seconds
+            if also is not None:
+                also(seconds)
 
     def steps_done(self, step: int) -> None:
         """Steps up to `step` are done: writes the interval since the last one."""

@@ -167,7 +167,7 @@ class StragglerWatch:
         self._data_wait, self._since = 0.0, (step, time.perf_counter())
         rates = [f.device_gflops for f in figures]
         waits = [f.data_wait_s for f in figures]
-        slowest = min(figures, key=lambda f: f.device_gflops / max(rates))
+        slowest = min(figures, key=lambda f: f.device_gflops)
         return {
             "straggler/device_ratio": min(rates) / max(rates),
             "straggler/slowest_process": float(slowest.process),
