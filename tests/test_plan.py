@@ -46,16 +46,6 @@ def test_picks_are_layouts_the_trainer_accepts(picks):
         assert 0 < pick["predicted_mfu"] < 1
 
 
-@pytest.mark.parametrize("name", ["mixtral_debug.py", "nemotron_h_debug.py"])
-def test_moe_and_hybrid_picks_are_accepted(name, tmp_path):
-    config = str(REPO / "configs" / name)
-    found = _plan(config, tmp_path, 2)
-    assert found and found[0]["fits"]
-    for pick in found:
-        cfg = compat.load_config_file(config, pick["overrides"], allow_unsupported=True)
-        run.setup(cfg, jax.devices(), check_data=False)
-
-
 def test_memory_of_first_pick_matches_the_compiled_program(picks):
     cfg = compat.load_config_file(CONFIG, picks[0]["overrides"], allow_unsupported=True)
     compiled, _ = compile_plan.compile_step(cfg)
@@ -63,19 +53,30 @@ def test_memory_of_first_pick_matches_the_compiled_program(picks):
     assert abs(predicted - compiled.peak_bytes) <= 0.2 * compiled.peak_bytes
 
 
-@pytest.mark.slow
-def test_first_pick_is_nearly_the_fastest_measured(picks):
-    """Benchmarks the first four picks: the first is within 15% of the fastest."""
+def _measured_step_s(config: str, picks: list[dict]) -> list[float]:
+    """`bench`'s step time of each pick, after checking the trainer accepts it."""
     step_s = []
-    for pick in picks[:4]:
-        cfg = compat.load_config_file(CONFIG, pick["overrides"], allow_unsupported=True)
+    for pick in picks:
+        cfg = compat.load_config_file(config, pick["overrides"], allow_unsupported=True)
+        run.setup(cfg, jax.devices(), check_data=False)  # raises on a layout it refuses
         step_s.append(bench.benchmark(cfg, steps=5, warmup=2)["step_time_s"])
-    print(
-        "measured step s:",
-        step_s,
-        "predicted tokens/s:",
-        [p["predicted_tokens_per_s"] for p in picks],
-    )
+    return step_s
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bench_tiny_llama.py", "nemotron_h_debug.py"])
+def test_first_pick_is_nearly_the_fastest_measured(name, picks, tmp_path):
+    """Dense and hybrid: the first of four picks measures within 15% of the fastest.
+
+    Not yet for mixture of experts: on mixtral_debug the planner ranks data=4 above fsdp=4
+    (x tensor=2), which measure 0.40 and 0.31 s per step, a difference the cost model does
+    not see (both predict ~17 ms of compute: on 8 CPU devices a step is mostly other work)."""
+    config = str(REPO / "configs" / name)
+    found = picks if config == CONFIG else _plan(config, tmp_path, 4)
+    assert found[0]["fits"]
+    step_s = _measured_step_s(config, found[:4])
+    print(name, "measured step s:", step_s, "predicted tokens/s:",
+          [p["predicted_tokens_per_s"] for p in found[:4]])  # fmt: skip
     assert min(step_s) / step_s[0] >= 0.85, step_s
 
 
@@ -125,3 +126,34 @@ def test_memory_refusal_and_config_point_to_plan(monkeypatch, capsys):
     assert f"python -m jaxtrain plan --config {CONFIG} --devices 16 --hosts 2" in (
         capsys.readouterr().out
     )
+
+
+def test_layout_scores_the_configs_own_layout(tmp_path):
+    overrides = ["--config.mesh.ici_fsdp=4", "--config.mesh.ici_tensor=2"]
+    command = [sys.executable, "-m", "jaxtrain", "plan", "--config", CONFIG, "--devices", "8"]
+    command += ["--device-kind", "cpu", "--layout", "--json", "--cache-dir", str(tmp_path)]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([*command, *overrides], env=env, capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    [scored] = json.loads(out.stdout)["candidates"]
+    assert {"--config.mesh.ici_fsdp=4", "--config.mesh.ici_tensor=2"} <= set(scored["overrides"])
+    cfg = compat.load_config_file(CONFIG, overrides, allow_unsupported=True)
+    compiled, _ = compile_plan.compile_step(cfg)
+    assert scored["memory_per_device_gib"] * 2**30 == pytest.approx(compiled.peak_bytes)
+
+    bad = subprocess.run(
+        [*command, "--config.mesh.ici_tensor=3"], env=env, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+    assert "mesh.ici_*" in bad.stderr
+
+
+def test_a_foreign_config_is_read_as_launched_on_the_planned_devices(compat_samples):
+    from jaxtrain.planning.compile_worker import launch_env
+
+    primus = (
+        compat_samples / "Primus/examples/megatron/configs/MI300X/llama3.1_8B-BF16-pretrain.yaml"
+    )
+    # Primus' micro_batch_size is per data-parallel rank: 2 sequences x 16 ranks.
+    cfg = compat.load_config_file(primus, allow_unsupported=True, env=launch_env(16, 2))
+    assert cfg.train.micro_batch_size == 32

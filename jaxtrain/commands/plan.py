@@ -2,6 +2,8 @@
 
     python -m jaxtrain plan --config configs/llama3_70b.py --devices 64 --hosts 8 \\
         --device-kind H100
+    python -m jaxtrain plan --config primus_llama3.1_8B.yaml --devices 8 --device-kind MI300X \\
+        --layout     # score the file's own layout the same way, for comparison
 
 Enumerates the layouts the trainer accepts, guesses their memory, compiles the most promising
 on N fake CPU devices (`jaxtrain.planning.planner`) and prints them best first with their
@@ -31,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=10, help="candidates to print")
     parser.add_argument(
         "--compile", type=int, default=8, dest="compile_top", help="candidates to compile"
+    )
+    parser.add_argument(
+        "--layout",
+        action="store_true",
+        help="score the config's own mesh, micro batch, remat and loss chunks (after "
+        "overrides) instead of searching: to compare a layout you already run",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--hardware", default="", help="JSON file replacing device figures")
@@ -73,6 +81,7 @@ def _as_json(ranked: list, top: int) -> dict:
             {
                 "overrides": r.cand.overrides(),
                 "memory_per_device_gib": r.memory_bytes / 2**30,
+                "cpu_compiled_gib": r.cpu_bytes / 2**30,
                 "predicted_tokens_per_s": r.prediction.tokens_per_s,
                 "predicted_mfu": r.prediction.mfu,
                 "fits": r.fits,
@@ -88,7 +97,7 @@ def handle(args: argparse.Namespace) -> int:
     import time
 
     from jaxtrain import compat
-    from jaxtrain.planning import hardware, planner
+    from jaxtrain.planning import compile_worker, hardware, planner
 
     _check(args)
     kind = hardware.device_kind(
@@ -96,7 +105,11 @@ def handle(args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
     cfg = compat.load_config_file(
-        args.config, args.overrides, native_overrides=args.native, allow_unsupported=True
+        args.config,
+        args.overrides,
+        native_overrides=args.native,
+        allow_unsupported=True,
+        env=compile_worker.launch_env(args.devices, args.hosts),
     )
     ranked = planner.plan(
         cfg,
@@ -107,6 +120,8 @@ def handle(args: argparse.Namespace) -> int:
         args.hosts,
         compile_top=args.compile_top,
         cache_dir=args.cache_dir,
+        given_only=args.layout,
+        native_overrides=args.native,
     )
     if not ranked:
         raise ConfigError(
@@ -118,7 +133,8 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps(_as_json(ranked, args.top), indent=2))
     else:
         print(_table(ranked, args.top))
-        best = " ".join(ranked[0].cand.overrides())
-        print(f"\nbest: python -m jaxtrain --config {args.config} {best}")
+        if not args.layout:
+            best = " ".join(ranked[0].cand.overrides())
+            print(f"\nbest: python -m jaxtrain --config {args.config} {best}")
     print(f"plan: done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return 0

@@ -225,12 +225,16 @@ def load_config_file(
     *,
     native_overrides: Sequence[str] = (),
     allow_unsupported: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> ConfigDict:
     """Any config file: a jaxtrain `.py` config (by path or shipped name) or one of another
     stack, mapped (unsupported keys refused unless `allow_unsupported`). `native_overrides`
-    are `key=value` settings in a foreign file's own terms."""
+    are `key=value` settings in a foreign file's own terms; `env` (default os.environ) is
+    where a foreign file's launch variables (NNODES, GPUS_PER_NODE, ...) are read."""
     if is_foreign(str(path)):
-        cfg, _ = load_foreign(path, overrides, allow_unsupported, native_overrides=native_overrides)
+        cfg, _ = load_foreign(
+            path, overrides, allow_unsupported, native_overrides=native_overrides, env=env
+        )
         return cfg
     if list(native_overrides):
         raise ConfigError(

@@ -34,6 +34,7 @@ LONG_SEQUENCE = 32768
 MAX_TENSOR = 8
 SEQUENCES_PER_DEVICE = (1, 2, 4, 8, 16)
 LOSS_CHUNKS = (0, 8)
+BLOCK_GUESS = 512  # queries per block of blockwise attention, when the config leaves it open
 
 
 @dataclasses.dataclass
@@ -46,8 +47,12 @@ class Candidate:
     remat: str
     loss_chunks: int
     estimate_bytes: float = 0.0  # first guess of memory per device
+    param_bytes: float = 0.0  # the parameters' shard per device (their gradients' size)
     estimate_collectives: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     bubble: float = 0.0
+    # Pipeline ticks per pass, in whole-stage units: every tick runs a stage's layers (one
+    # repeat's share of them) on one micro batch and gathers their fsdp-sharded weights anew.
+    ticks: float = 1.0
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -128,42 +133,82 @@ def enumerate_candidates(cfg: ConfigDict, devices: int, hosts: int) -> list[Cand
     one = run.for_reading(cfg)
     layout, batch = one.layout.abstract, one.abstract_batch()
     batch_size = int(cfg.train.global_batch_size)
+    own_micro = int(config_lib.micro_batch_size(cfg))
     found = []
     for ici, dcn in meshes(cfg, devices, hosts):
         sizes = {a: ici[a] * dcn[a] for a in sharding.MESH_AXES}
         state = memory.plan_state(layout, batch, sizes)
         shards = math.prod(sizes[a] for a in ("data", "fsdp", "expert", "pipeline"))
-        for per_device in SEQUENCES_PER_DEVICE:
-            micro = per_device * shards
-            if micro > batch_size or batch_size % micro:
+        # The config's own micro batch competes too (a published layout's 3 per device).
+        micros = sorted({d * shards for d in SEQUENCES_PER_DEVICE} | {own_micro})
+        for micro in micros:
+            if micro > batch_size or batch_size % micro or micro % shards:
                 continue
             try:
-                mesh_check.check_sizes_fit(
-                    spec,
-                    sizes,
-                    rules,
-                    seq_len=int(cfg.train.seq_len),
-                    micro_batch=micro,
-                    rules_name=str(cfg.mesh.rules),
-                    schedule=schedule,
-                )
+                _check_fit(cfg, spec, sizes, rules, micro, schedule)
             except JaxtrainError:
                 continue
-            bubble = _bubble(spec, sizes, rules, micro, schedule)
+            bubble, ticks = _pipeline(spec, sizes, rules, micro, schedule)
             for remat, chunks in settings:
-                cand = Candidate(ici, dcn, micro, remat, chunks, bubble=bubble)
+                cand = Candidate(ici, dcn, micro, remat, chunks, bubble=bubble, ticks=ticks)
                 estimate(cand, cfg, spec, state)
                 found.append(cand)
     return found
 
 
-def _bubble(spec: Any, sizes: dict, rules: Any, micro: int, schedule: Any) -> float:
+def given(cfg: ConfigDict, devices: int, hosts: int) -> Candidate:
+    """The config's own layout (its mesh, micro batch, remat and loss chunks, overrides
+    applied) on `devices` over `hosts`, with its first-guess figures; the trainer's error
+    when it does not fit them."""
+    spec = run.validate(cfg, check_data=False)
+    rules = run.rules_of(cfg)
+    schedule = mesh_check.pipeline_schedule(cfg)
+    ici, dcn = sharding.resolved_sizes(cfg.mesh, devices, hosts)
+    sizes = {a: ici[a] * dcn[a] for a in sharding.MESH_AXES}
+    micro = int(config_lib.micro_batch_size(cfg))
+    _check_fit(cfg, spec, sizes, rules, micro, schedule)
+    one = run.for_reading(cfg)
+    state = memory.plan_state(one.layout.abstract, one.abstract_batch(), sizes)
+    bubble, ticks = _pipeline(spec, sizes, rules, micro, schedule)
+    cand = Candidate(
+        ici,
+        dcn,
+        micro,
+        str(cfg.model.remat),
+        int(cfg.train.loss_chunks),
+        bubble=bubble,
+        ticks=ticks,
+    )
+    estimate(cand, cfg, spec, state)
+    return cand
+
+
+def _check_fit(
+    cfg: ConfigDict, spec: Any, sizes: dict, rules: Any, micro: int, schedule: Any
+) -> None:
+    mesh_check.check_sizes_fit(
+        spec,
+        sizes,
+        rules,
+        seq_len=int(cfg.train.seq_len),
+        micro_batch=micro,
+        rules_name=str(cfg.mesh.rules),
+        schedule=schedule,
+    )
+
+
+def _pipeline(spec: Any, sizes: dict, rules: Any, micro: int, schedule: Any) -> tuple[float, float]:
+    """(bubble fraction, ticks per pass in whole-stage units) of a pipelined layout."""
     if sizes["pipeline"] <= 1:
-        return 0.0
+        return 0.0, 1.0
     summary = mesh_check.pipeline_summary(
         spec, sizes, dict(rules), micro_batch=micro, schedule=schedule
     )
-    return float(summary["bubble_fraction"]) if isinstance(summary, dict) else 0.0
+    if not isinstance(summary, dict):
+        return 0.0, 1.0
+    repeats = max(int(summary["repeats"]), 1)
+    ticks = (repeats * summary["micro_batches"] + summary["stages"] - 1) / repeats
+    return float(summary["bubble_fraction"]), float(ticks)
 
 
 def rows_per_device(cand: Candidate, seq_len: int) -> float:
@@ -188,11 +233,17 @@ def estimate(cand: Candidate, cfg: ConfigDict, spec: Any, state: memory.MemoryPl
     width = spec.moe_intermediate_size * spec.num_experts_per_tok or m.intermediate_size
     q = m.num_heads * m.head_dim
     kv = m.num_kv_heads * m.head_dim
-    # Without remat a layer keeps its inputs, norms, q/k/v, attention output and MLP inputs,
-    # and the attention scores and probabilities (heads x seq_len per row: the CPU program
-    # materialises them).
+    # Without remat a layer keeps its inputs, norms, q/k/v, attention output and MLP inputs.
+    # Attention scores (heads x seq_len per row) are kept only by `attention_impl=dot`; the
+    # blockwise kernel (the default off NVIDIA GPUs) and cuDNN's hold one block of queries'
+    # scores at a time, while the layer runs.
     seq_len = int(cfg.train.seq_len) // s["context"]
-    scores = rows * seq_len * max(m.num_heads // t, 1) * 4 * 2
+    heads = max(m.num_heads // t, 1)
+    if spec.attention_impl == "dot":
+        scores, transient = rows * seq_len * heads * 4 * 2, 0.0
+    else:
+        block = min(spec.attention_block or BLOCK_GUESS, seq_len)
+        scores, transient = 0.0, rows / seq_len * block * seq_len * heads * 4 * 2
     layer = rows * act * (4 * m.hidden_size + (2 * q + 2 * kv + 3 * width) / t) + scores
     saved = {
         "full": rows * act * m.hidden_size,  # the layer input only
@@ -203,7 +254,10 @@ def estimate(cand: Candidate, cfg: ConfigDict, spec: Any, state: memory.MemoryPl
     logits = rows * m.vocab_size / t * 4 * 2 / max(cand.loss_chunks, 1)
     micro_steps = cfg.train.global_batch_size // cand.micro_batch
     grads = state.params * (2 if micro_steps > 1 else 1)
-    cand.estimate_bytes = state.state + state.batch + grads + layers * saved + layer + logits
+    cand.param_bytes = state.params
+    cand.estimate_bytes = (
+        state.state + state.batch + grads + layers * saved + layer + transient + logits
+    )
     cand.estimate_collectives = _traffic(cand, spec, rows, act, param, micro_steps)
 
 
@@ -222,10 +276,11 @@ def _traffic(
     f, d, t, e = s["fsdp"], s["data"], s["tensor"], s["expert"]
     layers = spec.num_layers / s["pipeline"]
     gathers = 3 if cand.remat != "none" else 2  # forward, backward, and the recompute
-    add("all-gather over fsdp", f, weights * act * (f - 1) / f * gathers * micro_steps,
-        layers * gathers * micro_steps)  # fmt: skip
-    add("reduce-scatter over fsdp", f, weights * param * (f - 1) / f * micro_steps,
-        layers * micro_steps)  # fmt: skip
+    passes = micro_steps * cand.ticks  # a pipeline gathers a stage's weights every tick
+    add("all-gather over fsdp", f, weights * act * (f - 1) / f * gathers * passes,
+        layers * gathers * passes)  # fmt: skip
+    add("reduce-scatter over fsdp", f, weights * param * (f - 1) / f * passes,
+        layers * passes)  # fmt: skip
     add("all-reduce over data", d, 2 * weights / f * param * (d - 1) / d, layers)
     tensor_ars = 6 if cand.remat == "full" else 4
     add("all-reduce over tensor", t,
@@ -235,4 +290,8 @@ def _traffic(
     add("all-to-all over expert", e,
         rows * spec.hidden_size * act * topk * (e - 1) / e * 4 * layers * micro_steps,
         4 * layers * micro_steps)  # fmt: skip
+    # A stage hands its activations to the next one and receives their gradients back: once
+    # each way per micro batch of its rows (`rows` is all of a stage's rows).
+    add("collective-permute over pipeline", s["pipeline"],
+        2 * rows * spec.hidden_size * act * micro_steps, 2 * s["pipeline"] * micro_steps)  # fmt: skip
     return out

@@ -7,9 +7,9 @@ this module in a child process with `--xla_force_host_platform_device_count=N` i
 The LLVM back end's optimisation is turned off there: it takes a third of a compile and
 changes neither the buffer assignment (the memory figures) nor the collectives.
 
-The job names the config, its overrides and, per candidate, the overrides and the depths to
-compile; each compiled depth's figures (memory per device, collectives by kind and mesh axes)
-are written as a JSON file at the path the job gives, which is the planner's cache.
+The job names the config, its overrides and, per candidate, the overrides to compile with;
+each candidate's figures (memory per device, collectives by kind and mesh axes) are written as
+a JSON file at the path the job gives, which is the planner's cache.
 """
 
 from __future__ import annotations
@@ -34,22 +34,32 @@ def environment(devices: int) -> dict[str, str]:
     return env
 
 
+def launch_env(devices: int, hosts: int) -> dict[str, str]:
+    """This process's environment as the planned launch would set it for a foreign config
+    (Primus, TorchTitan, MaxText): their per-device batch sizes are read from NNODES and
+    GPUS_PER_NODE, which must describe the planned devices, not this machine's."""
+    env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
+    env.update(NNODES=str(hosts), GPUS_PER_NODE=str(devices // hosts))
+    return env
+
+
 def _compile_one(job: dict, task: dict) -> dict:
     from jaxtrain import compat
     from jaxtrain.planning import compile as compile_plan
     from jaxtrain.planning import hlo_collectives
 
-    overrides = [
-        *job["overrides"],
-        *task["overrides"],
-        f"--config.model.num_layers={task['depth']}",
-    ]
-    cfg = compat.load_config_file(job["config"], overrides, allow_unsupported=True)
+    overrides = [*job["overrides"], *task["overrides"]]
+    cfg = compat.load_config_file(
+        job["config"],
+        overrides,
+        native_overrides=job.get("native", []),
+        allow_unsupported=True,
+        env=launch_env(job["devices"], job["hosts"]),
+    )
     start = time.perf_counter()
     plan, compiled = compile_plan.compile_step(cfg, hosts=job["hosts"])
     found = hlo_collectives.collectives(compiled.as_text())
     return {
-        "depth": task["depth"],
         "memory": plan.memory,
         "peak_bytes": plan.peak_bytes,
         "collectives": hlo_collectives.summarise(found, plan.mesh),
@@ -69,7 +79,7 @@ def main(path: str) -> int:
     tasks = job["tasks"]
     for i, task in enumerate(tasks, 1):
         print(
-            f"plan: compiling {i}/{len(tasks)}: {task['label']} at {task['depth']} layers",
+            f"plan: compiling {i}/{len(tasks)}: {task['label']}",
             file=sys.stderr,
             flush=True,
         )

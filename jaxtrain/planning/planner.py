@@ -5,10 +5,12 @@
 2. Candidates whose guess exceeds the device's memory by more than `PRUNE_MARGIN` are dropped;
    the rest are ordered fitting-first by the cost model on the guessed traffic.
 3. The first `compile_top` are compiled (in a child process with N fake CPU devices,
-   `compile_worker`) at two small depths; memory and collective bytes are affine in depth
-   (layers are scanned), so they are extended to the config's depth. Results are cached under
-   `cache_dir` by the config file's contents, the overrides, depth, devices, hosts and jax's
-   version, so a rerun compiles nothing.
+   `compile_worker`) at the config's full depth. Layers are scanned, so the whole stack costs
+   about what one layer does to compile (Llama 3.1 8B on 8 devices: 54 s at 32 layers, 55 s
+   at 4), while shallower programs schedule their buffers differently enough that no line
+   through them extends to the real depth (that 8B: 42 and 41 GiB at 1 and 2 layers, 54 at
+   4, 236 at 32). Results are cached under `cache_dir` by the config file's contents, the
+   overrides, devices, hosts and jax's version, so a rerun compiles nothing.
 4. Compiled candidates are ranked: fitting ones (memory below `HEADROOM` x the device's) first,
    by predicted tokens/s.
 """
@@ -28,7 +30,6 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from jaxtrain import run
-from jaxtrain.config import mesh_check
 from jaxtrain.planning import candidates as candidates_lib
 from jaxtrain.planning import compile_worker, cost
 from jaxtrain.planning.hardware import DeviceKind
@@ -36,7 +37,7 @@ from jaxtrain.planning.hardware import DeviceKind
 GIB = 2**30
 HEADROOM = 0.9  # of the device's memory: allocator fragmentation, runtime buffers, misestimate
 PRUNE_MARGIN = 1.5  # the first guess is rough: keep candidates up to 1.5x the memory
-CACHE_FORMAT = 1
+CACHE_FORMAT = 3
 
 
 def default_cache_dir() -> str:
@@ -54,29 +55,18 @@ class Ranked:
     prediction: cost.Prediction
     fits: bool
     error: str = ""
+    cpu_bytes: float = 0.0  # the CPU compile's own peak (memory_bytes is the device's)
     reason: str = ""
 
 
-def _depths(cfg: ConfigDict, spec: Any, cand: candidates_lib.Candidate) -> tuple[int, ...]:
-    """Two small depths to compile (multiples of the pipeline stages), or the real one.
-
-    A block pattern (hybrids) is written for the whole depth, and leading dense blocks or
-    interleaved expert blocks do not shrink to one layer: those compile at the real depth.
-    """
-    full = int(cfg.model.num_layers)
-    unit = cand.sizes["pipeline"]
-    plain = not spec.block_pattern and mesh_check.pipeline_units(spec)[0] == full
-    if not plain or full <= 2 * unit:
-        return (full,)
-    return (unit, 2 * unit)
-
-
-def _cache_path(cache_dir: str, job_key: str, cand: candidates_lib.Candidate, depth: int) -> str:
-    text = json.dumps([job_key, cand.overrides(), depth])
+def _cache_path(cache_dir: str, job_key: str, cand: candidates_lib.Candidate) -> str:
+    text = json.dumps([job_key, cand.overrides()])
     return os.path.join(cache_dir, hashlib.sha256(text.encode()).hexdigest()[:24] + ".json")
 
 
-def _job_key(config_path: str, overrides: Sequence[str], devices: int, hosts: int) -> str:
+def _job_key(
+    config_path: str, overrides: Sequence[str], native: Sequence[str], devices: int, hosts: int
+) -> str:
     import jax
 
     path = config_path.partition(":")[0]
@@ -84,37 +74,37 @@ def _job_key(config_path: str, overrides: Sequence[str], devices: int, hosts: in
     if os.path.isfile(path):
         with open(path, "rb") as f:
             content = hashlib.sha256(f.read()).hexdigest()
-    return json.dumps([CACHE_FORMAT, content, list(overrides), devices, hosts, jax.__version__])
+    return json.dumps(
+        [CACHE_FORMAT, content, list(overrides), list(native), devices, hosts, jax.__version__]
+    )
 
 
 def _compile(
     config_path: str,
     overrides: Sequence[str],
+    native: Sequence[str],
     chosen: Sequence[candidates_lib.Candidate],
-    cfg: ConfigDict,
     devices: int,
     hosts: int,
     cache_dir: str,
-) -> list[list[dict]]:
-    """The compiled figures of each chosen candidate at its depths (compiling what is missing)."""
-    spec = run.validate(cfg, check_data=False)
-    key = _job_key(config_path, overrides, devices, hosts)
-    tasks, paths = [], []
-    for cand in chosen:
-        cand_paths = []
-        for depth in _depths(cfg, spec, cand):
-            path = _cache_path(cache_dir, key, cand, depth)
-            cand_paths.append(path)
-            if not os.path.exists(path):
-                label = f"{cand.describe_mesh()}, micro {cand.micro_batch}, remat {cand.remat}"
-                tasks.append(
-                    {"overrides": cand.overrides(), "depth": depth, "out": path, "label": label}
-                )
-        paths.append(cand_paths)
+) -> list[dict]:
+    """The compiled figures of each chosen candidate (compiling what the cache lacks)."""
+    key = _job_key(config_path, overrides, native, devices, hosts)
+    paths = [_cache_path(cache_dir, key, cand) for cand in chosen]
+    tasks = [
+        {
+            "overrides": cand.overrides(),
+            "out": path,
+            "label": f"{cand.describe_mesh()}, micro {cand.micro_batch}, remat {cand.remat}",
+        }
+        for cand, path in zip(chosen, paths)
+        if not os.path.exists(path)
+    ]
     if tasks:
         job = {
             "config": config_path,
             "overrides": list(overrides),
+            "native": list(native),
             "devices": devices,
             "hosts": hosts,
             "tasks": tasks,
@@ -130,37 +120,30 @@ def _compile(
         finally:
             os.unlink(f.name)
     out = []
-    for cand_paths in paths:
-        results = []
-        for path in cand_paths:
-            with open(path) as f:
-                results.append(json.load(f))
-        out.append(results)
+    for path in paths:
+        with open(path) as f:
+            out.append(json.load(f))
+        if "error" in out[-1]:
+            os.unlink(path)  # reported now, compiled again next time (the cause may be fixed)
     return out
 
 
-def _extend(results: list[dict], full: int) -> tuple[float, dict[str, dict[str, float]]]:
-    """Peak bytes and collectives at depth `full` from one or two compiled depths."""
-    if len(results) == 1:
-        return results[0]["peak_bytes"], results[0]["collectives"]
-    a, b = results
+def device_peak(result: dict, cand: candidates_lib.Candidate, cfg: ConfigDict, kind: Any) -> float:
+    """Peak bytes per device on `kind` from a CPU compile's figures.
 
-    def line(ya: float, yb: float) -> float:
-        return ya + (yb - ya) * (full - a["depth"]) / (b["depth"] - a["depth"])
-
-    coll = {}
-    for key in set(a["collectives"]) | set(b["collectives"]):
-        ca = a["collectives"].get(key, {"bus_bytes": 0.0, "runs": 0.0})
-        cb = b["collectives"].get(key, {"bus_bytes": 0.0, "runs": 0.0})
-        coll[key] = {f: max(line(ca[f], cb[f]), 0.0) for f in ("bus_bytes", "runs")}
-    # XLA may schedule a deeper shallow program more tightly (pipelines at 1 and 2 layers per
-    # stage did): a line falling with depth is no extrapolation; then the larger peak plus
-    # the state's growth per layer (the arguments, which are affine) stands in for it.
-    peak = line(a["peak_bytes"], b["peak_bytes"])
-    if b["peak_bytes"] < a["peak_bytes"]:
-        args_a, args_b = a["memory"]["argument"], b["memory"]["argument"]
-        peak = a["peak_bytes"] + line(args_a, args_b) - args_b
-    return peak, coll
+    XLA's CPU compiler keeps bfloat16 activations as float32: the 4-layer Llama 3.1 8B step
+    on 8 devices plans 50.8 GiB of scratch in bfloat16 and 49.7 GiB in float32. An accelerator
+    keeps them at the model's width, so on one the scratch beyond the float32 gradients
+    (twice the parameters' shard when micro batches accumulate) counts at 2 bytes of 4. On
+    `cpu` the compiled peak stands as it is.
+    """
+    peak = float(result["peak_bytes"])
+    if kind.name == "cpu" or cfg.model.dtype not in ("bfloat16", "float16"):
+        return peak
+    micro_steps = cfg.train.global_batch_size // cand.micro_batch
+    grads = cand.param_bytes * (2 if micro_steps > 1 else 1)
+    activations = max(float(result["memory"]["temp"]) - grads, 0.0)
+    return peak - activations / 2
 
 
 def _predict(
@@ -190,34 +173,51 @@ def plan(
     compile_top: int = 8,
     cache_dir: str = "",
     progress: Any = None,
+    given_only: bool = False,
+    native_overrides: Sequence[str] = (),
 ) -> list[Ranked]:
-    """The compiled candidates, best first (see the module docstring)."""
+    """The compiled candidates, best first (see the module docstring); with `given_only`,
+    only the config's own layout, compiled and predicted the same way (no search)."""
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     spec = run.validate(cfg, check_data=False)
-    found = candidates_lib.enumerate_candidates(cfg, devices, hosts)
     capacity = kind.hbm_gib * GIB * HEADROOM
-    kept = [c for c in found if c.estimate_bytes <= capacity * PRUNE_MARGIN]
-    guesses = {id(c): _predict(kind, cfg, spec, c, c.estimate_collectives, devices) for c in kept}
-    kept.sort(key=lambda c: (c.estimate_bytes > capacity, -guesses[id(c)].tokens_per_s))
-    chosen = _diverse(kept, compile_top)
-    say(
-        f"plan: {len(found)} layouts pass the trainer's checks, {len(kept)} may fit "
-        f"{kind.hbm_gib:.0f} GiB; compiling the {len(chosen)} best guesses on {devices} "
-        f"fake devices (cached in {cache_dir or default_cache_dir()})"
-    )
+    if given_only:
+        chosen = [candidates_lib.given(cfg, devices, hosts)]
+        say(
+            f"plan: scoring the config's own layout ({chosen[0].describe_mesh()}) on "
+            f"{devices} fake devices (cached in {cache_dir or default_cache_dir()})"
+        )
+    else:
+        found = candidates_lib.enumerate_candidates(cfg, devices, hosts)
+        kept = [c for c in found if c.estimate_bytes <= capacity * PRUNE_MARGIN]
+        guesses = {
+            id(c): _predict(kind, cfg, spec, c, c.estimate_collectives, devices) for c in kept
+        }
+        kept.sort(key=lambda c: (c.estimate_bytes > capacity, -guesses[id(c)].tokens_per_s))
+        chosen = _diverse(kept, compile_top)
+        say(
+            f"plan: {len(found)} layouts pass the trainer's checks, {len(kept)} may fit "
+            f"{kind.hbm_gib:.0f} GiB; compiling the {len(chosen)} best guesses on {devices} "
+            f"fake devices (cached in {cache_dir or default_cache_dir()})"
+        )
     compiled = _compile(
-        config_path, overrides, chosen, cfg, devices, hosts, cache_dir or default_cache_dir()
+        config_path,
+        overrides,
+        native_overrides,
+        chosen,
+        devices,
+        hosts,
+        cache_dir or default_cache_dir(),
     )
     ranked = []
-    for cand, results in zip(chosen, compiled):
-        errors = [r["error"] for r in results if "error" in r]
-        if errors:
+    for cand, result in zip(chosen, compiled):
+        if "error" in result:
             nothing = cost.Prediction(float("inf"), 0.0, {}, 0.0, 0.0)
-            ranked.append(Ranked(cand, float("inf"), nothing, False, error=errors[0]))
+            ranked.append(Ranked(cand, float("inf"), nothing, False, error=result["error"]))
             continue
-        peak, coll = _extend(results, int(cfg.model.num_layers))
-        pred = _predict(kind, cfg, spec, cand, coll, devices)
-        ranked.append(Ranked(cand, peak, pred, peak <= capacity))
+        pred = _predict(kind, cfg, spec, cand, result["collectives"], devices)
+        peak = device_peak(result, cand, cfg, kind)
+        ranked.append(Ranked(cand, peak, pred, peak <= capacity, cpu_bytes=result["peak_bytes"]))
     ranked.sort(key=lambda r: (not r.fits, -r.prediction.tokens_per_s))
     _explain(ranked, capacity)
     return ranked
