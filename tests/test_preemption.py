@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO
 from multiprocess_helpers import Job
 
-STEPS = 240  # long enough that the stop lands mid-run (JAX notices SIGTERM within a second)
+STEPS = 160  # long enough that the stop lands mid-run (JAX notices SIGTERM within a second)
 
 
 def train_args(root: Path) -> list[str]:
