@@ -47,7 +47,7 @@ class Candidate:
     remat: str
     loss_chunks: int
     estimate_bytes: float = 0.0  # first guess of memory per device
-    param_bytes: float = 0.0  # the parameters' shard per device (their gradients' size)
+    grad_bytes: float = 0.0  # float32 gradients per device (twice the shard when accumulating)
     estimate_collectives: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     bubble: float = 0.0
     # Pipeline ticks per pass, in whole-stage units: every tick runs a stage's layers (one
@@ -243,7 +243,7 @@ def estimate(cand: Candidate, cfg: ConfigDict, spec: Any, state: memory.MemoryPl
         scores, transient = rows * seq_len * heads * 4 * 2, 0.0
     else:
         block = min(spec.attention_block or BLOCK_GUESS, seq_len)
-        scores, transient = 0.0, rows / seq_len * block * seq_len * heads * 4 * 2
+        scores, transient = 0.0, rows * block * heads * 4 * 2
     layer = rows * act * (4 * m.hidden_size + (2 * q + 2 * kv + 3 * width) / t) + scores
     saved = {
         "full": rows * act * m.hidden_size,  # the layer input only
@@ -253,10 +253,9 @@ def estimate(cand: Candidate, cfg: ConfigDict, spec: Any, state: memory.MemoryPl
     layers = spec.num_layers / s["pipeline"]
     logits = rows * m.vocab_size / t * 4 * 2 / max(cand.loss_chunks, 1)
     micro_steps = cfg.train.global_batch_size // cand.micro_batch
-    grads = state.params * (2 if micro_steps > 1 else 1)
-    cand.param_bytes = state.params
+    cand.grad_bytes = state.params * (2 if micro_steps > 1 else 1)
     cand.estimate_bytes = (
-        state.state + state.batch + grads + layers * saved + layer + transient + logits
+        state.state + state.batch + cand.grad_bytes + layers * saved + layer + transient + logits
     )
     cand.estimate_collectives = _traffic(cand, spec, rows, act, param, micro_steps)
 

@@ -140,9 +140,7 @@ def device_peak(result: dict, cand: candidates_lib.Candidate, cfg: ConfigDict, k
     peak = float(result["peak_bytes"])
     if kind.name == "cpu" or cfg.model.dtype not in ("bfloat16", "float16"):
         return peak
-    micro_steps = cfg.train.global_batch_size // cand.micro_batch
-    grads = cand.param_bytes * (2 if micro_steps > 1 else 1)
-    activations = max(float(result["memory"]["temp"]) - grads, 0.0)
+    activations = max(float(result["memory"]["temp"]) - cand.grad_bytes, 0.0)
     return peak - activations / 2
 
 
