@@ -6,6 +6,7 @@ Shape letters: B batch, L length, D embed, E experts, K top-k, F expert hidden, 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +22,7 @@ from jaxtrain.config import mesh_check
 from jaxtrain.errors import ConfigError
 from jaxtrain.models import ModelSpec, build_model
 from jaxtrain.models.feedforward.moe import MoE, load_balancing_loss, route, router_z_loss
+from jaxtrain.models.presets.registry import model_spec
 from jaxtrain.parallel import sharding
 from jaxtrain.train import step
 
@@ -199,6 +201,44 @@ def test_expert_parallel_training_matches_one_device():
         np.testing.assert_allclose(metrics[key], ref_metrics[key], rtol=2e-5)
     assert 0.0 <= metrics["moe_load_min"] <= 1 / SPEC.num_experts <= metrics["moe_load_max"]
     assert metrics["moe_aux_loss"] >= 1.0 - 1e-6  # E * sum f p is smallest when balanced
+
+
+# Each device routes its own tokens (feedforward/expert_dispatch.py): with the batch split over
+# data, with gathered fsdp weights, tensor-split expert columns (summed), experts split over an
+# axis that also splits the batch (tokens gathered, outputs reduce-scattered) or over `context`.
+GPT_OSS = model_spec("gpt-oss-debug", vocab_size=128, max_seq_len=64, init_std=0.2)
+
+
+@pytest.mark.parametrize(
+    "spec, sizes, rules",
+    [
+        (SPEC, dict(ici_data=8), "data"),
+        (SPEC, dict(ici_fsdp=4, ici_tensor=2), "fsdp_tensor"),
+        (SPEC, dict(ici_expert=2, ici_tensor=2, ici_data=2), "fsdp_tensor"),
+        (SPEC, dict(ici_expert=4, ici_context=2), "fsdp_tensor"),
+        # Expert biases, the down projection's added once over `tensor`.
+        (GPT_OSS, dict(ici_expert=2, ici_tensor=2, ici_fsdp=2), "fsdp_tensor"),
+    ],
+    ids=["data", "fsdp-tensor", "expert-tensor-data", "expert-context", "gpt-oss-tensor"],
+)
+def test_experts_on_each_devices_tokens_train_like_one_device(spec, sizes, rules):
+    reference, ref_metrics, *_ = training_helpers.train(spec, _mesh())
+    sharded, metrics, *_ = training_helpers.train(spec, _mesh(**sizes), rules=rules)
+    assert reference[-1] < reference[0]
+    np.testing.assert_allclose(sharded, reference, rtol=2e-5)
+    for key in ("moe_aux_loss", "moe_z_loss", "moe_load_max", "moe_load_min"):
+        np.testing.assert_allclose(metrics[key], ref_metrics[key], rtol=2e-5, atol=1e-7)
+
+
+def test_data_parallel_experts_move_no_tokens():
+    """Split over `data`, a step's only collective is the gradients' (and metrics') all-reduce:
+    no device gathers another's tokens or router logits to route them."""
+    text = training_helpers.compiled_step_text(SPEC, _mesh(ici_data=8), rules="data")
+    moved = re.findall(
+        r"(all-gather|all-to-all|reduce-scatter|collective-permute)(?:-start)?\(", text
+    )
+    assert moved == []
+    assert "all-reduce" in text
 
 
 def test_micro_batched_step_reports_router_metrics():

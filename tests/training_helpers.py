@@ -48,6 +48,45 @@ def optim(lr: float = 1e-2) -> ConfigDict:
     )
 
 
+def _jitted_step(spec, on_mesh, steps, optim_cfg, num_micro, rules, loss_chunks):
+    """(the jitted train step, its first state) for `spec` on `on_mesh` under rule table
+    `rules` (a name)."""
+    table = sharding.RULE_PRESETS[rules]
+    tx = optimizer.make_optimizer(optim_cfg, steps)
+    layout = state.state_layout(spec, tx, on_mesh, table)
+    train_state = state.init_state(spec, tx, layout, seed=0)
+    fn = jax.jit(
+        functools.partial(
+            step.train_step,
+            graphdef=layout.graphdef,
+            tx=tx,
+            schedule=optimizer.learning_rate_schedule(optim_cfg, steps),
+            num_micro=num_micro,
+            z_loss=0.0,
+            loss_chunks=loss_chunks,
+        ),
+        in_shardings=(layout.shardings, None),
+        out_shardings=(layout.shardings, None),
+    )
+    return fn, train_state, layout
+
+
+def _batch(spec: ModelSpec) -> dict:
+    toks = np.random.default_rng(0).integers(0, spec.vocab_size, (8, 17))
+    return {
+        "inputs": jnp.asarray(toks[:, :-1], jnp.int32),
+        "targets": jnp.asarray(toks[:, 1:], jnp.int32),
+        "loss_mask": jnp.ones((8, 16), jnp.float32),
+    }
+
+
+def compiled_step_text(spec: ModelSpec, on_mesh: jax.sharding.Mesh, rules: str) -> str:
+    """The compiled (partitioned) HLO of `train`'s step, for tests of what it communicates."""
+    with sharding.use_mesh(on_mesh, sharding.RULE_PRESETS[rules]):
+        fn, train_state, _ = _jitted_step(spec, on_mesh, 2, optim(), 1, rules, 0)
+        return fn.lower(train_state, _batch(spec)).compile().as_text()
+
+
 def train(
     spec: ModelSpec,
     on_mesh: jax.sharding.Mesh,
@@ -60,30 +99,11 @@ def train(
     """(losses, metrics of the last step, final state, parameter shardings, the batch) of
     `steps` steps on one fixed batch of 8 x 16 tokens, under the rule table named `rules`."""
     optim_cfg = optim_cfg or optim()
-    rules = sharding.RULE_PRESETS[rules]
-    tx = optimizer.make_optimizer(optim_cfg, steps)
-    with sharding.use_mesh(on_mesh, rules):
-        layout = state.state_layout(spec, tx, on_mesh, rules)
-        train_state = state.init_state(spec, tx, layout, seed=0)
-        fn = jax.jit(
-            functools.partial(
-                step.train_step,
-                graphdef=layout.graphdef,
-                tx=tx,
-                schedule=optimizer.learning_rate_schedule(optim_cfg, steps),
-                num_micro=num_micro,
-                z_loss=0.0,
-                loss_chunks=loss_chunks,
-            ),
-            in_shardings=(layout.shardings, None),
-            out_shardings=(layout.shardings, None),
+    with sharding.use_mesh(on_mesh, sharding.RULE_PRESETS[rules]):
+        fn, train_state, layout = _jitted_step(
+            spec, on_mesh, steps, optim_cfg, num_micro, rules, loss_chunks
         )
-        toks = np.random.default_rng(0).integers(0, spec.vocab_size, (8, 17))
-        batch = {
-            "inputs": jnp.asarray(toks[:, :-1], jnp.int32),
-            "targets": jnp.asarray(toks[:, 1:], jnp.int32),
-            "loss_mask": jnp.ones((8, 16), jnp.float32),
-        }
+        batch = _batch(spec)
         losses = []
         for _ in range(steps):
             train_state, metrics = fn(train_state, batch)

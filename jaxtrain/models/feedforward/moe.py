@@ -16,18 +16,21 @@ by the router weight.
 Routing is dropless: every token reaches all of its k experts, whatever the load. Assignments
 are sorted by expert so each expert's tokens are contiguous, then one `jax.lax.ragged_dot`
 (a grouped matmul: rows [M, D] in expert order, weights [E, D, F], group sizes [E]) runs all
-experts at once. With expert weights sharded over the `expert` mesh axis, XLA inserts the
-collectives; an explicit all-to-all dispatch under `shard_map` is a later optimisation.
+experts at once. On a mesh each device routes its own tokens (`expert_dispatch`): weights
+split over `expert` run the tokens of the devices along that axis, gathered, through each
+device's own experts.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxtrain.models.feedforward import expert_dispatch
 from jaxtrain.models.feedforward.mlp import ReluSquaredMLP, SwiGLU, geglu, swiglu
 from jaxtrain.models.layers import fp8 as fp8_lib
 from jaxtrain.models.layers.basic import Dense, make_param, softcap
@@ -213,9 +216,12 @@ class MoE(nnx.Module):
         logits_TE = self.router(x_TD)
         if self.router_softcap:
             logits_TE = softcap(logits_TE, self.router_softcap)
-        bias_E = self.score_bias[...] if hasattr(self, "score_bias") else None
-        weights_TK, experts_TK, probs_TE = route(
-            logits_TE, self.k, self.score, self.norm_topk, bias_E=bias_E, **self.groups
+        bias = (self.score_bias[...],) if hasattr(self, "score_bias") else ()
+        weights_TK, experts_TK, probs_TE = (
+            a.reshape(b * l, -1)
+            for a in expert_dispatch.per_device_tokens(
+                self._route, (logits_TE.reshape(b, l, -1),), bias
+            )
         )
         aux_loss, load_E = load_balancing_loss(probs_TE, experts_TK)
         # The mean probabilities too: a pipeline, which runs the batch in parts, forms the
@@ -227,27 +233,20 @@ class MoE(nnx.Module):
             "prob": jnp.mean(probs_TE, axis=0),
         }
 
-        # Sort the T x K assignments by expert; a stable sort keeps token order inside a group.
-        num_experts = self.up_proj.shape[0]
-        experts_A = experts_TK.reshape(-1)
-        order_A = jnp.argsort(experts_A, stable=True)
-        x_AD = jnp.take(x_TD, order_A // self.k, axis=0).astype(self.dtype)
-        if self.weight_inputs:
-            # Llama 4 weights what enters the expert; the outputs are then summed as they are.
-            weight_A = jnp.take(weights_TK.reshape(-1), order_A)
-            x_AD = x_AD * weight_A[:, None].astype(self.dtype)
-            weights_TK = jnp.ones_like(weights_TK)
-        sizes_E = jnp.bincount(experts_A, length=num_experts).astype(jnp.int32)
-        expert_A = jnp.take(experts_A, order_A)  # each sorted row's expert, for its biases
+        params, param_axes = self._expert_weights()
         if self.capacity_factor:
-            y_AD, dropped = self._experts_with_capacity(x_AD, expert_A, sizes_E)
+            y_TD, stats["dropped"] = self._routed_with_capacity(
+                x_TD, experts_TK, weights_TK, params
+            )
         else:
-            y_AD, dropped = self._experts_dropless(x_AD, expert_A, sizes_E), jnp.float32(0.0)
-        stats["dropped"] = dropped
-
-        # Back to (token, slot) order, then the router-weighted sum over each token's k experts.
-        y_TKD = jnp.zeros_like(y_AD).at[order_A].set(y_AD).reshape(b * l, self.k, d)
-        y_TD = jnp.einsum("tkd,tk->td", y_TKD, weights_TK.astype(self.dtype))
+            experts_BLK, weights_BLK = experts_TK.reshape(b, l, -1), weights_TK.reshape(b, l, -1)
+            if self.fp8 is None:
+                y_BLD = expert_dispatch.on_own_tokens(
+                    self._routed_dropless, x_BLD, experts_BLK, weights_BLK, params, param_axes
+                )
+            else:  # the float8 amax histories are state, updated from the whole batch at once
+                y_BLD = self._routed_dropless(x_BLD, experts_BLK, weights_BLK, params, 0)
+            y_TD, stats["dropped"] = y_BLD.reshape(b * l, d), jnp.float32(0.0)
         if hasattr(self, "shared"):
             shared_TD = self.shared(x_BLD).reshape(b * l, d)
             if hasattr(self, "shared_gate"):
@@ -277,11 +276,32 @@ class MoE(nnx.Module):
             h_RF = swiglu(gate_RF, up_RF)
         return matmul(h_RF, "down_proj", "down_bias")
 
+    def _route(self, logits_BLE: jax.Array, *bias_E: jax.Array) -> tuple[jax.Array, ...]:
+        """`route` of these tokens: (weights [B, L, K], experts [B, L, K], probs [B, L, E])."""
+        b, l, e = logits_BLE.shape
+        routed = route(
+            logits_BLE.reshape(b * l, e),
+            self.k,
+            self.score,
+            self.norm_topk,
+            bias_E=bias_E[0] if bias_E else None,
+            **self.groups,
+        )
+        return tuple(a.reshape(b, l, -1) for a in routed)
+
+    def _expert_weights(self) -> tuple[dict[str, jax.Array], dict[str, tuple[str, ...]]]:
+        """The experts' weights and biases in the compute dtype, and their logical axes."""
+        names = ("gate_proj", "up_proj", "down_proj", "gate_bias", "up_bias", "down_bias")
+        held = [getattr(self, n) for n in names if hasattr(self, n)]
+        return (
+            {n: v[...].astype(self.dtype) for n, v in zip(names, held)},
+            {n: tuple(v.logical_axes) for n, v in zip(names, held)},
+        )
+
     def _product(
-        self, kind: str, lhs: jax.Array, name: str, sizes: jax.Array | None = None
+        self, kind: str, lhs: jax.Array, name: str, w: jax.Array, sizes: jax.Array | None = None
     ) -> jax.Array:
-        """lhs times expert weight `name`, in float8 when the spec asks (`models.fp8`)."""
-        w = getattr(self, name)[...].astype(self.dtype)
+        """lhs times expert weight `name` (value w), in float8 when the spec asks (`models.fp8`)."""
         if self.fp8 is not None:
             return fp8_lib.scaled_product(
                 fp8_lib.Product(kind),
@@ -295,26 +315,80 @@ class MoE(nnx.Module):
             return jax.lax.ragged_dot(lhs, w, sizes)
         return jnp.einsum("ecx,exy->ecy", lhs, w)
 
-    def _experts_dropless(
-        self, x_AD: jax.Array, expert_A: jax.Array, sizes_E: jax.Array
+    def _sorted(
+        self, x_TD: jax.Array, experts_TK: jax.Array, weights_TK: jax.Array, first: Any, held: int
+    ) -> tuple[jax.Array, ...]:
+        """The T x K assignments sorted by expert, for the `held` experts first, first+1, ...:
+        (rows x_AD in that order, order_A, each sorted row's expert among those held (`held`
+        for an expert held elsewhere, sorted last), sizes_E of the held ones, weights_TK).
+
+        A stable sort keeps token order inside an expert's group."""
+        local_A = experts_TK.reshape(-1) - first
+        local_A = jnp.where((local_A >= 0) & (local_A < held), local_A, held)
+        order_A = jnp.argsort(local_A, stable=True)
+        x_AD = jnp.take(x_TD, order_A // self.k, axis=0).astype(self.dtype)
+        if self.weight_inputs:
+            # Llama 4 weights what enters the expert; the outputs are then summed as they are.
+            weight_A = jnp.take(weights_TK.reshape(-1), order_A)
+            x_AD = x_AD * weight_A[:, None].astype(self.dtype)
+            weights_TK = jnp.ones_like(weights_TK)
+        sizes_E = jnp.bincount(local_A, length=held).astype(jnp.int32)
+        return x_AD, order_A, jnp.take(local_A, order_A), sizes_E, weights_TK
+
+    def _combined(self, y_AD: jax.Array, order_A: jax.Array, weights_TK: jax.Array) -> jax.Array:
+        """Rows back in (token, slot) order, then the router-weighted sum over each token's k
+        experts: y_TD."""
+        t, d = weights_TK.shape[0], y_AD.shape[-1]
+        y_TKD = jnp.zeros_like(y_AD).at[order_A].set(y_AD).reshape(t, self.k, d)
+        return jnp.einsum("tkd,tk->td", y_TKD, weights_TK.astype(self.dtype))
+
+    def _routed_dropless(
+        self,
+        x_BLD: jax.Array,
+        experts_BLK: jax.Array,
+        weights_BLK: jax.Array,
+        params: dict[str, jax.Array],
+        first: Any,
     ) -> jax.Array:
-        """Every assignment through its expert: one grouped matmul per weight."""
+        """Every assignment to the experts in `params` (first, first+1, ...) through its expert,
+        one grouped matmul per weight; assignments to experts held elsewhere give zeros."""
+        b, l, d = x_BLD.shape
+        held = params["up_proj"].shape[0]
+        x_AD, order_A, expert_A, sizes_E, weights_TK = self._sorted(
+            x_BLD.reshape(b * l, d),
+            experts_BLK.reshape(b * l, -1),
+            weights_BLK.reshape(b * l, -1),
+            first,
+            held,
+        )
+        biased = any(n.endswith("_bias") for n in params)
 
         def grouped(lhs, name, bias):
-            out = self._product("ragged", lhs, name, sizes_E)
-            if hasattr(self, bias):
-                out = out + jnp.take(getattr(self, bias)[...], expert_A, axis=0).astype(self.dtype)
+            out = self._product("ragged", lhs, name, params[name], sizes_E)
+            if bias in params:
+                out = out + jnp.take(params[bias], expert_A, axis=0, mode="clip")
             return out
 
-        return self._ffn(x_AD, grouped)
+        y_AD = self._ffn(x_AD, grouped)
+        if biased:  # experts held elsewhere: the grouped matmul leaves their rows zero, biases not
+            y_AD = jnp.where((expert_A < held)[:, None], y_AD, 0)
+        return self._combined(y_AD, order_A, weights_TK).reshape(b, l, d)
 
-    def _experts_with_capacity(
-        self, x_AD: jax.Array, expert_A: jax.Array, sizes_E: jax.Array
+    def _routed_with_capacity(
+        self,
+        x_TD: jax.Array,
+        experts_TK: jax.Array,
+        weights_TK: jax.Array,
+        params: dict[str, jax.Array],
     ) -> tuple[jax.Array, jax.Array]:
         """Assignments (sorted by expert) packed into a fixed [E, C, D] buffer, C the capacity;
-        an expert's assignments past C are dropped and give zeros. Returns (y_AD, fraction
+        an expert's assignments past C are dropped and give zeros. Returns (y_TD, fraction
         dropped). Static shapes let the expert axis shard without ragged sizes."""
-        num_assignments, num_experts = x_AD.shape[0], sizes_E.shape[0]
+        num_experts = params["up_proj"].shape[0]
+        x_AD, order_A, expert_A, sizes_E, weights_TK = self._sorted(
+            x_TD, experts_TK, weights_TK, 0, num_experts
+        )
+        num_assignments = x_AD.shape[0]
         capacity = max(1, math.ceil(self.capacity_factor * num_assignments / num_experts))
         first_E = jnp.cumsum(sizes_E) - sizes_E
         rank_A = jnp.arange(num_assignments) - jnp.take(first_E, expert_A)
@@ -323,15 +397,16 @@ class MoE(nnx.Module):
         x_ECD = x_ECD.at[expert_A, rank_A].set(x_AD, mode="drop")
 
         def batched(lhs, name, bias):
-            out = self._product("batched", lhs, name)
-            if hasattr(self, bias):
-                out = out + getattr(self, bias)[...][:, None].astype(self.dtype)
+            out = self._product("batched", lhs, name, params[name])
+            if bias in params:
+                out = out + params[bias][:, None]
             return out
 
         y_ECD = self._ffn(x_ECD, batched)
         y_AD = y_ECD[expert_A, jnp.minimum(rank_A, capacity - 1)]
         y_AD = jnp.where(kept_A[:, None], y_AD, 0)
-        return y_AD, 1.0 - jnp.mean(kept_A.astype(jnp.float32))
+        dropped = 1.0 - jnp.mean(kept_A.astype(jnp.float32))
+        return self._combined(y_AD, order_A, weights_TK), dropped
 
 
 # Train-step metrics of a mixture of experts: token-weighted means over the step.
