@@ -285,10 +285,14 @@ def _traffic(
     add("all-reduce over tensor", t,
         2 * rows * spec.hidden_size * act * (t - 1) / t * tensor_ars * layers * micro_steps,
         tensor_ars * layers * micro_steps)  # fmt: skip
-    topk = max(spec.num_experts_per_tok, 1)
-    add("all-to-all over expert", e,
-        rows * spec.hidden_size * act * topk * (e - 1) / e * 4 * layers * micro_steps,
-        4 * layers * micro_steps)  # fmt: skip
+    # Expert layers gather the tokens of the devices along `expert` and reduce-scatter their
+    # outputs back (models/feedforward/expert_dispatch.py); the backward pass does the reverse.
+    expert_passes = 3 if cand.remat == "full" else 2  # forward, recompute, backward
+    expert_layers = layers if spec.num_experts else 0
+    for kind in ("all-gather", "reduce-scatter"):
+        add(f"{kind} over expert", e,
+            rows * spec.hidden_size * act * (e - 1) * expert_passes * expert_layers * micro_steps,
+            expert_passes * expert_layers * micro_steps)  # fmt: skip
     # A stage hands its activations to the next one and receives their gradients back: once
     # each way per micro batch of its rows (`rows` is all of a stage's rows).
     add("collective-permute over pipeline", s["pipeline"],
