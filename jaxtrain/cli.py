@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from jaxtrain.commands.options import split_overrides
+from jaxtrain.parallel import native_log_filter
 
 # Commands whose arguments may carry config overrides (`--config.a.b=v`, bare `key=value`).
 _CONFIG_COMMANDS = ("train", "config", "bench", "preflight", "plan")
@@ -111,6 +112,7 @@ def _exit_now(status: int) -> None:
     """
     sys.stdout.flush()
     sys.stderr.flush()
+    native_log_filter.finish()
     os._exit(status)
 
 

@@ -224,6 +224,9 @@ def test_losing_the_coordinator_ends_the_others_with_one_line(tmp_path):
     last = log.strip().splitlines()[-1]
     assert last.startswith("jaxtrain train: error: lost the coordinator at 127.0.0.1:"), log
     assert "(process 0 of 2)" in last and "to resume from checkpoint step" in last
+    # JAX's own native report of the same loss is kept out (parallel/native_log_filter.py).
+    for native in ("Check failure stack trace", "Terminating process", "Polled an error"):
+        assert native not in log, log
 
 
 def test_an_error_in_one_process_stops_the_others_at_once(tmp_path):

@@ -1,4 +1,5 @@
 """Running over many devices and processes: the mesh and the logical-axis rules (`sharding`),
-starting `jax.distributed` from a launcher's environment (`distributed`) and noticing a lost
-process (`peer_watch`).
+starting `jax.distributed` from a launcher's environment (`distributed`), noticing a lost
+process (`peer_watch`) and keeping JAX's native report of a lost coordinator out of the log
+(`native_log_filter`).
 """

@@ -51,7 +51,7 @@ import jax
 from jax._src import distributed as jax_distributed
 
 from jaxtrain.errors import JaxtrainError
-from jaxtrain.parallel import peer_watch
+from jaxtrain.parallel import native_log_filter, peer_watch
 
 DEFAULT_INIT_TIMEOUT_S = 300
 # Beats come from a thread of their own, so a long compile or checkpoint write on one host does
@@ -351,6 +351,8 @@ def initialize(
             file=sys.stderr,
             flush=True,
         )
+    if launch.process_id:  # where losing the coordinator aborts the process natively
+        native_log_filter.start()
     kwargs = {}
     if launch.local_device_ids is not None:
         kwargs["local_device_ids"] = list(launch.local_device_ids)
@@ -439,6 +441,7 @@ def abandon(exit_code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     peer_watch.end_child_processes()
+    native_log_filter.finish()
     os._exit(exit_code)
 
 

@@ -15,13 +15,15 @@ that into one readable line and a bounded exit:
   from a background thread before Python can run. A C-level SIGABRT handler prints the
   `jaxtrain train: error:` line after JAX's own log and exits with the same code.
 
-Why JAX's own log still comes first when process 0 dies: jaxlib 0.10's client polls the service
+Why JAX aborts first when process 0 dies: jaxlib 0.10's client polls the service
 for errors (`PollForError`), and the moment that connection drops it calls its error callback,
 whose default is `LOG(FATAL)` (`client.h:80] Terminating process ...` and a stack trace); on one
 host this fires about 0.2 s after process 0 is killed, so no watch timeout can come first, and
 JAX's heartbeat timeout plays no part. The callback is the client's `missed_heartbeat_callback`,
 but it cannot be given from Python: jaxlib cannot convert the `absl::Status` it passes, and the
 process ends with `std::bad_cast` instead. Error polling itself is not an option jaxlib exposes.
+`native_log_filter` keeps that native report out of the log, so the abort report's line is the
+one the user reads.
 
 Neither runs in a single-process run.
 """
@@ -41,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jaxtrain.parallel import native_log_filter
 from jaxtrain.rundir.step_folders import latest_committed_step
 
 EXIT_PEER_LOST = 3
@@ -165,6 +168,7 @@ class PeerWatch:
         _report(message)
         sys.stdout.flush()
         end_child_processes()
+        native_log_filter.finish()
         os._exit(EXIT_PEER_LOST)
 
     def _loop(self) -> None:
@@ -280,6 +284,7 @@ def install_abort_report(
             )
         _report(f"{cause}. {hint.text()}")
         end_child_processes()
+        native_log_filter.finish()
         os._exit(EXIT_PEER_LOST)
 
     _ABORT_HANDLER = handler_type(on_abort)
