@@ -230,10 +230,31 @@ def test_experts_on_each_devices_tokens_train_like_one_device(spec, sizes, rules
         np.testing.assert_allclose(metrics[key], ref_metrics[key], rtol=2e-5, atol=1e-7)
 
 
-def test_data_parallel_experts_move_no_tokens():
+@pytest.mark.parametrize(
+    "sizes, rules",
+    [(dict(ici_data=8), "data"), (dict(ici_expert=2, ici_tensor=2, ici_data=2), "fsdp_tensor")],
+    ids=["data", "expert-tensor-data"],
+)
+def test_capacity_is_per_device_and_drops_nothing_when_it_holds_everything(sizes, rules):
+    """A capacity of every assignment (factor E) drops nothing, so any mesh trains like one
+    device; a tight one drops on each device's own tokens and says how many."""
+    roomy = dataclasses.replace(SPEC, moe_capacity_factor=float(SPEC.num_experts))
+    reference, ref_metrics, *_ = training_helpers.train(roomy, _mesh())
+    sharded, metrics, *_ = training_helpers.train(roomy, _mesh(**sizes), rules=rules)
+    np.testing.assert_allclose(sharded, reference, rtol=2e-5)
+    assert metrics["moe_dropped"] == ref_metrics["moe_dropped"] == 0.0
+    tight = dataclasses.replace(SPEC, moe_capacity_factor=0.5)
+    _, metrics, *_ = training_helpers.train(tight, _mesh(**sizes), rules=rules, steps=1)
+    # Half an even share per expert: at least half of the assignments go.
+    assert 0.5 <= metrics["moe_dropped"] < 1.0
+
+
+@pytest.mark.parametrize("capacity_factor", [0.0, 1.25], ids=["dropless", "capacity"])
+def test_data_parallel_experts_move_no_tokens(capacity_factor):
     """Split over `data`, a step's only collective is the gradients' (and metrics') all-reduce:
     no device gathers another's tokens or router logits to route them."""
-    text = training_helpers.compiled_step_text(SPEC, _mesh(ici_data=8), rules="data")
+    spec = dataclasses.replace(SPEC, moe_capacity_factor=capacity_factor)
+    text = training_helpers.compiled_step_text(spec, _mesh(ici_data=8), rules="data")
     moved = re.findall(
         r"(all-gather|all-to-all|reduce-scatter|collective-permute)(?:-start)?\(", text
     )

@@ -32,9 +32,13 @@ from jax.sharding import PartitionSpec
 
 from jaxtrain.parallel import sharding
 
-# local_fn(x_BLD, experts_BLK, weights_BLK, params, first_expert) -> routed output y_BLD: the
-# experts over the tokens given, with `params` holding the experts first_expert, first_expert+1..
-LocalExperts = Callable[[jax.Array, jax.Array, jax.Array, dict[str, jax.Array], Any], jax.Array]
+# local_fn(x_BLD, experts_BLK, weights_BLK, params, first_expert) -> (routed output y_BLD,
+# count): the experts over the tokens given, with `params` holding the experts first_expert,
+# first_expert+1, ...; `count` a float32 scalar (the assignments dropped by a capacity) that
+# is summed over every device's tokens and experts.
+LocalExperts = Callable[
+    [jax.Array, jax.Array, jax.Array, dict[str, jax.Array], Any], tuple[jax.Array, jax.Array]
+]
 
 TOKEN_AXES = ("activation_batch", "activation_length", "activation_embed")
 
@@ -86,9 +90,11 @@ def on_own_tokens(
     weights_BLK: jax.Array,
     params: dict[str, jax.Array],
     param_axes: dict[str, tuple[str, ...]],
-) -> jax.Array:
+    counted: bool = False,
+) -> tuple[jax.Array, jax.Array]:
     """`local_fn` on each device's own tokens (see the module docstring); on the whole batch at
-    once outside a mesh, or where the rules leave nothing to split."""
+    once outside a mesh, or where the rules leave nothing to split. Returns (y_BLD, count), the
+    count summed over all devices when `counted`, else 0."""
     active = sharding.active_mesh()
     if active is None:
         return local_fn(x_BLD, experts_BLK, weights_BLK, params, 0)
@@ -136,16 +142,21 @@ def on_own_tokens(
         if mlp_axes and "down_bias" in full:  # added once, not once per `tensor` shard
             keep = jax.lax.axis_index(mlp_axes) == 0
             full["down_bias"] = jnp.where(keep, full["down_bias"], 0)
-        y = local_fn(x, experts, weights, full, first)
+        y, count = local_fn(x, experts, weights, full, first)
         if token_expert_axes:
             y = jax.lax.psum_scatter(y, token_expert_axes, scatter_dimension=0, tiled=True)
         if summed_axes:
             y = jax.lax.psum(y, summed_axes)
-        return y
+        if not counted:
+            return y, jnp.float32(0.0)
+        # Every device counted its own tokens' assignments to its own experts; `mlp` splits
+        # neither, so its devices counted the same ones.
+        counters = tuple(dict.fromkeys(token_axes + expert_axes))
+        return y, jax.lax.psum(count, counters) if counters else count
 
     return jax.shard_map(
         body,
         mesh=mesh,
         in_specs=(token_spec, route_spec, route_spec, param_specs),
-        out_specs=token_spec,
+        out_specs=(token_spec, PartitionSpec()),
     )(x_BLD, experts_BLK, weights_BLK, params)

@@ -150,6 +150,7 @@ class MoE(nnx.Module):
 
     def __init__(self, spec: ModelSpec, *, rngs: nnx.Rngs):
         d, f, e = spec.hidden_size, spec.moe_intermediate_size, spec.num_experts
+        self.num_experts = e
         self.k, self.score, self.norm_topk = (
             spec.num_experts_per_tok,
             spec.moe_score,
@@ -234,19 +235,22 @@ class MoE(nnx.Module):
         }
 
         params, param_axes = self._expert_weights()
-        if self.capacity_factor:
-            y_TD, stats["dropped"] = self._routed_with_capacity(
-                x_TD, experts_TK, weights_TK, params
+        experts_BLK, weights_BLK = experts_TK.reshape(b, l, -1), weights_TK.reshape(b, l, -1)
+        routed = self._routed_with_capacity if self.capacity_factor else self._routed_dropless
+        if self.fp8 is None:
+            y_BLD, dropped = expert_dispatch.on_own_tokens(
+                routed,
+                x_BLD,
+                experts_BLK,
+                weights_BLK,
+                params,
+                param_axes,
+                counted=bool(self.capacity_factor),
             )
-        else:
-            experts_BLK, weights_BLK = experts_TK.reshape(b, l, -1), weights_TK.reshape(b, l, -1)
-            if self.fp8 is None:
-                y_BLD = expert_dispatch.on_own_tokens(
-                    self._routed_dropless, x_BLD, experts_BLK, weights_BLK, params, param_axes
-                )
-            else:  # the float8 amax histories are state, updated from the whole batch at once
-                y_BLD = self._routed_dropless(x_BLD, experts_BLK, weights_BLK, params, 0)
-            y_TD, stats["dropped"] = y_BLD.reshape(b * l, d), jnp.float32(0.0)
+        else:  # the float8 amax histories are state, updated from the whole batch at once
+            y_BLD, dropped = routed(x_BLD, experts_BLK, weights_BLK, params, 0)
+        stats["dropped"] = dropped / (b * l * self.k)
+        y_TD = y_BLD.reshape(b * l, d)
         if hasattr(self, "shared"):
             shared_TD = self.shared(x_BLD).reshape(b * l, d)
             if hasattr(self, "shared_gate"):
@@ -349,9 +353,10 @@ class MoE(nnx.Module):
         weights_BLK: jax.Array,
         params: dict[str, jax.Array],
         first: Any,
-    ) -> jax.Array:
+    ) -> tuple[jax.Array, jax.Array]:
         """Every assignment to the experts in `params` (first, first+1, ...) through its expert,
-        one grouped matmul per weight; assignments to experts held elsewhere give zeros."""
+        one grouped matmul per weight; assignments to experts held elsewhere give zeros.
+        Returns (y_BLD, 0 assignments dropped)."""
         b, l, d = x_BLD.shape
         held = params["up_proj"].shape[0]
         x_AD, order_A, expert_A, sizes_E, weights_TK = self._sorted(
@@ -372,28 +377,41 @@ class MoE(nnx.Module):
         y_AD = self._ffn(x_AD, grouped)
         if biased:  # experts held elsewhere: the grouped matmul leaves their rows zero, biases not
             y_AD = jnp.where((expert_A < held)[:, None], y_AD, 0)
-        return self._combined(y_AD, order_A, weights_TK).reshape(b, l, d)
+        y_BLD = self._combined(y_AD, order_A, weights_TK).reshape(b, l, d)
+        return y_BLD, jnp.float32(0.0)
 
     def _routed_with_capacity(
         self,
-        x_TD: jax.Array,
-        experts_TK: jax.Array,
-        weights_TK: jax.Array,
+        x_BLD: jax.Array,
+        experts_BLK: jax.Array,
+        weights_BLK: jax.Array,
         params: dict[str, jax.Array],
+        first: Any,
     ) -> tuple[jax.Array, jax.Array]:
-        """Assignments (sorted by expert) packed into a fixed [E, C, D] buffer, C the capacity;
-        an expert's assignments past C are dropped and give zeros. Returns (y_TD, fraction
-        dropped). Static shapes let the expert axis shard without ragged sizes."""
-        num_experts = params["up_proj"].shape[0]
+        """The assignments to the experts in `params` (first, first+1, ...), sorted by expert,
+        packed into a fixed [E, C, D] buffer: C, the capacity, is `capacity_factor` times an
+        even share of the assignments given to all experts. An expert's assignments past C are
+        dropped and give zeros, as do those to experts held elsewhere. Returns (y_BLD, number
+        of assignments dropped). Static shapes let the expert axis shard without ragged sizes;
+        on a mesh each device's tokens (gathered along `expert`) have a capacity of their own.
+        """
+        b, l, d = x_BLD.shape
+        held = params["up_proj"].shape[0]
         x_AD, order_A, expert_A, sizes_E, weights_TK = self._sorted(
-            x_TD, experts_TK, weights_TK, 0, num_experts
+            x_BLD.reshape(b * l, d),
+            experts_BLK.reshape(b * l, -1),
+            weights_BLK.reshape(b * l, -1),
+            first,
+            held,
         )
         num_assignments = x_AD.shape[0]
-        capacity = max(1, math.ceil(self.capacity_factor * num_assignments / num_experts))
+        capacity = max(1, math.ceil(self.capacity_factor * num_assignments / self.num_experts))
         first_E = jnp.cumsum(sizes_E) - sizes_E
-        rank_A = jnp.arange(num_assignments) - jnp.take(first_E, expert_A)
-        kept_A = rank_A < capacity
-        x_ECD = jnp.zeros((num_experts, capacity, x_AD.shape[1]), x_AD.dtype)
+        rank_A = jnp.arange(num_assignments) - jnp.take(first_E, expert_A, mode="clip")
+        mine_A = expert_A < held
+        kept_A = mine_A & (rank_A < capacity)
+        # Rows of experts held elsewhere index past the buffer and are dropped with the rest.
+        x_ECD = jnp.zeros((held, capacity, d), x_AD.dtype)
         x_ECD = x_ECD.at[expert_A, rank_A].set(x_AD, mode="drop")
 
         def batched(lhs, name, bias):
@@ -403,10 +421,10 @@ class MoE(nnx.Module):
             return out
 
         y_ECD = self._ffn(x_ECD, batched)
-        y_AD = y_ECD[expert_A, jnp.minimum(rank_A, capacity - 1)]
+        y_AD = y_ECD[jnp.minimum(expert_A, held - 1), jnp.minimum(rank_A, capacity - 1)]
         y_AD = jnp.where(kept_A[:, None], y_AD, 0)
-        dropped = 1.0 - jnp.mean(kept_A.astype(jnp.float32))
-        return self._combined(y_AD, order_A, weights_TK), dropped
+        dropped = jnp.sum(mine_A & ~kept_A).astype(jnp.float32)
+        return self._combined(y_AD, order_A, weights_TK).reshape(b, l, d), dropped
 
 
 # Train-step metrics of a mixture of experts: token-weighted means over the step.
