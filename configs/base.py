@@ -127,6 +127,9 @@ def get_config() -> ConfigDict:
     c.backend.fp8_formats = "auto"  # float8 types of model.quantization=fp8: auto (from the
     #   device) | ocp (e4m3fn/e5m2: NVIDIA, AMD MI350X/MI355X) | fnuz (e4m3fnuz/e5m2fnuz: AMD
     #   MI300X/MI325X, MaxText's nanoo_fp8)
+    c.backend.grouped_matmul = "auto"  # the experts' grouped matmul: auto (from the hardware)
+    #   | ragged (jax.lax.ragged_dot, the platform's grouped GEMM) | tiles (a scan of row tiles
+    #   in one group each; CPUs, whose ragged_dot multiplies every row by every expert)
 
     c.sample = ConfigDict()
     c.sample.prompt = ""  # text to continue after training; "" skips the sample

@@ -15,6 +15,9 @@ choices that follow from it:
 - `keep_attention_probabilities`: CPUs keep each attention block's softmax numerator for the
   backward pass instead of recomputing it (faster there); accelerators recompute, trading
   matmuls they have plenty of for memory.
+- `grouped_matmul`: how the experts' grouped matmul runs (`jaxtrain.models.layers.grouped_matmul`):
+  "ragged", the platform's `jax.lax.ragged_dot` (GPUs, TPUs), or "tiles" on CPUs, whose
+  `ragged_dot` multiplies every row by every group's weights.
 - `fp8_formats`: the float8 types of `model.quantization="fp8"` (`jaxtrain.models.layers.fp8`): "ocp"
   (`float8_e4m3fn` / `float8_e5m2`, the OCP standard of NVIDIA Hopper/Ada/Blackwell and AMD
   MI350X/MI355X) or "fnuz" (`float8_e4m3fnuz` / `float8_e5m2fnuz`, the only ones the matrix
@@ -24,7 +27,7 @@ choices that follow from it:
 
 `current()` is the backend of this process's devices unless the config names another
 (`backend.target`, e.g. to compile a GPU's program on a CPU host with tools/compile_plan.py) or
-overrides a choice (`backend.bf16_products`, `backend.fp8_formats`). The trainer installs it
+overrides a choice (`backend.bf16_products`, `backend.fp8_formats`, `backend.grouped_matmul`). The trainer installs it
 once at start, prints `describe()` and records it in the run's config.json. The figures behind
 each choice, with the CPU they were measured on, are in docs/performance.md#hardware-choices.
 """
@@ -81,6 +84,7 @@ class Backend:
     cudnn_attention: bool = False
     attention_block: tuple[int, int] = (128, 128)  # queries per block: <= 1024 tokens, longer
     keep_attention_probabilities: bool = False
+    grouped_matmul: str = "ragged"  # "ragged" (jax.lax.ragged_dot) | "tiles" (a scan of tiles)
     fp8_formats: str = "ocp"  # "ocp" (e4m3fn / e5m2) | "fnuz" (e4m3fnuz / e5m2fnuz)
     fp8_native: bool = False  # float8 products run on the device's matrix units
 
@@ -105,7 +109,11 @@ class Backend:
             )
         )
         fp8 = f"fp8 {self.fp8_formats.upper()} {'native' if self.fp8_native else 'emulated by XLA'}"
-        return f"backend: {target}; bfloat16 products {products}; attention {attention}; {fp8}"
+        experts = f"experts' grouped matmul {self.grouped_matmul}"
+        return (
+            f"backend: {target}; bfloat16 products {products}; attention {attention}; {experts}; "
+            f"{fp8}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The backend as plain values (config.json, benchmark reports)."""
@@ -150,6 +158,7 @@ def for_cpu(flags: frozenset[str], kind: str = "") -> Backend:
         cudnn_attention=False,
         attention_block=(64, 128),
         keep_attention_probabilities=True,
+        grouped_matmul="tiles",
     )
 
 
@@ -213,11 +222,12 @@ def detect(device: Any = None) -> Backend:
 
 
 BF16_PRODUCT_CHOICES = ("auto", "native", "widened")
+GROUPED_MATMUL_CHOICES = ("auto", "ragged", "tiles")
 
 
 def from_config(section: Mapping[str, Any] | None) -> Backend:
     """The backend a config's `backend` section asks for (`target`, `bf16_products`,
-    `fp8_formats`)."""
+    `fp8_formats`, `grouped_matmul`)."""
     section = dict(section or {})
     target = section.get("target", "") or ""
     if target and target not in TARGETS:
@@ -245,6 +255,15 @@ def from_config(section: Mapping[str, Any] | None) -> Backend:
         )
     if formats != "auto":
         chosen = dataclasses.replace(chosen, fp8_formats=formats)
+    grouped = section.get("grouped_matmul", "auto") or "auto"
+    if grouped not in GROUPED_MATMUL_CHOICES:
+        raise ConfigError(
+            f"backend.grouped_matmul={grouped!r} is not one of {GROUPED_MATMUL_CHOICES}: "
+            "'ragged' for jax.lax.ragged_dot, 'tiles' for a scan of row tiles (CPUs), 'auto' "
+            "to take the hardware's."
+        )
+    if grouped != "auto":
+        chosen = dataclasses.replace(chosen, grouped_matmul=grouped)
     return chosen
 
 

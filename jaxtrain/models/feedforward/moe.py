@@ -14,8 +14,8 @@ and clamps its SwiGLU (`clamped_swiglu`); Llama 4 scales each expert's input, no
 by the router weight.
 
 Routing is dropless: every token reaches all of its k experts, whatever the load. Assignments
-are sorted by expert so each expert's tokens are contiguous, then one `jax.lax.ragged_dot`
-(a grouped matmul: rows [M, D] in expert order, weights [E, D, F], group sizes [E]) runs all
+are sorted by expert so each expert's tokens are contiguous, then one grouped matmul (rows
+[M, D] in expert order, weights [E, D, F], group sizes [E]; `layers.grouped_matmul`) runs all
 experts at once. On a mesh each device routes its own tokens (`expert_dispatch`): weights
 split over `expert` run the tokens of the devices along that axis, gathered, through each
 device's own experts.
@@ -34,6 +34,7 @@ from jaxtrain.models.feedforward import expert_dispatch
 from jaxtrain.models.feedforward.mlp import ReluSquaredMLP, SwiGLU, geglu, swiglu
 from jaxtrain.models.layers import fp8 as fp8_lib
 from jaxtrain.models.layers.basic import Dense, make_param, softcap
+from jaxtrain.models.layers.grouped_matmul import grouped_matmul
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 from jaxtrain.parallel import sharding
 
@@ -316,7 +317,7 @@ class MoE(nnx.Module):
                 sizes,
             )
         if kind == "ragged":
-            return jax.lax.ragged_dot(lhs, w, sizes)
+            return grouped_matmul(lhs, w, sizes)
         return jnp.einsum("ecx,exy->ecy", lhs, w)
 
     def _sorted(
