@@ -297,10 +297,10 @@ class MoE(nnx.Module):
     def _expert_weights(self) -> tuple[dict[str, jax.Array], dict[str, tuple[str, ...]]]:
         """The experts' weights and biases in the compute dtype, and their logical axes."""
         names = ("gate_proj", "up_proj", "down_proj", "gate_bias", "up_bias", "down_bias")
-        held = [getattr(self, n) for n in names if hasattr(self, n)]
+        held = {n: getattr(self, n) for n in names if hasattr(self, n)}  # relu2 has no gate
         return (
-            {n: v[...].astype(self.dtype) for n, v in zip(names, held)},
-            {n: tuple(v.logical_axes) for n, v in zip(names, held)},
+            {n: v[...].astype(self.dtype) for n, v in held.items()},
+            {n: tuple(v.logical_axes) for n, v in held.items()},
         )
 
     def _product(
