@@ -321,13 +321,22 @@ class MoE(nnx.Module):
         return jnp.einsum("ecx,exy->ecy", lhs, w)
 
     def _sorted(
-        self, x_TD: jax.Array, experts_TK: jax.Array, weights_TK: jax.Array, first: Any, held: int
+        self,
+        x_BLD: jax.Array,
+        experts_BLK: jax.Array,
+        weights_BLK: jax.Array,
+        first: Any,
+        held: int,
     ) -> tuple[jax.Array, ...]:
-        """The T x K assignments sorted by expert, for the `held` experts first, first+1, ...:
-        (rows x_AD in that order, order_A, each sorted row's expert among those held (`held`
-        for an expert held elsewhere, sorted last), sizes_E of the held ones, weights_TK).
+        """The B x L x K assignments sorted by expert, for the `held` experts first, first+1,
+        ...: (rows x_AD in that order, order_A, each sorted row's expert among those held
+        (`held` for an expert held elsewhere, sorted last), sizes_E of the held ones, the
+        weights as weights_TK over the T = B x L tokens).
 
         A stable sort keeps token order inside an expert's group."""
+        x_TD = x_BLD.reshape(-1, x_BLD.shape[-1])
+        experts_TK = experts_BLK.reshape(x_TD.shape[0], -1)
+        weights_TK = weights_BLK.reshape(x_TD.shape[0], -1)
         local_A = experts_TK.reshape(-1) - first
         local_A = jnp.where((local_A >= 0) & (local_A < held), local_A, held)
         order_A = jnp.argsort(local_A, stable=True)
@@ -361,11 +370,7 @@ class MoE(nnx.Module):
         b, l, d = x_BLD.shape
         held = params["up_proj"].shape[0]
         x_AD, order_A, expert_A, sizes_E, weights_TK = self._sorted(
-            x_BLD.reshape(b * l, d),
-            experts_BLK.reshape(b * l, -1),
-            weights_BLK.reshape(b * l, -1),
-            first,
-            held,
+            x_BLD, experts_BLK, weights_BLK, first, held
         )
         biased = any(n.endswith("_bias") for n in params)
 
@@ -399,11 +404,7 @@ class MoE(nnx.Module):
         b, l, d = x_BLD.shape
         held = params["up_proj"].shape[0]
         x_AD, order_A, expert_A, sizes_E, weights_TK = self._sorted(
-            x_BLD.reshape(b * l, d),
-            experts_BLK.reshape(b * l, -1),
-            weights_BLK.reshape(b * l, -1),
-            first,
-            held,
+            x_BLD, experts_BLK, weights_BLK, first, held
         )
         num_assignments = x_AD.shape[0]
         capacity = max(1, math.ceil(self.capacity_factor * num_assignments / self.num_experts))
