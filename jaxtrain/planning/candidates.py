@@ -48,6 +48,7 @@ class Candidate:
     loss_chunks: int
     estimate_bytes: float = 0.0  # first guess of memory per device
     grad_bytes: float = 0.0  # float32 gradients per device (twice the shard when accumulating)
+    update_bytes: float = 0.0  # what the optimizer update and gradient accumulation move
     estimate_collectives: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     bubble: float = 0.0
     # Pipeline ticks per pass, in whole-stage units: every tick runs a stage's layers (one
@@ -254,6 +255,9 @@ def estimate(cand: Candidate, cfg: ConfigDict, spec: Any, state: memory.MemoryPl
     logits = rows * m.vocab_size / t * 4 * 2 / max(cand.loss_chunks, 1)
     micro_steps = cfg.train.global_batch_size // cand.micro_batch
     cand.grad_bytes = state.params * (2 if micro_steps > 1 else 1)
+    # The update reads the state and the gradients and writes the state back; accumulating
+    # reads the running sum and a micro batch's gradients and writes the sum, per micro step.
+    cand.update_bytes = 2 * state.state + state.params + 3 * state.params * (micro_steps - 1)
     cand.estimate_bytes = (
         state.state + state.batch + cand.grad_bytes + layers * saved + layer + transient + logits
     )

@@ -23,13 +23,13 @@ import time
 FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 
 
-def environment(devices: int) -> dict[str, str]:
-    """This process's environment with XLA asked for `devices` CPU devices."""
+def environment(devices: int, fast_compile: bool = True) -> dict[str, str]:
+    """This process's environment with XLA asked for `devices` CPU devices (and, with
+    `fast_compile`, for programs that are compiled to be read, not run)."""
     env = dict(os.environ)
     flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", env.get("XLA_FLAGS", ""))
-    env["XLA_FLAGS"] = (
-        f"{flags} --xla_force_host_platform_device_count={devices} {FAST_COMPILE_FLAGS}"
-    ).strip()
+    fast = FAST_COMPILE_FLAGS if fast_compile else ""
+    env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices} {fast}".strip()
     env["JAX_PLATFORMS"] = "cpu"
     return env
 

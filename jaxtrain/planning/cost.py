@@ -2,17 +2,20 @@
 bytes over the links they cross, less what the schedule hides.
 
     compute = FLOPs per device per step x remat factor / (peak x efficiency x fill) / (1 - bubble)
+    update  = bytes the optimizer update and gradient accumulation move / memory bandwidth
     comm    = sum over collectives of (bus bytes / link bandwidth + runs x latency)
-    step    = compute + blocking comm + max(0, hideable comm - OVERLAP x compute)
+    step    = compute + update + blocking comm + max(0, hideable comm - overlap x compute)
 
 - FLOPs are jaxtrain's formula (`ModelSpec.flops_per_token`: 6 x matmul parameters + causal
   attention); rematerialisation adds the recomputed forward (`REMAT_FACTOR`).
 - `fill`: small matmuls run below the peak; a device's rows per micro batch r give
   r / (r + HALF_FILL_ROWS), a simple saturating curve (a planning heuristic, not measured).
+- The update counts because it scales with the state a device holds, not with its tokens:
+  every `data` replica updates all of its copy, where `fsdp` shards update a slice each.
 - A collective crosses the inter-host network when any mesh axis it spans has `dcn_*` > 1.
 - Hideable: gathers of weights and reductions of gradients over `data`/`fsdp` (XLA's
-  latency-hiding scheduler prefetches the next layer's weights during this layer's matmuls);
-  blocking: tensor, context and expert collectives, which sit between a layer's matmuls.
+  latency-hiding scheduler prefetches the next layer's weights during this layer's matmuls;
+  the device kind's `overlap` says how much of the compute can hide them); blocking: tensor, context and expert collectives, which sit between a layer's matmuls.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ REMAT_FACTOR = {
     "full": 8 / 6,
 }
 HALF_FILL_ROWS = 256  # rows per device at which a matmul is assumed to reach half its rate
-OVERLAP = 0.8  # fraction of compute time that can hide data/fsdp collectives
 _HIDEABLE_AXES = {"data", "fsdp"}
 
 
@@ -42,6 +44,7 @@ class Prediction:
 
     step_s: float
     compute_s: float
+    update_s: float
     comm_s: dict[str, float]  # exposed time per "kind over axes"
     tokens_per_s: float
     mfu: float
@@ -72,11 +75,13 @@ def predict(
     dcn: Mapping[str, int],
     tokens_per_step: float,
     devices: int,
+    update_bytes: float = 0.0,
 ) -> Prediction:
     """Step time, tokens/s and MFU of one layout from its per-device figures."""
     fill = rows_per_device / (rows_per_device + HALF_FILL_ROWS)
     rate = kind.peak_flops * kind.efficiency * fill
     compute = model_flops_per_device * REMAT_FACTOR.get(remat, 1.0) / rate / (1 - bubble)
+    update = update_bytes / (kind.hbm_gbs * 1e9) if kind.hbm_gbs > 0 else 0.0
     hideable, blocking = {}, {}
     for key, c in collectives.items():
         remote = crosses_hosts(key, dcn)
@@ -85,14 +90,14 @@ def predict(
         seconds = c["bus_bytes"] / bandwidth + c["runs"] * latency
         axes = set(key.split(" over ", 1)[1].split("+"))
         (hideable if axes <= _HIDEABLE_AXES else blocking)[key] = seconds
-    budget = OVERLAP * compute
+    budget = kind.overlap * compute
     exposed = dict(blocking)
     # Hide the cheapest hideable collectives first; what exceeds the budget is exposed.
     for key, seconds in sorted(hideable.items(), key=lambda kv: kv[1]):
         hidden = min(seconds, budget)
         budget -= hidden
         exposed[key] = seconds - hidden
-    step = compute + sum(exposed.values())
+    step = compute + update + sum(exposed.values())
     tokens_per_s = tokens_per_step / step
     mfu = model_flops_per_device / step / kind.peak_flops
-    return Prediction(step, compute, exposed, tokens_per_s, mfu)
+    return Prediction(step, compute, update, exposed, tokens_per_s, mfu)

@@ -15,6 +15,15 @@ Peaks are `jaxtrain.hardware.peaks` (vendor data sheets, dense bf16). The other 
   H100/H200 with cuBLAS and 55-60% on MI300-class GPUs with hipBLASLt in public GEMM
   benchmarks; the rest of the step, norms, attention softmax and the optimizer, run below it).
 - `latency_us`: a fixed cost per collective (launch and synchronisation), inside / across hosts.
+- `hbm_gbs`: memory bandwidth per device (data sheets: H100 SXM 3.35 TB/s, H200 4.8, B200 8,
+  MI300X 5.3, MI325X 6, MI355X 8): the rate of the optimizer update and of gradient
+  accumulation, which read and write every state byte a device holds and do little arithmetic.
+- `overlap`: the fraction of the compute time that can hide `data`/`fsdp` collectives. A GPU
+  moves them with its copy engines and NICs while its cores run matmuls; fake CPU devices
+  copy with the same cores that compute, so nothing hides there.
+
+For `cpu` the peak, memory, bandwidths and latencies are measured on this host for the
+planned number of fake devices (`cpu_kind`, `planning/cpu_links.py`).
 
 These are planning figures, not measurements of a given cluster: `--hardware FILE.json`
 replaces any of them ({"H100": {"inter_gbs": 80}}, or a flat {"inter_gbs": 80} for the kind
@@ -43,20 +52,22 @@ class DeviceKind:
     intra_gbs: float
     inter_gbs: float
     efficiency: float
+    hbm_gbs: float
     latency_intra_us: float = 10.0
     latency_inter_us: float = 30.0
+    overlap: float = 0.8
 
 
 _TABLE: dict[str, dict[str, float]] = {
-    "H100": dict(hbm_gib=80, intra_gbs=360, inter_gbs=40, efficiency=0.72),
-    "H200": dict(hbm_gib=141, intra_gbs=360, inter_gbs=40, efficiency=0.74),
-    "B200": dict(hbm_gib=180, intra_gbs=720, inter_gbs=40, efficiency=0.65),
-    "MI300X": dict(hbm_gib=192, intra_gbs=300, inter_gbs=40, efficiency=0.57),
-    "MI325X": dict(hbm_gib=256, intra_gbs=300, inter_gbs=40, efficiency=0.58),
-    "MI355X": dict(hbm_gib=288, intra_gbs=430, inter_gbs=40, efficiency=0.55),
-    # Fake CPU devices: one host's cores and memory shared by all of them; the peak is
-    # measured (`cpu_kind`), copies between devices run at memory bandwidth.
-    "cpu": dict(hbm_gib=0, intra_gbs=10, inter_gbs=10, efficiency=0.5),
+    "H100": dict(hbm_gib=80, intra_gbs=360, inter_gbs=40, efficiency=0.72, hbm_gbs=3350),
+    "H200": dict(hbm_gib=141, intra_gbs=360, inter_gbs=40, efficiency=0.74, hbm_gbs=4800),
+    "B200": dict(hbm_gib=180, intra_gbs=720, inter_gbs=40, efficiency=0.65, hbm_gbs=8000),
+    "MI300X": dict(hbm_gib=192, intra_gbs=300, inter_gbs=40, efficiency=0.57, hbm_gbs=5300),
+    "MI325X": dict(hbm_gib=256, intra_gbs=300, inter_gbs=40, efficiency=0.58, hbm_gbs=6000),
+    "MI355X": dict(hbm_gib=288, intra_gbs=430, inter_gbs=40, efficiency=0.55, hbm_gbs=8000),
+    # Fake CPU devices: one host's cores and memory shared by all of them; everything but
+    # the efficiency is measured (`cpu_kind`).
+    "cpu": dict(hbm_gib=0, intra_gbs=0, inter_gbs=0, efficiency=0.5, hbm_gbs=0, overlap=0.0),
 }
 KINDS = tuple(_TABLE)
 
@@ -76,13 +87,15 @@ def _peak(name: str) -> float:
 
 
 def cpu_kind(devices: int) -> dict[str, float]:
-    """The host's measured matmul rate and available memory, shared by `devices` fake devices."""
-    from jaxtrain.planning import memory
+    """The host's matmul rate and available memory shared by `devices` fake devices, and the
+    links and memory bandwidth measured with that many (`planning/cpu_links.py`)."""
+    from jaxtrain.planning import cpu_links, memory
 
     available = memory._host_available_bytes() or 0
     return {
         "peak_flops": peaks.measured_matmul_flops() / devices,
         "hbm_gib": available / devices / 2**30,
+        **cpu_links.measured(devices),
     }
 
 

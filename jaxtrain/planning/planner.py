@@ -158,6 +158,7 @@ def _predict(
         dcn=cand.dcn,
         tokens_per_step=tokens,
         devices=devices,
+        update_bytes=cand.update_bytes,
     )
 
 
@@ -210,7 +211,7 @@ def plan(
     ranked = []
     for cand, result in zip(chosen, compiled):
         if "error" in result:
-            nothing = cost.Prediction(float("inf"), 0.0, {}, 0.0, 0.0)
+            nothing = cost.Prediction(float("inf"), 0.0, 0.0, {}, 0.0, 0.0)
             ranked.append(Ranked(cand, float("inf"), nothing, False, error=result["error"]))
             continue
         pred = _predict(kind, cfg, spec, cand, result["collectives"], devices)
@@ -254,4 +255,6 @@ def _explain(ranked: list[Ranked], capacity: float) -> None:
             why = f" ({worst}: {r.prediction.comm_s[worst] * 1e3:.0f} ms exposed)" if worst else ""
             if r.prediction.compute_s > best.compute_s * 1.01:
                 why += " (more compute: remat, bubble or small matmuls)"
+            if r.prediction.update_s > best.update_s * 1.01 + 1e-4 * best.step_s:
+                why += f" (optimizer update over more state: {r.prediction.update_s * 1e3:.0f} ms)"
             r.reason = f"slower by {slower:.0%}{why}"
