@@ -89,9 +89,12 @@ def exported_hf_model(spec: ModelSpec, params: dict, path, architecture: str):
     return model
 
 
-def assert_logits_match(ours_BLV, hf_model, tokens_BL: np.ndarray, label: str = "") -> None:
-    """jaxtrain's logits equal the transformers model's within 1e-4, and those are large enough
-    for the tolerance to bite; `label` names the case in a failure."""
+def assert_logits_match(
+    ours_BLV, hf_model, tokens_BL: np.ndarray, label: str = "", tolerance: float = 1e-4
+) -> None:
+    """jaxtrain's logits equal the transformers model's within `tolerance`, and those are large
+    enough for the tolerance to bite; `label` names the case in a failure."""
     ref = hf_logits(hf_model, tokens_BL)
     assert float(np.abs(ref).max()) > 1.0, label
-    assert max_diff(ours_BLV, ref) < 1e-4, label
+    diff = max_diff(ours_BLV, ref)
+    assert diff < tolerance, f"{label}: logits differ by {diff:.3g} (tolerance {tolerance:g})"

@@ -40,6 +40,10 @@ from jaxtrain.interop.hf_qwen3_next import QWEN3_NEXT_FAMILIES as FAMILIES  # no
 from jaxtrain.models.presets.registry import PRESETS, PUBLISHED_PARAMS, model_spec  # noqa: E402
 
 VOCAB, SEQ = 96, 20
+# float32 rounding through the gated delta rule's recurrence: on a 2-core Intel Xeon (AMX) the
+# same jaxtrain logits moved by 5e-5 between XLA's optimisation levels (the tests compile at
+# level 0), and differed from transformers' by 1.2e-4 at level 0 and 6.9e-5 at the default.
+TOLERANCE = 2e-4
 _TINY = dict(
     vocab_size=VOCAB,
     hidden_size=32,
@@ -94,7 +98,8 @@ def test_hf_to_jaxtrain_logits(arch, tmp_path):
     assert spec.block_pattern == _CASES[arch][2]
     assert (spec.rope_dim, spec.attn_output_gate, spec.norm_zero_centered) == (4, True, True)
     tokens_BL = tokens(VOCAB, SEQ)
-    assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL, arch)
+    ours_BLV = model_from_params(spec, params)(tokens_BL)
+    assert_logits_match(ours_BLV, hf_model, tokens_BL, arch, tolerance=TOLERANCE)
 
 
 @pytest.mark.parametrize("arch", sorted(_CASES))
@@ -103,7 +108,8 @@ def test_jaxtrain_to_hf_logits(arch, tmp_path):
     params = random_params(spec)
     hf_model = exported_hf_model(spec, params, tmp_path, arch)
     tokens_BL = tokens(VOCAB, SEQ)
-    assert_logits_match(model_from_params(spec, params)(tokens_BL), hf_model, tokens_BL, arch)
+    ours_BLV = model_from_params(spec, params)(tokens_BL)
+    assert_logits_match(ours_BLV, hf_model, tokens_BL, arch, tolerance=TOLERANCE)
     assert load_hf_params(tmp_path)[0] == spec
 
 
