@@ -1,6 +1,7 @@
 """`python -m jaxtrain plan` on 8 CPU devices: its picks are layouts the trainer accepts, its
 memory figure matches the compiled program, and its first pick is not slower than the others."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -54,17 +55,23 @@ def test_memory_of_first_pick_matches_the_compiled_program(picks):
 
 
 def _measured_step_s(config: str, picks: list[dict], rounds: int = 2) -> list[float]:
-    """`bench`'s step time of each pick, the best of `rounds` rounds that each measure every
+    """`bench`'s step time of each pick, the best of `rounds` rounds that each time every
     pick once (its trainer raises on a layout it refuses). Interleaved: the process's first
     measurement runs slower than the rest, and a machine shared with other work changes its
     pace over minutes, so no pick should take all of its runs in one stretch."""
-    configs = [
-        compat.load_config_file(config, p["overrides"], allow_unsupported=True) for p in picks
-    ]
     step_s = [float("inf")] * len(picks)
-    for _ in range(rounds):
-        for i, cfg in enumerate(configs):
-            step_s[i] = min(step_s[i], bench.benchmark(cfg, steps=5, warmup=2)["step_time_s"])
+    with contextlib.ExitStack() as stack:
+        trainers = [
+            stack.enter_context(bench.synthetic_trainer(
+                compat.load_config_file(config, p["overrides"], allow_unsupported=True),
+                steps=rounds * 7 + 1,
+            ))
+            for p in picks
+        ]  # fmt: skip
+        for _ in range(rounds):
+            for i, trainer in enumerate(trainers):
+                figures = bench.time_steps(trainer, steps=5, warmup=2)
+                step_s[i] = min(step_s[i], figures["step_time_s"])
     return step_s
 
 

@@ -88,10 +88,12 @@ def benchmark(
 ) -> dict[str, float]:
     """Compiles and times `steps` train steps after `warmup` ones; returns the figures."""
     with synthetic_trainer(cfg, steps + warmup + 1, devices) as trainer:
-        return _time_steps(trainer, steps, warmup)
+        return time_steps(trainer, steps, warmup)
 
 
-def _time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
+def time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
+    """Times `steps` train steps of an open trainer (`synthetic_trainer`) after `warmup`
+    ones; returns the figures. Callable again on the same trainer, to interleave several."""
     cfg, spec = trainer.cfg, trainer.spec
     batch = trainer.setup.global_batch(synthetic_batch(cfg, spec.vocab_size))
     compiled, compile_s = trainer.compiled_step, trainer.compile_s
