@@ -8,8 +8,9 @@ The LLVM back end's optimisation is turned off there: it takes a third of a comp
 changes neither the buffer assignment (the memory figures) nor the collectives.
 
 The job names the config, its overrides and, per candidate, the overrides to compile with;
-each candidate's figures (memory per device, collectives by kind and mesh axes) are written as
-a JSON file at the path the job gives, which is the planner's cache.
+each candidate's figures (memory per device, collectives by kind and mesh axes, the FLOPs of
+its matrix products) are written as a JSON file at the path the job gives, which is the
+planner's cache.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def launch_env(devices: int, hosts: int) -> dict[str, str]:
 def _compile_one(job: dict, task: dict) -> dict:
     from jaxtrain import compat
     from jaxtrain.planning import compile as compile_plan
-    from jaxtrain.planning import hlo_collectives
+    from jaxtrain.planning import hlo_collectives, hlo_flops
 
     overrides = [*job["overrides"], *task["overrides"]]
     cfg = compat.load_config_file(
@@ -58,11 +59,13 @@ def _compile_one(job: dict, task: dict) -> dict:
     )
     start = time.perf_counter()
     plan, compiled = compile_plan.compile_step(cfg, hosts=job["hosts"])
-    found = hlo_collectives.collectives(compiled.as_text())
+    text = compiled.as_text()
+    found = hlo_collectives.collectives(text)
     return {
         "memory": plan.memory,
         "peak_bytes": plan.peak_bytes,
         "collectives": hlo_collectives.summarise(found, plan.mesh),
+        "dot_flops": hlo_flops.dot_flops(text),
         "compile_s": time.perf_counter() - start,
     }
 

@@ -7,7 +7,12 @@ bytes over the links they cross, less what the schedule hides.
     step    = compute + update + blocking comm + max(0, hideable comm - overlap x compute)
 
 - FLOPs are jaxtrain's formula (`ModelSpec.flops_per_token`: 6 x matmul parameters + causal
-  attention); rematerialisation adds the recomputed forward (`REMAT_FACTOR`).
+  attention); rematerialisation adds the recomputed forward (`REMAT_FACTOR`). Where the
+  compiled program is the one that runs (`cpu`: the planner compiles for fake CPU devices),
+  its own matrix-product FLOPs replace them (`executed_flops_per_device`, `hlo_flops`): they
+  include the recomputation, pipeline bubbles, padded and masked rows that the formula does
+  not. On accelerators the formula stands, since their attention and grouped-matmul kernels
+  are not the CPU program's.
 - `fill`: small matmuls run below the peak; a device's rows per micro batch r give
   r / (r + HALF_FILL_ROWS), a simple saturating curve (a planning heuristic, not measured).
 - The update counts because it scales with the state a device holds, not with its tokens:
@@ -15,7 +20,8 @@ bytes over the links they cross, less what the schedule hides.
 - A collective crosses the inter-host network when any mesh axis it spans has `dcn_*` > 1.
 - Hideable: gathers of weights and reductions of gradients over `data`/`fsdp` (XLA's
   latency-hiding scheduler prefetches the next layer's weights during this layer's matmuls;
-  the device kind's `overlap` says how much of the compute can hide them); blocking: tensor, context and expert collectives, which sit between a layer's matmuls.
+  the device kind's `overlap` says how much of the compute can hide them); blocking: tensor,
+  context and expert collectives, which sit between a layer's matmuls.
 """
 
 from __future__ import annotations
@@ -76,11 +82,16 @@ def predict(
     tokens_per_step: float,
     devices: int,
     update_bytes: float = 0.0,
+    executed_flops_per_device: float = 0.0,
 ) -> Prediction:
-    """Step time, tokens/s and MFU of one layout from its per-device figures."""
+    """Step time, tokens/s and MFU of one layout from its per-device figures;
+    `executed_flops_per_device` (> 0): the program's own FLOPs, remat and bubble included."""
     fill = rows_per_device / (rows_per_device + HALF_FILL_ROWS)
     rate = kind.peak_flops * kind.efficiency * fill
-    compute = model_flops_per_device * REMAT_FACTOR.get(remat, 1.0) / rate / (1 - bubble)
+    if executed_flops_per_device > 0:
+        compute = executed_flops_per_device / rate
+    else:
+        compute = model_flops_per_device * REMAT_FACTOR.get(remat, 1.0) / rate / (1 - bubble)
     update = update_bytes / (kind.hbm_gbs * 1e9) if kind.hbm_gbs > 0 else 0.0
     hideable, blocking = {}, {}
     for key, c in collectives.items():

@@ -23,19 +23,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from jaxtrain.planning import hlo_text
 from jaxtrain.planning.compile import COLLECTIVES
 
-_HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _INSTRUCTION = re.compile(
     r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.+?)\s+(" + "|".join(COLLECTIVES) + r")(-start)?\("
 )
 _SHAPE = re.compile(r"\b(pred|[a-z]+\d+[a-z0-9]*)\[([\d,]*)\]")
-_CALLEE = re.compile(
-    r"\b(?:calls|to_apply|body|condition|true_computation|false_computation)=%?([\w.\-]+)"
-)
-_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
-_WHILE_BODY = re.compile(r"\bbody=%?([\w.\-]+)")
-_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _LISTED = re.compile(r"replica_groups=\{\{([\d,\s]*)\}")
 _IOTA = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
 _MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
@@ -107,49 +101,10 @@ def _group(line: str) -> tuple[int, ...]:
     return ()  # replica_groups={}: every device
 
 
-def _computations(hlo_text: str) -> tuple[dict[str, list[str]], str]:
-    """{computation name: its instruction lines}, and the entry computation's name."""
-    bodies: dict[str, list[str]] = {}
-    entry, current = "", None
-    for line in hlo_text.splitlines():
-        if current is None:
-            if (m := _HEADER.match(line)) and not line.startswith(" "):
-                current = m.group(1)
-                bodies[current] = []
-                if line.startswith("ENTRY"):
-                    entry = current
-        elif line.strip() == "}":
-            current = None
-        else:
-            bodies[current].append(line)
-    return bodies, entry
-
-
-def _runs_per_computation(bodies: Mapping[str, list[str]], entry: str) -> dict[str, int]:
-    """How many times each computation runs per execution of the entry computation."""
-    runs = dict.fromkeys(bodies, 0)
-    runs[entry] = 1
-    # Callees are printed before their callers, so callers come first in reverse order.
-    for name in reversed(list(bodies)):
-        if not runs[name]:
-            continue
-        for line in bodies[name]:
-            callees = _CALLEE.findall(line)
-            if m := _BRANCHES.search(line):
-                callees += [c.strip().lstrip("%") for c in m.group(1).split(",")]
-            body = _WHILE_BODY.search(line)
-            trip = _TRIP.search(line)
-            for callee in callees:
-                factor = int(trip.group(1)) if body and trip and callee == body.group(1) else 1
-                if callee in runs:
-                    runs[callee] += runs[name] * factor
-    return runs
-
-
-def collectives(hlo_text: str) -> list[Collective]:
+def collectives(hlo: str) -> list[Collective]:
     """Every collective of an optimised HLO module with its bytes, group and runs per step."""
-    bodies, entry = _computations(hlo_text)
-    runs = _runs_per_computation(bodies, entry) if entry else {}
+    bodies, entry = hlo_text.computations(hlo)
+    runs = hlo_text.runs_per_computation(bodies, entry) if entry else {}
     found = []
     for name, lines in bodies.items():
         for line in lines:

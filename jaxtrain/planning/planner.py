@@ -37,7 +37,7 @@ from jaxtrain.planning.hardware import DeviceKind
 GIB = 2**30
 HEADROOM = 0.9  # of the device's memory: allocator fragmentation, runtime buffers, misestimate
 PRUNE_MARGIN = 1.5  # the first guess is rough: keep candidates up to 1.5x the memory
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 
 
 def default_cache_dir() -> str:
@@ -145,8 +145,17 @@ def device_peak(result: dict, cand: candidates_lib.Candidate, cfg: ConfigDict, k
 
 
 def _predict(
-    kind: DeviceKind, cfg: ConfigDict, spec: Any, cand: Any, coll: dict, devices: int
+    kind: DeviceKind,
+    cfg: ConfigDict,
+    spec: Any,
+    cand: Any,
+    coll: dict,
+    devices: int,
+    compiled: dict | None = None,
 ) -> cost.Prediction:
+    """The cost model's prediction from a first guess, or from a compile's figures: on `cpu`
+    the compiled program is the one that runs, so its own matmul FLOPs count."""
+    executed = float((compiled or {}).get("dot_flops", 0.0)) if kind.name == "cpu" else 0.0
     tokens = cfg.train.global_batch_size * cfg.train.seq_len
     return cost.predict(
         kind,
@@ -159,6 +168,7 @@ def _predict(
         tokens_per_step=tokens,
         devices=devices,
         update_bytes=cand.update_bytes,
+        executed_flops_per_device=executed,
     )
 
 
@@ -214,7 +224,7 @@ def plan(
             nothing = cost.Prediction(float("inf"), 0.0, 0.0, {}, 0.0, 0.0)
             ranked.append(Ranked(cand, float("inf"), nothing, False, error=result["error"]))
             continue
-        pred = _predict(kind, cfg, spec, cand, result["collectives"], devices)
+        pred = _predict(kind, cfg, spec, cand, result["collectives"], devices, result)
         peak = device_peak(result, cand, cfg, kind)
         ranked.append(Ranked(cand, peak, pred, peak <= capacity, cpu_bytes=result["peak_bytes"]))
     ranked.sort(key=lambda r: (not r.fits, -r.prediction.tokens_per_s))
@@ -254,7 +264,10 @@ def _explain(ranked: list[Ranked], capacity: float) -> None:
             worst = r.prediction.worst_collective
             why = f" ({worst}: {r.prediction.comm_s[worst] * 1e3:.0f} ms exposed)" if worst else ""
             if r.prediction.compute_s > best.compute_s * 1.01:
-                why += " (more compute: remat, bubble or small matmuls)"
+                why += (
+                    f" (more compute: {r.prediction.compute_s * 1e3:.0f} ms against "
+                    f"{best.compute_s * 1e3:.0f}: remat, bubble, padded rows or small matmuls)"
+                )
             if r.prediction.update_s > best.update_s * 1.01 + 1e-4 * best.step_s:
                 why += f" (optimizer update over more state: {r.prediction.update_s * 1e3:.0f} ms)"
             r.reason = f"slower by {slower:.0%}{why}"
