@@ -5,7 +5,9 @@ lives in one folder: the munge key and socket, slurm.conf (`SLURM_CONF` points t
 it), state, spool and logs. The two nodes are two `slurmd -N nodeI` daemons on distinct ports of
 this host, so a job of `--nodes=2` gets two tasks as a cluster would, each its own slurmd.
 Job credentials expire after 10 s instead of 120 (`cred_expire`), which is also how long Slurm
-holds a requeued job before it may start again.
+holds a requeued job before it may start again, and the scheduler looks at pending jobs every
+2 s instead of every 60 (main loop) and 30 (backfill), so that a requeued job starts once its
+hold ends rather than up to half a minute later.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
 MpiDefault=none
 ReturnToService=2
 JobCompType=jobcomp/none
