@@ -63,3 +63,12 @@ def test_the_peak_is_that_of_the_precision_the_matmuls_take():
     assert peaks.matmul_dtype_of("float32", bf16_products=True) == "float32"
     peak, source = peaks.peak_flops(matmul_dtype="bfloat16")
     assert source == "measured bfloat16 matmul" and peak > 0
+
+
+def test_a_cpu_clock_that_did_not_count_the_matmul_is_not_believed(monkeypatch):
+    """A run whose CPU time reads near zero (seen once: a tenth of its wall time) would make
+    the CPU-time peak absurd; the wall clock's figure stands instead."""
+    wall_only = peaks.measured_matmul_flops(size=256, repeats=5)
+    monkeypatch.setattr(peaks.time, "process_time", lambda: 0.0)  # a CPU clock that stands still
+    frozen = peaks.measured_matmul_flops(size=256, repeats=5)
+    assert frozen < 10 * wall_only  # unguarded: 2 x 256^3 FLOPs over 1 ns, 3e16 FLOP/s
