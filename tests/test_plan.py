@@ -36,8 +36,29 @@ def _plan(config: str, cache: Path, top: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def picks(tmp_path_factory) -> list[dict]:
-    return _plan(CONFIG, tmp_path_factory.mktemp("plan-cache"), 4)
+def plan_of(tmp_path_factory):
+    """The first four picks for configs/NAME, planned once for the module's tests."""
+    found: dict[str, list[dict]] = {}
+
+    def picks_of(name: str) -> list[dict]:
+        if name not in found:
+            found[name] = _plan(str(REPO / "configs" / name), tmp_path_factory.mktemp("plan"), 4)
+        return found[name]
+
+    return picks_of
+
+
+@pytest.fixture(scope="module")
+def picks(plan_of) -> list[dict]:
+    return plan_of(Path(CONFIG).name)
+
+
+# The dense model's plan is quick to check; the MoE and hybrid ones cost a plan each (~35 s).
+MODELS = [
+    "bench_tiny_llama.py",
+    pytest.param("mixtral_debug.py", marks=pytest.mark.slow),
+    pytest.param("nemotron_h_debug.py", marks=pytest.mark.slow),
+]
 
 
 def test_picks_are_layouts_the_trainer_accepts(picks):
@@ -49,27 +70,32 @@ def test_picks_are_layouts_the_trainer_accepts(picks):
         assert 0 < pick["predicted_mfu"] < 1
 
 
-def test_memory_of_first_pick_matches_the_compiled_program(picks):
-    cfg = compat.load_config_file(CONFIG, picks[0]["overrides"], allow_unsupported=True)
+@pytest.mark.parametrize("name", MODELS)
+def test_memory_of_first_pick_matches_the_compiled_program(name, plan_of):
+    config, first = str(REPO / "configs" / name), plan_of(name)[0]
+    cfg = compat.load_config_file(config, first["overrides"], allow_unsupported=True)
     compiled, _ = compile_plan.compile_step(cfg)
-    predicted = picks[0]["memory_per_device_gib"] * 2**30
+    predicted = first["memory_per_device_gib"] * 2**30
     assert abs(predicted - compiled.peak_bytes) <= 0.2 * compiled.peak_bytes
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc")
 def test_memory_of_first_pick_matches_the_measured_peak(picks):
     """Measured on 8 CPU devices in a process of its own (tests/measure_step_memory.py): the
-    step's peak resident memory over the devices (2-core Intel Xeon: 0.0827 GiB against 0.0820
-    predicted for bench_tiny_llama's fsdp=2 x tensor=4)."""
+    process's peak resident memory during a step, over the devices (2-core Intel Xeon: 0.0830
+    GiB against 0.0820 predicted). Only for this model: the MoE and hybrid debug models' 10 MB
+    steps read 8.1-10.6 MB from one run to the next (mixtral_debug, 10.5 predicted), too
+    unsteady for a 20% bound, so those are held to the compiled program's figure only."""
+    config, first = CONFIG, picks[0]
     script = str(REPO / "tests" / "measure_step_memory.py")
     env = dict(child_env(8), MALLOC_MMAP_THRESHOLD_="65536")
     out = subprocess.run(
-        [sys.executable, script, CONFIG, *picks[0]["overrides"]],
+        [sys.executable, script, config, *first["overrides"]],
         env=env, capture_output=True, text=True, cwd=REPO, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     measured = json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes_per_device"]
-    predicted = picks[0]["memory_per_device_gib"] * 2**30
+    predicted = first["memory_per_device_gib"] * 2**30
     assert abs(predicted - measured) <= 0.2 * measured, (predicted, measured)
 
 
@@ -95,15 +121,14 @@ def _measured_step_s(config: str, picks: list[dict], rounds: int = 2) -> list[fl
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["bench_tiny_llama.py", "mixtral_debug.py", "nemotron_h_debug.py"])
-def test_first_pick_is_nearly_the_fastest_measured(name, picks, tmp_path):
+@pytest.mark.parametrize("name", MODELS)
+def test_first_pick_is_nearly_the_fastest_measured(name, plan_of):
     """Dense, mixture of experts and hybrid: the first of four picks measures within 15% of
     the fastest. The MoE case is the one that needs the compiled program's own FLOPs: with
     one expert per device (expert=4 x tensor=2) the grouped matmul multiplies all gathered
     rows, 1.7x the products of fsdp=4 x tensor=2, and its step takes 1.35x as long (at XLA's
     default optimisation; about as long at the tests' level 0)."""
-    config = str(REPO / "configs" / name)
-    found = picks if config == CONFIG else _plan(config, tmp_path, 4)
+    config, found = str(REPO / "configs" / name), plan_of(name)
     assert found[0]["fits"]
     step_s = _measured_step_s(config, found[:4])
     print(name, "measured step s:", step_s, "predicted tokens/s:",
