@@ -184,6 +184,11 @@ def test_matmul_flops_of_a_compiled_program_count_every_loop_trip():
     counted = compiled.cost_analysis()
     counted = counted[0] if isinstance(counted, (list, tuple)) else counted
     assert counted["flops"] < expected  # why the program is walked instead
+    # Operands printed with their shapes, as some HLO printers do:
+    inline = """ENTRY %main (a: f32[64,32], b: f32[32,48]) -> f32[64,48] {
+  ROOT %d = f32[64,48]{1,0} dot(f32[64,32]{1,0} %a, f32[32,48]{1,0} %b), lhs_contracting_dims={1}
+}"""
+    assert hlo_flops.dot_flops(inline) == 2 * 64 * 32 * 48
 
 
 def test_on_cpu_the_program_that_runs_is_charged_its_own_flops():
