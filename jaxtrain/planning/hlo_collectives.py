@@ -29,7 +29,7 @@ from jaxtrain.planning.compile import COLLECTIVES
 _INSTRUCTION = re.compile(
     r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.+?)\s+(" + "|".join(COLLECTIVES) + r")(-start)?\("
 )
-_SHAPE = re.compile(r"\b(pred|[a-z]+\d+[a-z0-9]*)\[([\d,]*)\]")
+_SHAPE = re.compile(hlo_text.ARRAY_TYPE)
 _LISTED = re.compile(r"replica_groups=\{\{([\d,\s]*)\}")
 _IOTA = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
 _MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
@@ -68,7 +68,7 @@ def _dtype_bytes(dtype: str) -> int:
 
 def _result_bytes(result: str, kind: str, started: bool) -> int:
     sizes = [
-        math.prod(int(d) for d in dims.split(",") if d) * _dtype_bytes(dtype)
+        math.prod(hlo_text.dims(dims)) * _dtype_bytes(dtype)
         for dtype, dims in _SHAPE.findall(result)
     ]
     if not sizes:

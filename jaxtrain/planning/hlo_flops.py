@@ -26,8 +26,8 @@ from jaxtrain.planning import hlo_text
 # `= f32[64,48]{1,0} dot(%lhs, %rhs), lhs_contracting_dims={1}, ...`; operands may also be
 # printed with their shapes (`dot(f32[64,32]{1,0} %lhs, ...)`), which then give the lhs's.
 _DOT = re.compile(
-    r"=\s*\S+\[([\d,]*)\]\S*\s+dot\((?:\S+\[([\d,]*)\]\S*\s+)?%?([\w.\-]+),.*?"
-    r"lhs_contracting_dims=\{([\d,]*)\}"
+    r"=\s*" + hlo_text.ARRAY_TYPE + r"\S*\s+dot\((?:" + hlo_text.ARRAY_TYPE + r"\S*\s+)?"
+    r"%?([\w.\-]+),.*?lhs_contracting_dims=\{([\d,]*)\}"
 )
 
 
@@ -46,14 +46,14 @@ def dot_flops(hlo: str) -> float:
             m = _DOT.search(line)
             if not m:
                 continue
-            result = math.prod(int(d) for d in m.group(1).split(",") if d)
-            if m.group(2) is not None:
-                lhs = tuple(int(d) for d in m.group(2).split(",") if d)
+            _, result, _, inline_lhs, lhs_name, contracting = m.groups()
+            if inline_lhs is not None:
+                lhs = hlo_text.dims(inline_lhs)
             else:
                 shapes = shapes if shapes is not None else hlo_text.array_shapes(lines)
-                lhs = shapes.get(m.group(3))
+                lhs = shapes.get(lhs_name)
             if lhs is None:
                 continue  # an operand defined elsewhere: not in optimised HLO's printing
-            contracted = math.prod(lhs[int(i)] for i in m.group(4).split(",") if i)
-            total += 2.0 * result * contracted * runs[name]
+            contracted = math.prod(lhs[i] for i in hlo_text.dims(contracting))
+            total += 2.0 * math.prod(hlo_text.dims(result)) * contracted * runs[name]
     return total

@@ -19,10 +19,10 @@ _CALLEE = re.compile(
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _WHILE_BODY = re.compile(r"\bbody=%?([\w.\-]+)")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+# An array type, `f32[8,16]` or `pred[4]`: its element type, then its dimensions.
+ARRAY_TYPE = r"\b(pred|[a-z]+\d+[a-z0-9]*)\[([\d,]*)\]"
 # `%name = f32[8,16]{1,0} opcode(...)`: an instruction with an array result.
-_ARRAY_RESULT = re.compile(
-    r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(?:pred|[a-z]+\d+[a-z0-9]*)\[([\d,]*)\]"
-)
+_ARRAY_RESULT = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*" + ARRAY_TYPE)
 
 
 def computations(hlo_text: str) -> tuple[dict[str, list[str]], str]:
@@ -64,11 +64,16 @@ def runs_per_computation(bodies: Mapping[str, list[str]], entry: str) -> dict[st
     return runs
 
 
+def dims(text: str) -> tuple[int, ...]:
+    """The dimensions of an array type's `[8,16]` part, given its inside: (8, 16)."""
+    return tuple(int(d) for d in text.split(",") if d)
+
+
 def array_shapes(lines: list[str]) -> dict[str, tuple[int, ...]]:
     """{instruction name: its result's dimensions} for the array-valued instructions of one
     computation (parameters included): operands are printed by name only."""
     shapes = {}
     for line in lines:
         if m := _ARRAY_RESULT.match(line):
-            shapes[m.group(1)] = tuple(int(d) for d in m.group(2).split(",") if d)
+            shapes[m.group(1)] = dims(m.group(3))
     return shapes
