@@ -206,6 +206,18 @@ def test_on_cpu_the_program_that_runs_is_charged_its_own_flops():
     assert executed.compute_s == pytest.approx(1.7 * formula.compute_s)
     assert executed.mfu == pytest.approx(formula.mfu / 1.7)  # MFU stays the model's FLOPs
 
+    # The planner hands the compiled figure on for `cpu` only.
+    from jaxtrain.planning import candidates, planner
+
+    cfg = compat.load_config_file(CONFIG, [], allow_unsupported=True)
+    spec = run.validate(cfg, check_data=False)
+    cand = candidates.enumerate_candidates(cfg, 8, 1)[0]
+    compiled = {"dot_flops": 1e15}
+    for kind, charged in ((hardware.device_kind("H100", 8), False), (cpu, True)):
+        guess = planner._predict(kind, cfg, spec, cand, {}, 8)
+        scored = planner._predict(kind, cfg, spec, cand, {}, 8, compiled)
+        assert (scored.compute_s > 100 * guess.compute_s) == charged, kind.name
+
 
 def test_memory_refusal_and_config_point_to_plan(monkeypatch, capsys):
     from jaxtrain.errors import ConfigError
