@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from training_helpers import mesh, train
+from training_helpers import mesh, saved_activations, train
 
 from jaxtrain.errors import ConfigError
 from jaxtrain.hardware import backend
@@ -176,34 +176,13 @@ def test_every_projection_keeps_a_history_and_the_optimizer_none():
     )
 
 
-def _saved_activations(spec: ModelSpec) -> dict[str, int]:
-    """{dtype name: bytes} of the per-layer activations [layers, B, L, ...] that the forward
-    pass of the layer stack keeps for the backward pass, under `spec.remat`."""
-    from jax._src.ad_checkpoint import saved_residuals
-
-    from jaxtrain.models.assembly.decoder import build_model
-
-    graphdef, params = nnx.split(build_model(spec))
-    tokens = jnp.zeros((2, 16), jnp.int32)
-
-    def loss(params):
-        hidden, _ = nnx.merge(graphdef, params).hidden_states(tokens)
-        return jnp.sum(hidden.astype(jnp.float32))
-
-    saved: dict[str, int] = {}
-    for aval, _ in saved_residuals(loss, params):
-        if aval.shape[:3] == (spec.num_layers, 2, 16):
-            saved[aval.dtype.name] = saved.get(aval.dtype.name, 0) + aval.size * aval.dtype.itemsize
-    return saved
-
-
 def test_remat_keeps_float8_products_in_the_model_dtype_with_the_same_gradients():
     # A float8 product accumulates in float32; `remat=minimal` saves matmul results, and must
     # keep the product as cast to bfloat16, as the bfloat16 model does, not its float32 sum.
     spec = dataclasses.replace(TINY, dtype="bfloat16", remat="minimal")
-    bf16 = _saved_activations(dataclasses.replace(spec, quantization=""))
+    bf16 = saved_activations(dataclasses.replace(spec, quantization=""))
     assert set(bf16) == {"bfloat16"}
-    assert _saved_activations(spec) == bf16
+    assert saved_activations(spec) == bf16
     # Saving or recomputing changes no value: the steps equal those of the model without remat.
     remat_losses, _, remat_state, _, _ = train(spec, mesh(), steps=2)
     losses, _, state, _, _ = train(dataclasses.replace(spec, remat="none"), mesh(), steps=2)

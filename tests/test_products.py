@@ -1,4 +1,5 @@
-"""bfloat16 products with float32 results: widened operands on CPUs without bfloat16 dots."""
+"""bfloat16 products: widened operands on CPUs without bfloat16 dots, float32 results rounded
+on CPUs with them."""
 
 import dataclasses
 import re
@@ -6,10 +7,13 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+from training_helpers import mesh, saved_activations, train
 
 from jaxtrain.hardware import backend
 from jaxtrain.models.layers import products
 from jaxtrain.models.layers.basic import project
+from jaxtrain.models.spec.hyperparameters import ModelSpec
 
 
 def bf16_products(monkeypatch, native: bool) -> None:
@@ -46,14 +50,14 @@ def test_bf16_projection_to_float32_is_exact_and_runs_as_float32(monkeypatch):
 
 
 def _dot_operand_types(fn, *args) -> set[str]:
-    """Element types of the operands of the compiled program's dots (the parameters of the
-    computation each dot sits in: XLA:CPU wraps every dot in a fusion of its own)."""
+    """Element types of the operands of the compiled program's dots, each read from the
+    operand's definition in the dot's own computation."""
     hlo = fn.lower(*args).compile().as_text()
     types = set()
     for computation in hlo.split("\n\n"):
-        if " dot(" in computation:
-            header = computation.strip().splitlines()[0]
-            types |= set(re.findall(r": (\w+)\[", header))
+        types_of = dict(re.findall(r"%([\w.-]+) = (\w+)\[", computation))
+        for operands in re.findall(r" dot\(([^)]*)\)", computation):
+            types |= {types_of[name] for name in re.findall(r"%([\w.-]+)", operands)}
     return types
 
 
@@ -89,3 +93,70 @@ def test_gradients_of_a_float32_projection_keep_the_float32_cotangent(monkeypatc
     assert np.mean(dw_native == rounded_once(exact_dw)) < 0.9
     np.testing.assert_allclose(dw_native, exact_dw, rtol=2e-2, atol=0.1)
     np.testing.assert_allclose(dx_native, exact_dx, rtol=2e-2, atol=0.1)
+
+
+def test_bf16_projections_run_on_the_bf16_kernel_where_the_cpu_has_one(monkeypatch):
+    """A projection with a bfloat16 result, forward and backward. XLA:CPU would widen such a
+    product to float32; on CPUs with bfloat16 dots each one asks for a float32 result instead,
+    so the bfloat16 kernel runs, and rounds it once: the values are those of the widened
+    product. Activations are [batch, length, embed], as in the models."""
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.normal(size=(2, 8, 64)), jnp.bfloat16)
+    w = jnp.asarray(rng.normal(size=(64, 32)), jnp.bfloat16)
+    g = jnp.asarray(rng.normal(size=(2, 8, 32)), jnp.bfloat16)
+
+    def loss(a, b, cotangent):
+        return jnp.sum(project(a, b, 1).astype(jnp.float32) * cotangent.astype(jnp.float32))
+
+    def forward(a, b):
+        return project(a, b, 1)
+
+    def rounded_once(exact):
+        return np.asarray(jnp.asarray(exact, jnp.float32).astype(jnp.bfloat16), np.float32)
+
+    f64 = [np.asarray(a, np.float64) for a in (x, w, g)]
+    exact = [f64[0] @ f64[1], f64[2] @ f64[1].T, np.einsum("blx,bly->xy", f64[0], f64[2])]
+    for native, operand_types in ((True, {"bf16"}), (False, {"f32"})):
+        bf16_products(monkeypatch, native)
+        jax.clear_caches()
+        fns = [jax.jit(forward), jax.jit(jax.grad(loss, argnums=(0, 1)))]
+        assert _dot_operand_types(fns[0], x, w) == operand_types
+        assert _dot_operand_types(fns[1], x, w, g) == operand_types
+        y = fns[0](x, w)
+        dx, dw = fns[1](x, w, g)
+        assert y.dtype == dx.dtype == dw.dtype == jnp.bfloat16
+        for got, want in zip((y, dx, dw), exact, strict=True):
+            # float32 accumulation can only flip a rounding that was a near tie.
+            assert np.mean(np.asarray(got, np.float32) == rounded_once(want)) > 0.99
+
+
+@pytest.mark.parametrize("remat", ["minimal", "dots", "dots_with_no_batch_dims"])
+def test_remat_saves_rounded_products_as_rounded(monkeypatch, remat):
+    """A policy that saves matmul results keeps a rounded product as bfloat16, as where XLA
+    widens the product, not its float32 accumulator (twice the bytes); saving or recomputing
+    changes no value."""
+    spec = ModelSpec(
+        vocab_size=128,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        max_seq_len=32,
+        dtype="bfloat16",
+        remat=remat,
+    )
+    bf16_products(monkeypatch, False)
+    widened = saved_activations(spec)
+    bf16_products(monkeypatch, True)
+    assert saved_activations(spec) == widened
+    assert set(widened) == {"bfloat16"}
+    losses, _, trained, _, _ = train(spec, mesh(), steps=2)
+    plain_losses, _, plain, _, _ = train(dataclasses.replace(spec, remat="none"), mesh(), steps=2)
+    np.testing.assert_allclose(losses, plain_losses, rtol=1e-6)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7),
+        trained["params"],
+        plain["params"],
+    )

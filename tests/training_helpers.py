@@ -115,3 +115,25 @@ def train(
         layout.shardings["params"],
         batch,
     )
+
+
+def saved_activations(spec: ModelSpec) -> dict[str, int]:
+    """{dtype name: bytes} of the per-layer activations [layers, B, L, ...] that the forward
+    pass of the layer stack keeps for the backward pass, under `spec.remat`."""
+    from flax import nnx
+    from jax._src.ad_checkpoint import saved_residuals
+
+    from jaxtrain.models.assembly.decoder import build_model
+
+    graphdef, params = nnx.split(build_model(spec))
+    tokens = jnp.zeros((2, 16), jnp.int32)
+
+    def loss(params):
+        hidden, _ = nnx.merge(graphdef, params).hidden_states(tokens)
+        return jnp.sum(hidden.astype(jnp.float32))
+
+    saved: dict[str, int] = {}
+    for aval, _ in saved_residuals(loss, params):
+        if aval.shape[:3] == (spec.num_layers, 2, 16):
+            saved[aval.dtype.name] = saved.get(aval.dtype.name, 0) + aval.size * aval.dtype.itemsize
+    return saved

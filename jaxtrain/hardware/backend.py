@@ -7,6 +7,9 @@ choices that follow from it:
   CPUs with AVX512-BF16 or AMX), or operands widened to float32 first (CPUs without bfloat16
   dot instructions, where XNNPACK's bfloat16 kernel is the slower one; widening is exact). See
   `jaxtrain.models.layers.products`.
+- `rounds_narrow_products` (follows from the two above): on CPUs with bfloat16 products, every
+  bfloat16 product asks for a float32 result and rounds it, because XLA:CPU runs a product with
+  a bfloat16 result as a float32 one behind conversions, away from the bfloat16 kernel.
 - `cudnn_attention`: `jax.nn.dot_product_attention(implementation="cudnn")` is available
   (NVIDIA GPUs); elsewhere blockwise attention in plain XLA.
 - `attention_block`: queries per block of the blockwise kernel, short and long sequences: 64 on
@@ -88,6 +91,12 @@ class Backend:
     fp8_formats: str = "ocp"  # "ocp" (e4m3fn / e5m2) | "fnuz" (e4m3fnuz / e5m2fnuz)
     fp8_native: bool = False  # float8 products run on the device's matrix units
 
+    @property
+    def rounds_narrow_products(self) -> bool:
+        """bfloat16 products take a float32 result, rounded after (`products.accumulation_dtype`):
+        CPUs with bfloat16 products, where XLA:CPU widens a product with a bfloat16 result."""
+        return self.platform == "cpu" and self.bf16_products
+
     def block_for(self, length: int) -> int:
         """Queries per attention block at this sequence length."""
         short, long = self.attention_block
@@ -100,6 +109,8 @@ class Backend:
         if isa:
             target += f" ({', '.join(isa)})"
         products = "bfloat16" if self.bf16_products else "widened to float32"
+        if self.rounds_narrow_products:
+            products += " with float32 results, rounded"
         attention = (
             "cuDNN"
             if self.cudnn_attention

@@ -37,7 +37,7 @@ from jaxtrain.models.assembly.hybrid import Context as HybridContext
 from jaxtrain.models.assembly.hybrid import HybridStack
 from jaxtrain.models.feedforward.mlp import dense_mlp
 from jaxtrain.models.feedforward.moe import MoE
-from jaxtrain.models.layers import fp8
+from jaxtrain.models.layers import fp8, products
 from jaxtrain.models.layers.basic import Dense, Embed, LearnedPositions, softcap
 from jaxtrain.models.layers.norms import make_norm
 from jaxtrain.models.layers.rope import rope_angles, rope_angles_for_length
@@ -60,15 +60,18 @@ _REMAT_POLICIES = {
 
 
 def _remat_policy(spec: ModelSpec):
-    """The jax.checkpoint policy of `spec.remat` (None: recompute everything); with float8
-    products, one that keeps their results in the model dtype rather than float32."""
+    """The jax.checkpoint policy of `spec.remat` (None: recompute everything), made to keep the
+    results of float8 products, and of bfloat16 products on backends that round them, in the
+    model dtype rather than as their float32 accumulators (`products.remat_policy`)."""
     policy = _REMAT_POLICIES.get(spec.remat)
-    if policy is None or spec.quantization != "fp8":
+    if policy is None:
         return policy
-    names = (fp8.OUTPUT_NAME,)
-    if spec.remat == "dots":
-        names += (fp8.BATCHED_OUTPUT_NAME,)
-    return fp8.remat_policy(policy, names)
+    names = (products.ROUNDED_NAME,)
+    if spec.quantization == "fp8":
+        names += (fp8.OUTPUT_NAME,)
+        if spec.remat == "dots":
+            names += (fp8.BATCHED_OUTPUT_NAME,)
+    return products.remat_policy(policy, names)
 
 
 class Block(nnx.Module):

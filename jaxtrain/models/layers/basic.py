@@ -16,7 +16,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxtrain.models.layers import fp8 as fp8_lib
-from jaxtrain.models.layers.products import backward_operands, float32_operands
+from jaxtrain.models.layers.products import (
+    accumulation_dtype,
+    backward_operands,
+    float32_operands,
+    rounded,
+)
 from jaxtrain.parallel import sharding
 
 
@@ -40,9 +45,14 @@ def _project(x: jax.Array, kernel: jax.Array, in_rank: int, out_dtype: Any) -> j
     contract = tuple(range(x.ndim - in_rank, x.ndim))
     if out_dtype is not None and jnp.dtype(out_dtype) == jnp.float32:
         x, kernel = float32_operands(x, kernel)
-    return jax.lax.dot_general(
-        x, kernel, ((contract, tuple(range(in_rank))), ((), ())), preferred_element_type=out_dtype
+    result_dtype = out_dtype or jnp.result_type(x, kernel)
+    y = jax.lax.dot_general(
+        x,
+        kernel,
+        ((contract, tuple(range(in_rank))), ((), ())),
+        preferred_element_type=accumulation_dtype(result_dtype),
     )
+    return rounded(y, result_dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -73,8 +83,18 @@ def _project_bwd(in_rank, out_dtype, residuals, dy):
     batch = tuple(range(x.ndim - in_rank))
     dy_out = tuple(range(dy.ndim - out_rank, dy.ndim))
     k_out = tuple(range(in_rank, kernel.ndim))
-    dx = jax.lax.dot_general(dy, kernel_op, ((dy_out, k_out), ((), ())))
-    dkernel = jax.lax.dot_general(x_op, dy, ((batch, batch), ((), ())))
+    dx = jax.lax.dot_general(
+        dy,
+        kernel_op,
+        ((dy_out, k_out), ((), ())),
+        preferred_element_type=accumulation_dtype(jnp.result_type(dy, kernel_op)),
+    )
+    dkernel = jax.lax.dot_general(
+        x_op,
+        dy,
+        ((batch, batch), ((), ())),
+        preferred_element_type=accumulation_dtype(jnp.result_type(x_op, dy)),
+    )
     return dx.astype(x.dtype), dkernel.astype(kernel.dtype)
 
 

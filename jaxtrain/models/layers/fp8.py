@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -54,7 +53,7 @@ FORMATS = {
 }
 TENSORS = ("input", "kernel", "grad")  # rows of an amax history
 # Names under which a product's result, scaled and cast to its output dtype, is offered to the
-# remat policies (`remat_policy`): dense products, and expert-batched ones.
+# remat policies (`products.remat_policy`): dense products, and expert-batched ones.
 OUTPUT_NAME = "fp8_product"
 BATCHED_OUTPUT_NAME = "fp8_batched_product"
 
@@ -265,28 +264,6 @@ def scaled_product(
     y = _scaled(product, fp8, formats(fp8), dtypes, x, w, history, sizes)
     name = {"dense": OUTPUT_NAME, "batched": BATCHED_OUTPUT_NAME}.get(product.kind)
     return checkpoint_name(y, name) if name else y
-
-
-def _is_float8(dtype: Any) -> bool:
-    return jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize == 1
-
-
-def remat_policy(policy: Callable[..., bool], names: tuple[str, ...]) -> Callable[..., bool]:
-    """`policy`, a remat policy that saves matmul results, for a model with float8 products.
-
-    A float8 product's own result is float32 (its accumulator), scaled and cast to the model
-    dtype only after; a policy that saves matmul results would keep that float32 tensor, twice
-    the bytes of a bfloat16 projection's. This one saves instead the products' results as
-    scaled and cast, named `names` (`OUTPUT_NAME` for a policy that saves only products without
-    batch dimensions, `BATCHED_OUTPUT_NAME` too for one that saves all)."""
-    keep_names = jax.checkpoint_policies.save_only_these_names(*names)
-
-    def saves(prim, *avals, **params) -> bool:
-        if prim is jax.lax.dot_general_p and any(_is_float8(a.dtype) for a in avals):
-            return False
-        return bool(policy(prim, *avals, **params) or keep_names(prim, *avals, **params))
-
-    return saves
 
 
 def project(

@@ -1,28 +1,99 @@
-"""Operands of float32-accumulating products, widened where the hardware has no bfloat16 dot.
+"""How bfloat16 products reach the hardware's kernels: operands and result types per backend.
 
 A bfloat16 x bfloat16 product that accumulates in float32 gives the same result whether its
 kernel reads bfloat16 or the same values widened to float32: widening is exact. Which kernel is
-faster depends on the machine. XLA:CPU already widens products whose result is bfloat16; one
-with a float32 result (`preferred_element_type=float32`: attention scores, logits) instead goes
-to XNNPACK's bfloat16 kernel, which on x86 CPUs without bfloat16 dot instructions (AVX2 only, no
-AVX512-BF16 or AMX) is slower than the float32 one (docs/performance.md#hardware-choices). There,
-`float32_operands` widens them first; GPUs, TPUs and CPUs with bfloat16 dot
-instructions keep bfloat16 operands. `jaxtrain.hardware.backend` makes the choice.
+faster depends on the machine (docs/performance.md#hardware-choices), and
+`jaxtrain.hardware.backend` makes the choice:
+
+- XLA:CPU runs a product whose *result* is bfloat16 as a float32 product behind conversions,
+  whatever the CPU. One with a float32 result (`preferred_element_type=float32`) goes to
+  XNNPACK's bfloat16 kernel instead.
+- On CPUs with bfloat16 dot instructions (AVX512-BF16, AMX) that kernel is the fast one, so
+  `accumulation_dtype` asks every bfloat16 product for a float32 result, which the caller rounds
+  to bfloat16: the same rounding as before, from the bfloat16 kernel.
+- On x86 CPUs without them (AVX2 only) XNNPACK's bfloat16 kernel is slower than the float32
+  one, so `float32_operands` widens the operands of float32-result products (attention scores,
+  logits) first.
+- GPUs and TPUs multiply bfloat16 with float32 accumulation whatever result type is asked for,
+  and keep both as they are.
+
+A rounded product's float32 result is an accumulator, like a float8 product's:
+`remat_policy` keeps the policies that save matmul results from saving it, twice the bytes of
+the rounded result they save instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from jaxtrain.hardware import backend
 
 _NARROW = (jnp.bfloat16, jnp.float16)
+# The name under which a rounded product's result is offered to the remat policies.
+ROUNDED_NAME = "rounded_product"
 
 
 def widens_products() -> bool:
     """Whether the backend widens bfloat16 products to float32 (CPUs without bfloat16 dots)."""
     return not backend.current().bf16_products
+
+
+def accumulation_dtype(result_dtype: Any) -> Any:
+    """The result type to ask a product for when it is to end as `result_dtype`: float32 for a
+    bfloat16 result on backends that round narrow products (`Backend.rounds_narrow_products`),
+    else `result_dtype` itself (float16 too: only bfloat16's kernels were measured). The caller
+    casts the product to `result_dtype`, a no-op where they are the same."""
+    if result_dtype is None:
+        return None
+    if jnp.dtype(result_dtype) == jnp.bfloat16 and backend.current().rounds_narrow_products:
+        return jnp.float32
+    return result_dtype
+
+
+def rounded(product: jax.Array, result_dtype: Any) -> jax.Array:
+    """A product asked for in `accumulation_dtype(result_dtype)`, as `result_dtype`; where that
+    rounds it, the result is named `ROUNDED_NAME` for `remat_policy`."""
+    if product.dtype == jnp.dtype(result_dtype):
+        return product
+    return checkpoint_name(product.astype(result_dtype), ROUNDED_NAME)
+
+
+def remat_policy(policy: Callable[..., bool], names: tuple[str, ...]) -> Callable[..., bool]:
+    """`policy`, a remat policy that saves matmul results, made to save the results of products
+    that are cast after (float8 products; bfloat16 products on backends that round them) as
+    cast, under `names`, instead of their float32 accumulators, twice the bytes.
+
+    The accumulators are told apart by their operands: float8 ones, or bfloat16 ones with a
+    float32 result and no batch dimensions (a projection's) where the backend rounds."""
+    keep_names = jax.checkpoint_policies.save_only_these_names(*names)
+
+    def saves(prim, *avals, **params) -> bool:
+        if prim is jax.lax.dot_general_p and _is_accumulator(avals, params):
+            return False
+        return bool(policy(prim, *avals, **params) or keep_names(prim, *avals, **params))
+
+    return saves
+
+
+def _is_accumulator(avals, params) -> bool:
+    if any(_is_float8(a.dtype) for a in avals):
+        return True
+    (_, _), (lhs_batch, _) = params["dimension_numbers"]
+    return (
+        not lhs_batch
+        and all(a.dtype == jnp.bfloat16 for a in avals)
+        and params.get("preferred_element_type") == jnp.float32
+        and backend.current().rounds_narrow_products
+    )
+
+
+def _is_float8(dtype: Any) -> bool:
+    return jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize == 1
 
 
 def float32_operands(*operands: jax.Array) -> tuple[jax.Array, ...]:
