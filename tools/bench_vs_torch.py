@@ -240,6 +240,9 @@ def main(argv: list[str]) -> int:
     spec = config_lib.validate(cfg)
     flops = spec.flops_per_token(cfg.train.seq_len)
     peak = perf.measured_matmul_flops()
+    # bfloat16 contenders' MFU against the bfloat16 peak (AMX or AVX512-BF16 kernels, where
+    # the CPU has them: several times the float32 one).
+    peak_bf16 = perf.measured_matmul_flops(dtype="bfloat16") if args.bf16 else peak
     isa = ", ".join(sorted(backend.cpu_flags() & ISA)) or "no AVX2"
     print(
         f"\nCPU: {backend.cpu_model()} ({isa}), {os.cpu_count()} cores; "
@@ -249,13 +252,15 @@ def main(argv: list[str]) -> int:
         f"shape: {cfg.model.num_layers} layers, d={cfg.model.hidden_size}, "
         f"{cfg.model.num_heads}/{cfg.model.num_kv_heads} heads, vocab {cfg.model.vocab_size}, "
         f"batch {cfg.train.global_batch_size} x {cfg.train.seq_len}; "
-        f"{flops / 1e6:.1f} MFLOP/token; measured float32 matmul peak {peak / 1e9:.1f} GFLOP/s"
+        f"{flops / 1e6:.1f} MFLOP/token; measured matmul peak {peak / 1e9:.1f} GFLOP/s float32"
+        + (f", {peak_bf16 / 1e9:.1f} bfloat16" if args.bf16 else "")
     )
     for name, values in rates.items():
-        # Each contender against jaxtrain at the same precision.
-        ours = JAX_BF16 if name in (JAX_BF16, TORCH_BF16) else "jaxtrain"
+        ours = _same_precision_jaxtrain(name)
         median, base = statistics.median(values), statistics.median(rates[ours])
-        mfu = perf.mfu(flops, median, configured_peak=peak, num_devices=1)
+        mfu = perf.mfu(
+            flops, median, configured_peak=peak_bf16 if ours == JAX_BF16 else peak, num_devices=1
+        )
         # The ratio within each round, where the contenders ran seconds apart, is steadier
         # than the ratio of medians when the machine's load drifts during the run.
         per_round = sorted(a / b for a, b in zip(rates[ours], values))
@@ -269,15 +274,20 @@ def main(argv: list[str]) -> int:
     # Tokens per CPU-second of all a contender's threads: time the machine takes a core away
     # lengthens the wall clock but not this, so it shows how much of a run's spread was the
     # machine. Threads spin-waiting for work count too, so it is no substitute for tokens/s.
-    base_cpu = statistics.median(cpu_rates["jaxtrain"])
+    cpu_medians = {name: statistics.median(values) for name, values in cpu_rates.items()}
     print(
         "per CPU-second: "
         + ", ".join(
-            f"{name} {statistics.median(values):,.0f} ({base_cpu / statistics.median(values):.2f}x)"
-            for name, values in cpu_rates.items()
+            f"{name} {median:,.0f} ({cpu_medians[_same_precision_jaxtrain(name)] / median:.2f}x)"
+            for name, median in cpu_medians.items()
         )
     )
     return 0
+
+
+def _same_precision_jaxtrain(name: str) -> str:
+    """The jaxtrain contender a contender is compared with: the one at its precision."""
+    return JAX_BF16 if name in (JAX_BF16, TORCH_BF16) else "jaxtrain"
 
 
 if __name__ == "__main__":
