@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 pytest.importorskip("torch")
 
 
+@pytest.mark.slow  # four processes, each importing torch or jax and building a model
 def test_report_compares_each_contender_with_jaxtrain_at_its_precision(tmp_path):
     out = subprocess.run(
         [
