@@ -13,7 +13,7 @@ from training_helpers import mesh, saved_activations, train
 from jaxtrain.hardware import backend
 from jaxtrain.models.layers import products
 from jaxtrain.models.layers.basic import project
-from jaxtrain.models.spec.hyperparameters import ModelSpec
+from jaxtrain.models.presets.registry import model_spec
 
 
 def bf16_products(monkeypatch, native: bool) -> None:
@@ -135,18 +135,7 @@ def test_remat_saves_rounded_products_as_rounded(monkeypatch, remat):
     """A policy that saves matmul results keeps a rounded product as bfloat16, as where XLA
     widens the product, not its float32 accumulator (twice the bytes); saving or recomputing
     changes no value."""
-    spec = ModelSpec(
-        vocab_size=128,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
-        intermediate_size=64,
-        max_seq_len=32,
-        dtype="bfloat16",
-        remat=remat,
-    )
+    spec = model_spec("llama-debug", dtype="bfloat16", remat=remat)
     bf16_products(monkeypatch, False)
     widened = saved_activations(spec)
     bf16_products(monkeypatch, True)
