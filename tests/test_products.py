@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from training_helpers import mesh, saved_activations, train
+from training_helpers import assert_remat_changes_no_value, saved_activations
 
 from jaxtrain.hardware import backend
 from jaxtrain.models.layers import products
@@ -141,11 +141,4 @@ def test_remat_saves_rounded_products_as_rounded(monkeypatch, remat):
     bf16_products(monkeypatch, True)
     assert saved_activations(spec) == widened
     assert set(widened) == {"bfloat16"}
-    losses, _, trained, _, _ = train(spec, mesh(), steps=2)
-    plain_losses, _, plain, _, _ = train(dataclasses.replace(spec, remat="none"), mesh(), steps=2)
-    np.testing.assert_allclose(losses, plain_losses, rtol=1e-6)
-    jax.tree.map(
-        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7),
-        trained["params"],
-        plain["params"],
-    )
+    assert_remat_changes_no_value(spec)

@@ -3,6 +3,7 @@ expert-parallel tests (Mixtral/Qwen3-MoE, DeepSeek, gpt-oss, Llama 4) compare ac
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -137,3 +138,16 @@ def saved_activations(spec: ModelSpec) -> dict[str, int]:
         if aval.shape[:3] == (spec.num_layers, 2, 16):
             saved[aval.dtype.name] = saved.get(aval.dtype.name, 0) + aval.size * aval.dtype.itemsize
     return saved
+
+
+def assert_remat_changes_no_value(spec: ModelSpec) -> None:
+    """Two steps of `spec` (which saves or recomputes under its `spec.remat`) give the losses
+    and parameters of the same model without remat."""
+    remat_losses, _, remat_state, _, _ = train(spec, mesh(), steps=2)
+    losses, _, state, _, _ = train(dataclasses.replace(spec, remat="none"), mesh(), steps=2)
+    np.testing.assert_allclose(remat_losses, losses, rtol=1e-6)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7),
+        remat_state["params"],
+        state["params"],
+    )

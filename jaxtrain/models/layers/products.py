@@ -48,8 +48,6 @@ def accumulation_dtype(result_dtype: Any) -> Any:
     bfloat16 result on backends that round narrow products (`Backend.rounds_narrow_products`),
     else `result_dtype` itself (float16 too: only bfloat16's kernels were measured). The caller
     casts the product to `result_dtype`, a no-op where they are the same."""
-    if result_dtype is None:
-        return None
     if jnp.dtype(result_dtype) == jnp.bfloat16 and backend.current().rounds_narrow_products:
         return jnp.float32
     return result_dtype
