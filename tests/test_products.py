@@ -2,13 +2,12 @@
 on CPUs with them."""
 
 import dataclasses
-import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from training_helpers import assert_remat_changes_no_value, saved_activations
+from training_helpers import assert_remat_changes_no_value, dot_operand_types, saved_activations
 
 from jaxtrain.hardware import backend
 from jaxtrain.models.layers import products
@@ -42,23 +41,11 @@ def test_bf16_projection_to_float32_is_exact_and_runs_as_float32(monkeypatch):
     # The bfloat16 values, multiplied and summed exactly, up to float32 rounding.
     exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
     np.testing.assert_allclose(np.asarray(out), exact, rtol=1e-5, atol=1e-5)
-    assert _dot_operand_types(fn, x, w) == {"f32"}
+    assert dot_operand_types(fn, x, w) == {"f32"}
     # Where the CPU has bfloat16 dots, XNNPACK's bfloat16 kernel reads them as they are.
     bf16_products(monkeypatch, True)
     fn = jax.jit(lambda a, b: project(a, b, 1, jnp.float32))
-    assert _dot_operand_types(fn, x, w) == {"bf16"}
-
-
-def _dot_operand_types(fn, *args) -> set[str]:
-    """Element types of the operands of the compiled program's dots, each read from the
-    operand's definition in the dot's own computation."""
-    hlo = fn.lower(*args).compile().as_text()
-    types = set()
-    for computation in hlo.split("\n\n"):
-        types_of = dict(re.findall(r"%([\w.-]+) = (\w+)\[", computation))
-        for operands in re.findall(r" dot\(([^)]*)\)", computation):
-            types |= {types_of[name] for name in re.findall(r"%([\w.-]+)", operands)}
-    return types
+    assert dot_operand_types(fn, x, w) == {"bf16"}
 
 
 def test_gradients_of_a_float32_projection_keep_the_float32_cotangent(monkeypatch):
@@ -120,8 +107,8 @@ def test_bf16_projections_run_on_the_bf16_kernel_where_the_cpu_has_one(monkeypat
         bf16_products(monkeypatch, native)
         jax.clear_caches()
         fns = [jax.jit(forward), jax.jit(jax.grad(loss, argnums=(0, 1)))]
-        assert _dot_operand_types(fns[0], x, w) == operand_types
-        assert _dot_operand_types(fns[1], x, w, g) == operand_types
+        assert dot_operand_types(fns[0], x, w) == operand_types
+        assert dot_operand_types(fns[1], x, w, g) == operand_types
         y = fns[0](x, w)
         dx, dw = fns[1](x, w, g)
         assert y.dtype == dx.dtype == dw.dtype == jnp.bfloat16

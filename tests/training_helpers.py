@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Any
 
 import jax
@@ -116,6 +117,18 @@ def train(
         layout.shardings["params"],
         batch,
     )
+
+
+def dot_operand_types(fn, *args) -> set[str]:
+    """Element types of the operands of the compiled program's dots, each read from the
+    operand's definition in the dot's own computation."""
+    hlo = fn.lower(*args).compile().as_text()
+    types = set()
+    for computation in hlo.split("\n\n"):
+        types_of = dict(re.findall(r"%([\w.-]+) = (\w+)\[", computation))
+        for operands in re.findall(r" dot\(([^)]*)\)", computation):
+            types |= {types_of[name] for name in re.findall(r"%([\w.-]+)", operands)}
+    return types
 
 
 def saved_activations(spec: ModelSpec) -> dict[str, int]:
