@@ -128,7 +128,7 @@ def get_config() -> ConfigDict:
     #   device) | ocp (e4m3fn/e5m2: NVIDIA, AMD MI350X/MI355X) | fnuz (e4m3fnuz/e5m2fnuz: AMD
     #   MI300X/MI325X, MaxText's nanoo_fp8)
     c.backend.grouped_matmul = "auto"  # the experts' grouped matmul: auto (from the hardware)
-    #   | ragged (jax.lax.ragged_dot, the platform's grouped GEMM) | tiles (a scan of row tiles
+    #   | ragged (jax.lax.ragged_dot, the platform's grouped GEMM) | tiles (loops over row tiles
     #   in one group each; CPUs, whose ragged_dot multiplies every row by every expert)
 
     c.sample = ConfigDict()

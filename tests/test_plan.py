@@ -191,6 +191,26 @@ def test_matmul_flops_of_a_compiled_program_count_every_loop_trip():
     assert hlo_flops.dot_flops(inline) == 2 * 64 * 32 * 48
 
 
+def test_matmul_flops_of_the_experts_tiles_count_every_tile_the_bound_allows():
+    """The loops over one expert's tiles run as many times as the routing gives that expert,
+    unknown when compiling; the tiles state their bound (every group padded to whole tiles),
+    and the count charges the forward and both backward products for all of it."""
+    from jaxtrain.models.layers import grouped_matmul
+    from jaxtrain.planning import hlo_flops
+
+    rows, d, f, tile = 100, 8, 12, 8
+    sizes = jax.numpy.asarray([30, 0, 50, 15], "int32")
+
+    def loss(x, w):
+        return jax.numpy.sum(grouped_matmul.tiled(x, w, sizes, tile))
+
+    x = jax.ShapeDtypeStruct((rows, d), "float32")
+    w = jax.ShapeDtypeStruct((4, d, f), "float32")
+    text = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).lower(x, w).compile().as_text()
+    padded_rows = grouped_matmul.tiled_rows(rows, 4, tile)
+    assert hlo_flops.dot_flops(text) == 3 * 2 * padded_rows * d * f
+
+
 def test_on_cpu_the_program_that_runs_is_charged_its_own_flops():
     """A `cpu` prediction costs the compiled program's matmul FLOPs (recomputation and rows
     a grouped matmul pads or masks included); an accelerator's costs jaxtrain's formula."""

@@ -87,7 +87,7 @@ class Backend:
     cudnn_attention: bool = False
     attention_block: tuple[int, int] = (128, 128)  # queries per block: <= 1024 tokens, longer
     keep_attention_probabilities: bool = False
-    grouped_matmul: str = "ragged"  # "ragged" (jax.lax.ragged_dot) | "tiles" (a scan of tiles)
+    grouped_matmul: str = "ragged"  # "ragged" (jax.lax.ragged_dot) | "tiles" (loops over row tiles)
     fp8_formats: str = "ocp"  # "ocp" (e4m3fn / e5m2) | "fnuz" (e4m3fnuz / e5m2fnuz)
     fp8_native: bool = False  # float8 products run on the device's matrix units
 
@@ -270,7 +270,7 @@ def from_config(section: Mapping[str, Any] | None) -> Backend:
     if grouped not in GROUPED_MATMUL_CHOICES:
         raise ConfigError(
             f"backend.grouped_matmul={grouped!r} is not one of {GROUPED_MATMUL_CHOICES}: "
-            "'ragged' for jax.lax.ragged_dot, 'tiles' for a scan of row tiles (CPUs), 'auto' "
+            "'ragged' for jax.lax.ragged_dot, 'tiles' for loops over row tiles (CPUs), 'auto' "
             "to take the hardware's."
         )
     if grouped != "auto":

@@ -43,7 +43,7 @@ class Collective:
     kind: str  # all-gather, reduce-scatter, all-reduce, all-to-all, collective-permute
     result_bytes: int  # per device
     group: tuple[int, ...]  # the logical device ids of its first group (or permute pair)
-    runs: int  # times per step (product of the trip counts of the loops around it)
+    runs: float  # times per step (product of the trip counts of the loops around it)
 
     @property
     def bus_bytes(self) -> float:

@@ -5,6 +5,11 @@ computations, reducers), each a list of instruction lines. What the cost model r
 instruction (a collective's bytes, a dot's FLOPs) counts once per run of the computation
 holding it: a `while` body runs `known_trip_count` times per run of its caller, which XLA
 writes into the loop's backend config; any other callee runs once per run of its caller.
+
+A loop whose trip count depends on the data has no `known_trip_count`. Where its trips over
+all runs of its caller are bounded, the loop states the bound in its name scope (carried into
+the instruction's `op_name`): `mean_trips_T_per_R`, T trips over the R runs of its caller, so
+its body counts T / R times per run (the experts' tiles, `models/layers/grouped_matmul.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ _CALLEE = re.compile(
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _WHILE_BODY = re.compile(r"\bbody=%?([\w.\-]+)")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_MEAN_TRIPS = re.compile(r"\bmean_trips_(\d+)_per_(\d+)\b")
 # An array type, `f32[8,16]` or `pred[4]`: its element type, then its dimensions.
 ARRAY_TYPE = r"\b(pred|[a-z]+\d+[a-z0-9]*)\[([\d,]*)\]"
 # `%name = f32[8,16]{1,0} opcode(...)`: an instruction with an array result.
@@ -43,9 +49,10 @@ def computations(hlo_text: str) -> tuple[dict[str, list[str]], str]:
     return bodies, entry
 
 
-def runs_per_computation(bodies: Mapping[str, list[str]], entry: str) -> dict[str, int]:
-    """How many times each computation runs per execution of the entry computation."""
-    runs = dict.fromkeys(bodies, 0)
+def runs_per_computation(bodies: Mapping[str, list[str]], entry: str) -> dict[str, float]:
+    """How many times each computation runs per execution of the entry computation (a mean,
+    for the bodies of loops that state their mean trips)."""
+    runs: dict[str, float] = dict.fromkeys(bodies, 0)
     runs[entry] = 1
     # Callees are printed before their callers, so callers come first in reverse order.
     for name in reversed(list(bodies)):
@@ -56,12 +63,21 @@ def runs_per_computation(bodies: Mapping[str, list[str]], entry: str) -> dict[st
             if m := _BRANCHES.search(line):
                 callees += [c.strip().lstrip("%") for c in m.group(1).split(",")]
             body = _WHILE_BODY.search(line)
-            trip = _TRIP.search(line)
             for callee in callees:
-                factor = int(trip.group(1)) if body and trip and callee == body.group(1) else 1
+                factor = _trips(line) if body and callee == body.group(1) else 1
                 if callee in runs:
                     runs[callee] += runs[name] * factor
     return runs
+
+
+def _trips(while_line: str) -> float:
+    """Runs of a `while` body per run of the loop: XLA's known trip count, else the mean the
+    loop states (module docstring), else 1."""
+    if trip := _TRIP.search(while_line):
+        return int(trip.group(1))
+    if mean := _MEAN_TRIPS.search(while_line):
+        return int(mean.group(1)) / int(mean.group(2))
+    return 1
 
 
 def dims(text: str) -> tuple[int, ...]:

@@ -37,7 +37,7 @@ from jaxtrain.models.assembly.hybrid import Context as HybridContext
 from jaxtrain.models.assembly.hybrid import HybridStack
 from jaxtrain.models.feedforward.mlp import dense_mlp
 from jaxtrain.models.feedforward.moe import MoE
-from jaxtrain.models.layers import fp8, products
+from jaxtrain.models.layers import fp8, grouped_matmul, products
 from jaxtrain.models.layers.basic import Dense, Embed, LearnedPositions, softcap
 from jaxtrain.models.layers.norms import make_norm
 from jaxtrain.models.layers.rope import rope_angles, rope_angles_for_length
@@ -62,11 +62,12 @@ _REMAT_POLICIES = {
 def _remat_policy(spec: ModelSpec):
     """The jax.checkpoint policy of `spec.remat` (None: recompute everything), made to keep the
     results of float8 products, and of bfloat16 products on backends that round them, in the
-    model dtype rather than as their float32 accumulators (`products.remat_policy`)."""
+    model dtype rather than as their float32 accumulators (`products.remat_policy`), and the
+    experts' tiled products, which run behind a custom gradient (`grouped_matmul.OUTPUT_NAME`)."""
     policy = _REMAT_POLICIES.get(spec.remat)
     if policy is None:
         return policy
-    names = (products.ROUNDED_NAME,)
+    names = (products.ROUNDED_NAME, grouped_matmul.OUTPUT_NAME)
     if spec.quantization == "fp8":
         names += (fp8.OUTPUT_NAME,)
         if spec.remat == "dots":
