@@ -4,14 +4,16 @@ tiles rounded once on the kernel the CPU has; the remat policies saving the tile
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax._src.ad_checkpoint import saved_residuals
-from training_helpers import assert_remat_changes_no_value, dot_operand_types
+from training_helpers import (
+    assert_remat_changes_no_value,
+    dot_operand_types,
+    on_backend,
+    saved_residuals,
+)
 
 from jaxtrain.hardware import backend
 from jaxtrain.models.layers import grouped_matmul
@@ -54,12 +56,6 @@ def test_a_choice_that_does_not_exist_is_named():
     assert backend.from_config({"grouped_matmul": "ragged"}).grouped_matmul == "ragged"
 
 
-def _on_backend(monkeypatch, **choices) -> None:
-    """Traces as on this machine with `choices` replaced (bf16_products, grouped_matmul)."""
-    chosen = dataclasses.replace(backend.detect(), **choices)
-    monkeypatch.setattr(backend, "current", lambda: chosen)
-
-
 def _exact(x, w, sizes, cotangent):
     """y, dx, dw of sum(y * cotangent), y = rows times their group's weights, in float64."""
     x, w, c = (np.asarray(a, np.float64) for a in (x, w, cotangent))
@@ -79,7 +75,7 @@ def test_bf16_tiles_round_each_result_once(monkeypatch, native):
     """bfloat16 tiles give every output, input gradient and kernel gradient as the exact value
     rounded once to bfloat16, a group's kernel gradient summed over all its tiles first, on
     CPUs with bfloat16 dots and without."""
-    _on_backend(monkeypatch, bf16_products=native)
+    on_backend(monkeypatch, bf16_products=native)
     rng = np.random.default_rng(0)
     sizes = jnp.asarray([9, 0, 17, 6], jnp.int32)  # groups of several 4-row tiles
     x = jnp.asarray(rng.normal(size=(36, 32)), jnp.bfloat16)  # 4 rows past the groups
@@ -112,14 +108,14 @@ def test_bf16_tiles_multiply_on_the_bf16_kernel_where_the_cpu_has_one(monkeypatc
         return jnp.sum(grouped_matmul.tiled(x, w, sizes, tile=8).astype(jnp.float32))
 
     for native, operand_types in ((True, {"bf16"}), (False, {"f32"})):
-        _on_backend(monkeypatch, bf16_products=native)
+        on_backend(monkeypatch, bf16_products=native)
         assert dot_operand_types(jax.jit(jax.grad(loss, argnums=(0, 1))), x, w) == operand_types
 
 
 def _mixtral_on_tiles(monkeypatch, remat: str):
     """mixtral-debug with 4-row tiles, so that its small layers take the tiles."""
     monkeypatch.setattr(grouped_matmul, "TILE_ROWS", 4)
-    _on_backend(monkeypatch, grouped_matmul="tiles")
+    on_backend(monkeypatch, grouped_matmul="tiles")
     return model_spec("mixtral-debug", remat=remat)
 
 
@@ -128,20 +124,9 @@ def test_remat_policies_that_save_products_save_the_tiles_result(monkeypatch, re
     """The tiles' products run behind a custom gradient, out of the policies' sight; the
     policies that save matmul results still save the tiles' result [rows, F], and saving it
     changes no value."""
-    from flax import nnx
-
-    from jaxtrain.models.assembly.decoder import build_model
-
     spec = _mixtral_on_tiles(monkeypatch, remat)
-    graphdef, params = nnx.split(build_model(spec))
-    tokens = jnp.zeros((2, 16), jnp.int32)
-
-    def loss(params):
-        hidden, _ = nnx.merge(graphdef, params).hidden_states(tokens)
-        return jnp.sum(hidden)
-
-    rows = 2 * 16 * spec.num_experts_per_tok
-    saved = [aval.shape for aval, _ in saved_residuals(loss, params)]
+    rows = 2 * 16 * spec.num_experts_per_tok  # saved_residuals' [2, 16] tokens, k experts each
+    saved = [aval.shape for aval in saved_residuals(spec)]
     # Gate and up products, stacked over the scanned layers.
     assert saved.count((spec.num_layers, rows, spec.moe_intermediate_size)) == 2
     assert_remat_changes_no_value(spec)

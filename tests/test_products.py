@@ -1,15 +1,17 @@
 """bfloat16 products: widened operands on CPUs without bfloat16 dots, float32 results rounded
 on CPUs with them."""
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from training_helpers import assert_remat_changes_no_value, dot_operand_types, saved_activations
+from training_helpers import (
+    assert_remat_changes_no_value,
+    dot_operand_types,
+    on_backend,
+    saved_activations,
+)
 
-from jaxtrain.hardware import backend
 from jaxtrain.models.layers import products
 from jaxtrain.models.layers.basic import project
 from jaxtrain.models.presets.registry import model_spec
@@ -17,8 +19,7 @@ from jaxtrain.models.presets.registry import model_spec
 
 def bf16_products(monkeypatch, native: bool) -> None:
     """Traces as on a machine whose bfloat16 products are native (or widened to float32)."""
-    chosen = dataclasses.replace(backend.detect(), bf16_products=native)
-    monkeypatch.setattr(backend, "current", lambda: chosen)
+    on_backend(monkeypatch, bf16_products=native)
 
 
 def test_operands_widen_only_without_bf16_dot_instructions(monkeypatch):

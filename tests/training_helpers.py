@@ -131,11 +131,11 @@ def dot_operand_types(fn, *args) -> set[str]:
     return types
 
 
-def saved_activations(spec: ModelSpec) -> dict[str, int]:
-    """{dtype name: bytes} of the per-layer activations [layers, B, L, ...] that the forward
-    pass of the layer stack keeps for the backward pass, under `spec.remat`."""
+def saved_residuals(spec: ModelSpec) -> list[Any]:
+    """The avals of everything the forward pass of `spec`'s layer stack, on a [2, 16] batch of
+    tokens, keeps for the backward pass under `spec.remat`."""
     from flax import nnx
-    from jax._src.ad_checkpoint import saved_residuals
+    from jax._src.ad_checkpoint import saved_residuals as residuals_of
 
     from jaxtrain.models.assembly.decoder import build_model
 
@@ -146,11 +146,26 @@ def saved_activations(spec: ModelSpec) -> dict[str, int]:
         hidden, _ = nnx.merge(graphdef, params).hidden_states(tokens)
         return jnp.sum(hidden.astype(jnp.float32))
 
+    return [aval for aval, _ in residuals_of(loss, params)]
+
+
+def saved_activations(spec: ModelSpec) -> dict[str, int]:
+    """{dtype name: bytes} of the per-layer activations [layers, B, L, ...] that the forward
+    pass of the layer stack keeps for the backward pass, under `spec.remat`."""
     saved: dict[str, int] = {}
-    for aval, _ in saved_residuals(loss, params):
+    for aval in saved_residuals(spec):
         if aval.shape[:3] == (spec.num_layers, 2, 16):
             saved[aval.dtype.name] = saved.get(aval.dtype.name, 0) + aval.size * aval.dtype.itemsize
     return saved
+
+
+def on_backend(monkeypatch, **choices: Any) -> None:
+    """Traces as on this machine with the backend's `choices` replaced (e.g. bf16_products,
+    grouped_matmul)."""
+    from jaxtrain.hardware import backend
+
+    chosen = dataclasses.replace(backend.detect(), **choices)
+    monkeypatch.setattr(backend, "current", lambda: chosen)
 
 
 def assert_remat_changes_no_value(spec: ModelSpec) -> None:

@@ -194,7 +194,7 @@ def _tiled_bwd(tile, residuals, dy_AF):
     x_AD, w_GDF, sizes_G = residuals
     layout = _layout(x_AD.shape[0], sizes_G, tile)
     x_PD = _padded(x_AD, layout, tile)
-    dy_PF = _padded(dy_AF.astype(jnp.result_type(x_AD, w_GDF)), layout, tile)
+    dy_PF = _padded(dy_AF, layout, tile)  # a cotangent of the result: its dtype
     wide = _wide(x_AD, w_GDF)
     # The rows transposed once, [D, tiles x tile]: the kernel gradient's products take their
     # columns, as XLA:CPU's fast kernels want a [rows, contracted] operand.
