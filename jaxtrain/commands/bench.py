@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import resource
 import tempfile
 import time
@@ -28,6 +29,7 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from jaxtrain import compat
+from jaxtrain.commands import bench_experts
 from jaxtrain.commands.options import add_config_argument
 from jaxtrain.train import throughput
 
@@ -84,11 +86,33 @@ def synthetic_trainer(
 
 
 def benchmark(
-    cfg: ConfigDict, steps: int = 10, warmup: int = 2, devices: list[Any] | None = None
+    cfg: ConfigDict,
+    steps: int = 10,
+    warmup: int = 2,
+    devices: list[Any] | None = None,
+    experts: bool = False,
 ) -> dict[str, float]:
-    """Compiles and times `steps` train steps after `warmup` ones; returns the figures."""
+    """Compiles and times `steps` train steps after `warmup` ones; returns the figures. With
+    `experts`, then times one expert block alone (`bench_experts`) once the trainer's state is
+    freed, and adds its figures (`block_*`, and `expert_blocks_per_step`)."""
     with synthetic_trainer(cfg, steps + warmup + 1, devices) as trainer:
-        return time_steps(trainer, steps, warmup)
+        if experts:
+            bench_experts.require_experts(trainer.spec)
+        figures = time_steps(trainer, steps, warmup)
+        spec, backend = trainer.spec, trainer.setup.backend
+    del trainer
+    if experts:
+        gc.collect()  # the step's state and buffers leave the device before the block's come
+        micro = cfg.train.micro_batch_size or cfg.train.global_batch_size
+        one_device = throughput.for_run(cfg, spec, backend.bf16_products, 1)
+        figures.update(
+            bench_experts.time_expert_block(
+                spec, backend, micro, cfg.train.seq_len, one_device.peak_flops, steps, warmup
+            )
+        )
+        micro_batches = cfg.train.global_batch_size // micro
+        figures["expert_blocks_per_step"] = float(spec.num_moe_layers * micro_batches)
+    return figures
 
 
 def time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
@@ -148,6 +172,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser, required=True)
     parser.add_argument("--steps", type=int, default=10, help="timed steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument(
+        "--experts",
+        action="store_true",
+        help="then time one expert block alone (forward + backward, one device) and its share "
+        "of the step (expert models)",
+    )
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -155,5 +185,15 @@ def handle(args: argparse.Namespace) -> int:
     cfg = compat.load_config_file(
         args.config, args.overrides, native_overrides=args.native, allow_unsupported=True
     )
-    print(format_report(cfg.run.name, benchmark(cfg, steps=args.steps, warmup=args.warmup)))
+    figures = benchmark(cfg, steps=args.steps, warmup=args.warmup, experts=args.experts)
+    print(format_report(cfg.run.name, figures))
+    if args.experts:
+        print(expert_report(cfg.run.name, figures))
     return 0
+
+
+def expert_report(name: str, figures: dict[str, Any]) -> str:
+    """The expert block's line of a `benchmark(..., experts=True)`."""
+    return bench_experts.format_report(
+        name, figures, int(figures["expert_blocks_per_step"]), figures["step_time_s"]
+    )

@@ -89,14 +89,10 @@ def shared_params(spec: Any) -> int:
     return expert_weights(spec) * spec.hidden_size * shared_expert_size(spec) + gate
 
 
-def ffn_params(spec: Any, experts: int, with_biases: bool = True) -> int:
-    """Feed-forward parameters of all blocks, with `experts` routed experts counted in each
-    expert block (its router and shared experts included); biases only when asked (FLOPs
-    count matmul weights)."""
+def expert_block_params(spec: Any, experts: int, with_biases: bool = True) -> int:
+    """One expert block's parameters with `experts` of its routed experts counted: those
+    experts, the shared experts (and Grok-2's dense MLP beside them) and the router."""
     d = spec.hidden_size
-    dense = (spec.num_layers - spec.num_moe_layers) * dense_mlp_params(spec, with_biases)
-    if not spec.num_experts:
-        return dense
     routed = experts * expert_params(spec, with_biases)
     shared = shared_params(spec)
     if spec.moe_residual_mlp:
@@ -104,4 +100,14 @@ def ffn_params(spec: Any, experts: int, with_biases: bool = True) -> int:
     router = d * spec.num_experts
     if with_biases and spec.moe_router_bias:
         router += spec.num_experts
-    return dense + spec.num_moe_layers * (routed + shared + router)
+    return routed + shared + router
+
+
+def ffn_params(spec: Any, experts: int, with_biases: bool = True) -> int:
+    """Feed-forward parameters of all blocks, with `experts` routed experts counted in each
+    expert block (its router and shared experts included); biases only when asked (FLOPs
+    count matmul weights)."""
+    dense = (spec.num_layers - spec.num_moe_layers) * dense_mlp_params(spec, with_biases)
+    if not spec.num_experts:
+        return dense
+    return dense + spec.num_moe_layers * expert_block_params(spec, experts, with_biases)
