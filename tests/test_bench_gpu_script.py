@@ -1,5 +1,6 @@
 """The prepared GPU benchmark script runs end to end (on tiny shapes, so on any backend)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,13 +11,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-def test_gpu_benchmark_script_runs_every_shape_in_smoke_mode():
+def test_gpu_benchmark_script_runs_every_shape_in_smoke_mode(tmp_path):
+    record = tmp_path / "rows.jsonl"
     result = subprocess.run(
         [
             sys.executable,
             str(REPO / "tools" / "bench_gpu.py"),
             "--smoke",
             "--fp8",
+            "--moe",
+            "--walkthrough",
+            "--record",
+            str(record),
             "--steps",
             "1",
             "--warmup",
@@ -24,16 +30,41 @@ def test_gpu_benchmark_script_runs_every_shape_in_smoke_mode():
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
         cwd=REPO,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    table = [line.split(" | ") for line in result.stdout.splitlines() if line.startswith("| llama")]
-    assert [row[:2] for row in table] == [
-        ["| llama3-8b, 8 of 32 layers", "bf16"],
-        ["| llama3-8b, 8 of 32 layers", "fp8"],
-        ["| llama3.2-1b", "bf16"],
-        ["| llama3.2-1b", "fp8"],
+    lines = result.stdout.splitlines()
+    table = [line.split(" | ") for line in lines if line.startswith("| ") and "| shape" not in line]
+    shapes = [
+        "| llama3-8b, 8 of 32 layers",
+        "| llama3.2-1b",
+        "| mixtral-8x7b, 2 of 32 layers",
+        "| qwen3-30b-a3b, 4 of 48 layers",
     ]
+    assert [row[:2] for row in table] == [[s, p] for s in shapes for p in ("bf16", "fp8")]
     assert table[1][6].endswith("x") and table[0][6] == ""  # fp8 rows: speed-up over bf16
-    assert "MFU" in result.stdout
+    # The expert models' rows carry their expert block's figures; the dense ones none.
+    assert ["of the step" in row[9] for row in table] == [False] * 4 + [True] * 4
+    assert "walkthrough: step 5 reached" in result.stdout
+    # Every row is on file, one JSON line each, as measured.
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [(r["case"], r["precision"]) for r in rows] == [
+        (case, precision)
+        for case in ("8b", "1b", "mixtral", "qwen3-moe")
+        for precision in ("bf16", "fp8")
+    ] + [("walkthrough", "bf16")]
+    assert all(r["tokens_per_s"] > 0 for r in rows)
+    assert rows[-1]["steps"] == 5 and rows[-1]["time_to_last_step_s"] > rows[-1]["compile_s"]
+
+
+def test_an_unknown_case_is_refused_with_the_known_ones():
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "bench_gpu.py"), "--smoke", "--cases", "8b,70b"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert result.returncode != 0
+    assert "--cases 70b: not one of 8b, 1b, mixtral, qwen3-moe, walkthrough" in result.stderr

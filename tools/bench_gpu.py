@@ -1,29 +1,41 @@
 """MFU of jaxtrain's train step on one GPU (NVIDIA H100/H200, AMD MI300X/MI325X/MI355X), bf16
-and, with --fp8, fp8 matmuls against bf16.
+and, with --fp8, fp8 matmuls against bf16; expert models with their expert block alone; and the
+time a short pretraining run takes to its last step.
 
-Two shapes, each compiled once and timed over warm steps on a device-resident synthetic batch:
-a Llama-3-8B-shaped model cut to 8 layers (the full 32 layers' weights plus AdamW state do not fit
-one device) and the whole Llama 3.2 1B, both at 8192-token sequences with float32 parameters and
-bfloat16 compute, as the preset configs train. It installs nothing beyond the project, prints one
-line per shape and a table, and finishes in a few minutes (compiles take most of it).
+Each shape is compiled once and timed over warm steps on a device-resident synthetic batch,
+with float32 parameters and bfloat16 compute, as the preset configs train:
+- dense: a Llama-3-8B-shaped model cut to 8 layers (the full 32 layers' weights plus AdamW state
+  do not fit one device) and the whole Llama 3.2 1B, at 8192-token sequences;
+- --moe: Mixtral 8x7B cut to 2 layers and Qwen3-30B-A3B cut to 4, whole experts, dropless
+  routing, 4 x 4096 tokens; then one expert block alone, forward and backward
+  (`jaxtrain.commands.bench_experts`), and its share of the step;
+- --walkthrough: Qwen3-0.6B, 64 x 1024 tokens a step in micro batches of 16, 300 steps through
+  the trainer's own loop on synthetic tokens: seconds to step 300 from start, compile included.
+It installs nothing beyond the project, prints each row as it is measured, then a table.
 
-    python tools/bench_gpu.py                 # on the GPU machine
-    python tools/bench_gpu.py --fp8           # each shape in bf16, then model.quantization=fp8
-    python tools/bench_gpu.py --smoke         # tiny shapes, any backend: checks the script runs
+    python tools/bench_gpu.py                       # the dense shapes, on the GPU machine
+    python tools/bench_gpu.py --fp8 --moe           # bf16 and fp8; the expert models too
+    python tools/bench_gpu.py --cases mixtral,walkthrough --record rows.jsonl
+    python tools/bench_gpu.py --smoke --moe --walkthrough   # tiny shapes: checks it runs
 
 MFU is against the data-sheet dense bf16 peak of the device, or its fp8 peak for the fp8 runs
-(`jaxtrain.hardware.peaks`); `--peak-tflops` overrides it for a device the table does not know. The fp8
-rows also give the step-time speed-up over the same shape in bf16 (on a CPU, or a GPU without
-float8 units, XLA emulates the types and fp8 is slower).
+(`jaxtrain.hardware.peaks`); `--peak-tflops` overrides it for a device the table does not know.
+FLOPs count the active experts (`ModelSpec.flops_per_token`). The fp8 rows also give the
+step-time speed-up over the same shape in bf16 (on a CPU, or a GPU without float8 units, XLA
+emulates the types and fp8 is slower). `--record` appends every row to a file as a JSON line
+when it is measured, so a run stopped by a time limit keeps what it measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # runs from a clone without installing
@@ -37,30 +49,89 @@ import jax  # noqa: E402
 from jaxtrain.commands import bench  # noqa: E402
 from jaxtrain.config import loader as config_lib  # noqa: E402
 
-# (name, config file, overrides): global batch x seq_len tokens per step, sized so weights, AdamW
-# state, remat residuals and the float32 [tokens, 128256] logits fit one H200 (141 GB) or MI300X
-# (192 GB); on an 80 GB H100 the 8B shape may run out of memory, and the script goes on.
-CASES = [
-    (
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One shape to time: `key` selects it (--cases), `experts` adds the expert block alone."""
+
+    key: str
+    name: str
+    config: str
+    overrides: tuple[str, ...]
+    experts: bool = False
+
+
+# Global batch x seq_len tokens per step, sized so weights, AdamW state (16 bytes a parameter),
+# remat residuals and the float32 logits fit one H200 (141 GB) or MI300X (192 GB); on an 80 GB
+# H100 the 8B shape may run out of memory, and the script goes on. The expert models are cut to
+# about 3B parameters, their experts whole (dropless routing, the presets' default).
+DENSE = (
+    Case(
+        "8b",
         "llama3-8b, 8 of 32 layers",
         "configs/llama3_8b.py",
-        [
+        (
             "--config.model.num_layers=8",
             "--config.train.seq_len=8192",
             "--config.train.global_batch_size=2",
             "--config.model.remat=minimal",
-        ],
+        ),
     ),
-    (
+    Case(
+        "1b",
         "llama3.2-1b",
         "configs/llama3_2_1b.py",
-        [
+        (
             "--config.train.seq_len=8192",
             "--config.train.global_batch_size=4",
             "--config.model.remat=minimal",
-        ],
+        ),
     ),
-]
+)
+EXPERTS = (
+    Case(
+        "mixtral",
+        "mixtral-8x7b, 2 of 32 layers",
+        "configs/mixtral_8x7b.py",
+        (
+            "--config.model.num_layers=2",
+            "--config.train.seq_len=4096",
+            "--config.train.global_batch_size=4",
+            "--config.model.remat=minimal",
+        ),
+        experts=True,
+    ),
+    Case(
+        "qwen3-moe",
+        "qwen3-30b-a3b, 4 of 48 layers",
+        "configs/qwen3_30b_a3b.py",
+        (
+            "--config.model.num_layers=4",
+            "--config.train.seq_len=4096",
+            "--config.train.global_batch_size=4",
+            "--config.model.remat=minimal",
+        ),
+        experts=True,
+    ),
+)
+CASES = {case.key: case for case in DENSE + EXPERTS}
+
+# The hosted pretraining walkthrough's run: Qwen3-0.6B, 1,024-token sequences, 64 a step (four
+# micro batches of 16 keep the [tokens, 151,936] float32 logits within an 80 GB GPU), 300 steps.
+WALKTHROUGH = Case(
+    "walkthrough",
+    "qwen3-0.6b walkthrough",
+    "configs/qwen3_0_6b.py",
+    (
+        "--config.train.seq_len=1024",
+        "--config.train.global_batch_size=64",
+        "--config.train.micro_batch_size=16",
+        "--config.train.log_every=50",
+    ),
+)
+WALKTHROUGH_STEPS = 300
+# Small expert blocks for --smoke (the tiny shape keeps the presets' expert counts).
+TINY_EXPERTS = ["--config.model.moe_intermediate_size=32"]
 
 
 def main(argv: list[str]) -> int:
@@ -77,7 +148,28 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--fp8", action="store_true", help="also time each shape with model.quantization=fp8"
     )
+    parser.add_argument(
+        "--moe", action="store_true", help="also time the expert models (and their expert block)"
+    )
+    parser.add_argument(
+        "--cases",
+        default="",
+        help=f"comma-separated shapes to time, in this order (of {', '.join(CASES)}), and "
+        f"{WALKTHROUGH.key} (run last); overrides --moe and --walkthrough",
+    )
+    parser.add_argument(
+        "--walkthrough",
+        action="store_true",
+        help=f"then train {WALKTHROUGH.name} for {WALKTHROUGH_STEPS} steps: time to the last step",
+    )
+    parser.add_argument(
+        "--record",
+        default="",
+        help="append each row to this file as a JSON line as soon as it is measured (a run cut "
+        "short keeps its rows)",
+    )
     args = parser.parse_args(argv)
+    cases, walkthrough = _selected(args)
     precisions = ("bf16", "fp8") if args.fp8 else ("bf16",)
 
     device = jax.devices()[0]
@@ -87,57 +179,162 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
     rows = []
-    for name, path, overrides in CASES:
+    for case in cases:
         for precision in precisions:
-            figures = _run(name, path, overrides, precision, args)
+            figures = _run(case, precision, args)
             if figures is not None:
-                rows.append((name, precision, figures))
+                rows.append((case, precision, figures))
+                _record(args.record, case.key, precision, figures)
+    walked = None
+    if walkthrough:
+        walked = _walkthrough(args)
+        if walked is not None:
+            _record(args.record, WALKTHROUGH.key, "bf16", walked)
 
+    if rows:
+        _print_table(rows)
+    if walked is not None:
+        print(_walkthrough_line(walked))
+    expected = len(cases) * len(precisions) + int(walkthrough)
+    return 0 if len(rows) + int(walked is not None) == expected else 1
+
+
+def _selected(args: argparse.Namespace) -> tuple[list[Case], bool]:
+    """The shapes to time and whether to run the walkthrough: those --cases names (an unknown
+    key exits naming the known ones), else the dense shapes, the expert models with --moe and
+    the walkthrough with --walkthrough."""
+    if not args.cases:
+        return list(DENSE + (EXPERTS if args.moe else ())), args.walkthrough
+    keys = [key.strip() for key in args.cases.split(",") if key.strip()]
+    known = [*CASES, WALKTHROUGH.key]
+    unknown = [key for key in keys if key not in known]
+    if unknown:
+        raise SystemExit(f"bench_gpu: --cases {', '.join(unknown)}: not one of {', '.join(known)}")
+    return [CASES[key] for key in keys if key in CASES], WALKTHROUGH.key in keys
+
+
+def _print_table(rows: list[tuple[Case, str, dict]]) -> None:
     print(
         "\n| shape | matmuls | tokens/step | tokens/s | MFU | step ms | vs bf16 | compile s | "
-        "params |"
+        "params | expert block |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    bf16_step = {name: f["step_time_s"] for name, precision, f in rows if precision == "bf16"}
-    for name, precision, f in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    bf16_step = {case.key: f["step_time_s"] for case, precision, f in rows if precision == "bf16"}
+    for case, precision, f in rows:
         speedup = (
-            f"{bf16_step[name] / f['step_time_s']:.2f}x"
-            if precision == "fp8" and name in bf16_step
+            f"{bf16_step[case.key] / f['step_time_s']:.2f}x"
+            if precision == "fp8" and case.key in bf16_step
+            else ""
+        )
+        block = (
+            f"{f['block_time_s'] * 1e3:.1f} ms, MFU {f['block_mfu']:.1%}, "
+            f"{f['expert_blocks_per_step'] * f['block_time_s'] / f['step_time_s']:.0%} of the step"
+            if "block_time_s" in f
             else ""
         )
         print(
-            f"| {name} | {precision} | {f['tokens']:,} | {f['tokens_per_s']:,.0f} | "
+            f"| {case.name} | {precision} | {f['tokens']:,} | {f['tokens_per_s']:,.0f} | "
             f"{f['mfu']:.1%} | {f['step_time_s'] * 1e3:.0f} | {speedup} | "
-            f"{f['compile_s']:.0f} | {f['num_params'] / 1e9:.2f}B |"
+            f"{f['compile_s']:.0f} | {f['num_params'] / 1e9:.2f}B | {block} |"
         )
-    return 0 if len(rows) == len(CASES) * len(precisions) else 1
 
 
-def _run(
-    name: str, path: str, overrides: list[str], precision: str, args: argparse.Namespace
-) -> dict | None:
-    """One shape's figures in one precision, or None (printed) when it fails."""
-    overrides = overrides + (bench.TINY_SHAPE if args.smoke else [])
+def _config(case: Case, precision: str, args: argparse.Namespace) -> Any:
+    overrides = list(case.overrides)
+    if args.smoke:
+        overrides += bench.TINY_SHAPE + (TINY_EXPERTS if case.experts else [])
+        if case is WALKTHROUGH:  # the tiny batch of 2 in micro batches of 1
+            overrides.append("--config.train.micro_batch_size=1")
     if precision == "fp8":
         overrides.append("--config.model.quantization=fp8")
     if args.peak_tflops:
         overrides.append(f"--config.train.peak_flops={args.peak_tflops * 1e12}")
-    cfg = config_lib.load_config(str(REPO / path), overrides)
+    return config_lib.load_config(str(REPO / case.config), overrides)
+
+
+def _run(case: Case, precision: str, args: argparse.Namespace) -> dict | None:
+    """One shape's figures in one precision, or None (printed) when it fails."""
+    cfg = _config(case, precision, args)
+    label = f"{case.name} ({precision})"
     start = time.perf_counter()
     try:
         figures = bench.benchmark(
-            cfg, steps=args.steps, warmup=args.warmup, devices=jax.devices()[:1]
+            cfg,
+            steps=args.steps,
+            warmup=args.warmup,
+            devices=jax.devices()[:1],
+            experts=case.experts,
         )
     except Exception as error:  # one shape failing (memory) must not hide the others
-        print(
-            f"{name} ({precision}): failed after {time.perf_counter() - start:.0f} s: "
-            f"{type(error).__name__}: {str(error).splitlines()[0][:300]}",
-            flush=True,
-        )
+        _failed(label, start, error)
         return None
-    print(bench.format_report(f"{name} ({precision})", figures), flush=True)
+    print(bench.format_report(label, figures), flush=True)
+    if case.experts:
+        print(bench.expert_report(label, figures), flush=True)
     figures["tokens"] = cfg.train.global_batch_size * cfg.train.seq_len
     return figures
+
+
+def _walkthrough(args: argparse.Namespace) -> dict | None:
+    """The walkthrough's run through the trainer's own loop (synthetic tokens, no checkpoint):
+    seconds from building the trainer to its last step, compile included, and the tokens/s and
+    MFU of the last logged window."""
+    cfg = _config(WALKTHROUGH, "bf16", args)
+    steps = 5 if args.smoke else WALKTHROUGH_STEPS
+    cfg.checkpoint.every = 0
+    start = time.perf_counter()
+    try:
+        # One step more than run() trains, so reaching `steps` writes no final checkpoint.
+        with bench.synthetic_trainer(cfg, steps + 1, jax.devices()[:1]) as trainer:
+            built = time.perf_counter()
+            last = trainer.run(steps)
+            jax.block_until_ready(trainer.state)
+            done = time.perf_counter()
+            compile_s, num_params = trainer.compile_s, trainer.num_params
+    except Exception as error:
+        _failed(WALKTHROUGH.name, start, error)
+        return None
+    figures = {
+        "steps": float(steps),
+        "time_to_last_step_s": done - start,
+        "build_and_compile_s": built - start,
+        "compile_s": compile_s,
+        "tokens_per_step": float(cfg.train.global_batch_size * cfg.train.seq_len),
+        "tokens_per_s": last.get("tokens_per_s", float("nan")),
+        "mfu": last.get("mfu", float("nan")),
+        "loss": last.get("loss", float("nan")),
+        "num_params": float(num_params),
+    }
+    print(_walkthrough_line(figures), flush=True)
+    return figures
+
+
+def _walkthrough_line(f: dict) -> str:
+    return (
+        f"{WALKTHROUGH.name}: step {int(f['steps'])} reached {f['time_to_last_step_s']:.0f} s "
+        f"after start ({f['build_and_compile_s']:.0f} s to build and compile, compile "
+        f"{f['compile_s']:.0f} s); last window {f['tokens_per_s']:,.0f} tokens/s, MFU "
+        f"{f['mfu']:.1%}, {int(f['tokens_per_step']):,} tokens a step, loss {f['loss']:.3f}, "
+        f"{f['num_params'] / 1e9:.2f}B params"
+    )
+
+
+def _failed(label: str, start: float, error: Exception) -> None:
+    print(
+        f"{label}: failed after {time.perf_counter() - start:.0f} s: "
+        f"{type(error).__name__}: {str(error).splitlines()[0][:300]}",
+        flush=True,
+    )
+
+
+def _record(path: str, key: str, precision: str, figures: dict) -> None:
+    """Appends one row (JSON) to `path`, flushed, so rows survive a run that is killed."""
+    if not path:
+        return
+    row = {"case": key, "precision": precision, "device": jax.devices()[0].device_kind}
+    row.update({k: v for k, v in figures.items() if isinstance(v, (int, float, str))})
+    with open(path, "a") as out:
+        out.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":
