@@ -1,0 +1,63 @@
+"""tools/gpu_session.sh: stages in order, each within its limit, rows kept as measured, wheels
+installed from a folder without an index."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "tools" / "gpu_session.sh"
+
+
+def _session(out: Path, *stages: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(out), *stages],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "GPU_SESSION_SMOKE": "1", **env},
+    )
+
+
+def _probe_wheel(folder: Path) -> None:
+    """A minimal pure-Python wheel, `session-probe` 1.0."""
+    folder.mkdir()
+    info = "session_probe-1.0.dist-info"
+    with zipfile.ZipFile(folder / "session_probe-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("session_probe.py", "VERSION = '1.0'\n")
+        wheel.writestr(
+            f"{info}/METADATA", "Metadata-Version: 2.1\nName: session-probe\nVersion: 1.0\n"
+        )
+        wheel.writestr(
+            f"{info}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        wheel.writestr(f"{info}/RECORD", "")
+
+
+@pytest.mark.slow
+def test_a_stage_past_its_limit_is_named_and_the_next_stages_still_run(tmp_path):
+    out, wheels = tmp_path / "out", tmp_path / "wheels"
+    _probe_wheel(wheels)
+    result = _session(
+        out, "env", "bf16", "moe", "walkthrough", LIMIT_MOE="2", JAXTRAIN_WHEELS=str(wheels)
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "stage moe stopped at its limit of 2 s" in (out / "moe.log").read_text()
+    assert "session-probe==1.0" in (out / "env.log").read_text()  # installed without an index
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert [r["case"] for r in rows] == ["8b", "1b", "walkthrough"]
+    assert "| llama3.2-1b | bf16 |" in (out / "bf16.log").read_text()
+
+
+def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path):
+    result = _session(tmp_path / "out", "bf16", "fp16")
+    assert result.returncode == 2
+    assert "unknown stage 'fp16'" in result.stderr and "walkthrough" in result.stderr
+    assert not (tmp_path / "out").exists()
