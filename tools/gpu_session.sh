@@ -53,6 +53,7 @@ else
   site=""
 fi
 
+# Runs one stage; called in a child bash under `timeout` (its definition is passed on below).
 run_stage() {
   local stage=$1
   local bench=("$python" "$repo/tools/bench_gpu.py" "${smoke[@]}" --record "$out/rows.jsonl")
