@@ -10,28 +10,22 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
-def test_gpu_benchmark_script_runs_every_shape_in_smoke_mode(tmp_path):
-    record = tmp_path / "rows.jsonl"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "tools" / "bench_gpu.py"),
-            "--smoke",
-            "--fp8",
-            "--moe",
-            "--walkthrough",
-            "--record",
-            str(record),
-            "--steps",
-            "1",
-            "--warmup",
-            "1",
-        ],
+def _bench_gpu(*args: str) -> subprocess.CompletedProcess:
+    """tools/bench_gpu.py --smoke with `args`, from the repository root."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "tools" / "bench_gpu.py"), "--smoke", *args],
         capture_output=True,
         text=True,
         timeout=900,
         cwd=REPO,
+    )
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_script_runs_every_shape_in_smoke_mode(tmp_path):
+    record = tmp_path / "rows.jsonl"
+    result = _bench_gpu(
+        "--fp8", "--moe", "--walkthrough", "--record", str(record), "--steps", "1", "--warmup", "1"
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -59,12 +53,6 @@ def test_gpu_benchmark_script_runs_every_shape_in_smoke_mode(tmp_path):
 
 
 def test_an_unknown_case_is_refused_with_the_known_ones():
-    result = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "bench_gpu.py"), "--smoke", "--cases", "8b,70b"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    result = _bench_gpu("--cases", "8b,70b")
     assert result.returncode != 0
     assert "--cases 70b: not one of 8b, 1b, mixtral, qwen3-moe, walkthrough" in result.stderr
