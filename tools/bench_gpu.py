@@ -62,9 +62,10 @@ class Case:
 
 
 # Global batch x seq_len tokens per step, sized so weights, AdamW state (16 bytes a parameter),
-# remat residuals and the float32 logits fit one H200 (141 GB) or MI300X (192 GB); on an 80 GB
-# H100 the 8B shape may run out of memory, and the script goes on. The expert models are cut to
-# about 3B parameters, their experts whole (dropless routing, the presets' default).
+# remat residuals and the float32 logits fit one 80 GB H100: `jaxtrain plan` puts each case at
+# 46-67 GiB there (docs/performance.md#gpus). A case that fails (out of memory) is reported and
+# the script goes on. The expert models are cut to about 3B parameters, their experts whole
+# (dropless routing, the presets' default).
 DENSE = (
     Case(
         "8b",
