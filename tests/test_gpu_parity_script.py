@@ -37,6 +37,23 @@ def test_attention_check_passes_the_kernel_and_flags_a_wrong_mask(monkeypatch):
     assert all(error > 10 * tolerance for _, _, error, tolerance in wrong)
 
 
+def test_grouped_matmul_check_passes_the_kernel_and_flags_rows_in_the_wrong_group(monkeypatch):
+    tool = _load_tool()
+    rows = tool._grouped_matmul_rows((256, 32, 64, 4))
+    assert [row[1] for row in rows] == ["out", "dx", "dw"]
+    assert all(0 < error <= tolerance for _, _, error, tolerance in rows)
+
+    real = tool.grouped_matmul.grouped_matmul
+
+    def off_by_one_row(x, w, sizes):
+        # A kernel whose group offsets are off by one: each group's first row goes to the last.
+        return real(x, w, sizes.at[0].add(1).at[-2].add(-1))
+
+    monkeypatch.setattr(tool.grouped_matmul, "grouped_matmul", off_by_one_row)
+    wrong = tool._grouped_matmul_rows((256, 32, 64, 4))
+    assert any(error > tolerance for _, _, error, tolerance in wrong)
+
+
 @pytest.mark.slow
 def test_gpu_parity_script_runs_in_smoke_mode():
     result = subprocess.run(
@@ -52,6 +69,8 @@ def test_gpu_parity_script_runs_in_smoke_mode():
     checks = {line.split(" | ")[0].lstrip("| ") for line in rows}
     # On CPU: blockwise attention (causal and windowed), and train steps with fp8 matmuls.
     assert "train step 2: fp8 matmuls" in checks
+    assert "train step 2: experts (tiles), bf16" in checks
+    assert any(check.startswith("grouped matmul") for check in checks)
     assert any(check.endswith("window 64: blockwise") for check in checks)
     assert all(line.rstrip().endswith("| ok |") for line in rows)
     assert f"{len(rows)} of {len(rows)} within tolerance" in result.stdout

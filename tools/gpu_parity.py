@@ -7,8 +7,13 @@ matmuls with `model.quantization=fp8`); this checks their results before those f
    the gradients of q, k and v (through a random cotangent), by each implementation against
    `dot` on float32 copies of the same inputs, as ||x - ref|| / ||ref||. Full causal and a
    sliding window.
-2. Train steps: a small Llama trained a few steps on one random batch with `cudnn`, `blockwise`
-   and fp8 matmuls; its loss and gradient norm at each step against the float32 `dot` run.
+2. The experts' grouped matmul the backend picks (`jax.lax.ragged_dot` on GPUs): output, row
+   and weight gradients on random bfloat16 inputs in uneven groups, one of them empty, against
+   the portable row tiles on float32 copies.
+3. Train steps: a small Llama trained a few steps on one random batch with `cudnn`, `blockwise`
+   and fp8 matmuls, and a small Mixtral-shaped model with the backend's grouped matmul in
+   bfloat16; loss and gradient norm at each step against the float32 run (`dot` attention, the
+   experts on row tiles).
 
     python tools/gpu_parity.py            # on the GPU machine; exit 1 when a figure is off
     python tools/gpu_parity.py --smoke    # any backend, small shapes (cudnn only on NVIDIA)
@@ -34,6 +39,7 @@ import numpy as np  # noqa: E402
 from jaxtrain.commands import bench  # noqa: E402
 from jaxtrain.config import loader as config_lib  # noqa: E402
 from jaxtrain.hardware import backend  # noqa: E402
+from jaxtrain.models.layers import grouped_matmul  # noqa: E402
 from jaxtrain.models.mixers.attention import self_attention  # noqa: E402
 from jaxtrain.models.spec.hyperparameters import ModelSpec  # noqa: E402
 
@@ -67,6 +73,15 @@ OPTIMIZER = [
     "--config.optim.lr=3e-3",
 ]
 SMOKE_MODEL = [*bench.TINY_SHAPE, "--config.model.remat=none"]
+# The expert model: Mixtral with the shape above, 8 experts of 1,024, top 2, in every layer.
+EXPERTS = [
+    "--config.model.num_experts=8",
+    "--config.model.num_experts_per_tok=2",
+    "--config.model.moe_intermediate_size=1024",
+]
+SMOKE_EXPERTS = [*EXPERTS[:2], "--config.model.moe_intermediate_size=64"]
+# The float32 reference runs its experts on the portable row tiles.
+REFERENCE_EXPERTS = ["--config.backend.grouped_matmul=tiles"]
 
 
 def main(argv: list[str]) -> int:
@@ -82,10 +97,14 @@ def main(argv: list[str]) -> int:
         print("cudnn: not checked (the backend does not pick it on this device)", flush=True)
 
     shape = (1, 256, 4, 2, 16) if args.smoke else (2, 2048, 16, 4, 128)
+    groups_shape = (512, 64, 128, 4) if args.smoke else (8192, 1024, 2048, 8)
     model = (SMOKE_MODEL if args.smoke else MODEL) + OPTIMIZER
+    experts = SMOKE_EXPERTS if args.smoke else EXPERTS
     sections = [
         *(functools.partial(_attention_rows, impls, shape, w) for w in (0, shape[1] // 4)),
+        functools.partial(_grouped_matmul_rows, groups_shape),
         functools.partial(_train_rows, impls, model, args.steps),
+        functools.partial(_expert_train_rows, model + experts, args.steps),
     ]
     # Rows print as each section ends, so a run stopped at a time limit still shows its checks.
     print("\n| check | figure | rel. error | tolerance | |")
@@ -144,14 +163,62 @@ def _attention_rows(
     return rows
 
 
+def _grouped_matmul_rows(shape: tuple[int, int, int, int]) -> list[tuple[str, str, float, float]]:
+    """The backend's grouped matmul on bfloat16 rows in uneven groups (the last one empty):
+    output, row and weight gradients against the row tiles on float32 copies."""
+    rows_count, d, f, groups = shape
+    keys = jax.random.split(jax.random.key(1), 4)
+    x = jax.random.normal(keys[0], (rows_count, d), jnp.bfloat16)
+    w = (jax.random.normal(keys[1], (groups, d, f), jnp.float32) * d**-0.5).astype(jnp.bfloat16)
+    cotangent = jax.random.normal(keys[2], (rows_count, f), jnp.float32)
+    # Uneven sizes summing to the rows, the last group empty.
+    cuts = jnp.sort(jax.random.randint(keys[3], (groups - 2,), 1, rows_count))
+    bounds = jnp.concatenate([jnp.array([0]), cuts, jnp.array([rows_count, rows_count])])
+    sizes = jnp.diff(bounds).astype(jnp.int32)
+
+    def run(matmul, x, w):
+        out, vjp = jax.vjp(lambda x, w: matmul(x, w, sizes), x, w)
+        return (out, *vjp(cotangent.astype(out.dtype)))
+
+    with jax.default_matmul_precision("highest"):  # not TF32 on GPUs
+        reference = jax.jit(lambda x, w: run(grouped_matmul.tiled, x, w))(
+            x.astype(jnp.float32), w.astype(jnp.float32)
+        )
+    picked = backend.current().grouped_matmul
+    results = jax.jit(lambda x, w: run(grouped_matmul.grouped_matmul, x, w))(x, w)
+    label = f"grouped matmul {rows_count}x{d} by {groups}x{d}x{f}: {picked}, bf16"
+    return [
+        (label, name, _relative(got, ref), ATTENTION_TOLERANCE)
+        for name, got, ref in zip(("out", "dx", "dw"), results, reference)
+    ]
+
+
 def _train_rows(
     impls: list[str], model: list[str], steps: int
 ) -> list[tuple[str, str, float, float]]:
     """Per-step loss and gradient norm of each variant against float32 `dot` attention."""
-    with jax.default_matmul_precision("highest"):  # not TF32 on GPUs
-        reference = _losses(model + ["--config.model.attention_impl=dot", _dtype("float32")], steps)
     variants = {f"{impl}, bf16": [f"--config.model.attention_impl={impl}"] for impl in impls}
     variants["fp8 matmuls"] = ["--config.model.quantization=fp8"]
+    return _step_rows(model, [], variants, steps)
+
+
+def _expert_train_rows(model: list[str], steps: int) -> list[tuple[str, str, float, float]]:
+    """The expert model's steps with the backend's grouped matmul in bfloat16 against float32
+    with the row tiles."""
+    picked = backend.current().grouped_matmul
+    return _step_rows(model, REFERENCE_EXPERTS, {f"experts ({picked}), bf16": []}, steps)
+
+
+def _step_rows(
+    model: list[str], reference_only: list[str], variants: dict[str, list[str]], steps: int
+) -> list[tuple[str, str, float, float]]:
+    """Per-step loss and gradient norm of each variant (bfloat16) against the float32 `dot`
+    attention run, which adds `reference_only` to the overrides."""
+    with jax.default_matmul_precision("highest"):  # not TF32 on GPUs
+        reference = _losses(
+            model + reference_only + ["--config.model.attention_impl=dot", _dtype("float32")],
+            steps,
+        )
     rows = []
     for name, overrides in variants.items():
         fp8 = "fp8" in name
@@ -175,8 +242,11 @@ def _dtype(name: str) -> str:
 
 
 def _losses(overrides: list[str], steps: int) -> list[dict[str, float]]:
-    """Loss and gradient norm of `steps` train steps on one fixed random batch."""
-    cfg = config_lib.load_config(str(REPO / "configs/llama3_2_1b.py"), overrides)
+    """Loss and gradient norm of `steps` train steps on one fixed random batch: Llama 3.2's
+    config under `overrides`, Mixtral's when they add experts."""
+    experts = any(o.startswith("--config.model.num_experts=") for o in overrides)
+    config = "configs/mixtral_8x7b.py" if experts else "configs/llama3_2_1b.py"
+    cfg = config_lib.load_config(str(REPO / config), overrides)
     with bench.synthetic_trainer(cfg, steps + 1, jax.devices()[:1]) as trainer:
         batch = trainer.setup.global_batch(bench.synthetic_batch(cfg, trainer.spec.vocab_size))
         state, out = trainer.state, []
