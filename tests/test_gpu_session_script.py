@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -54,6 +55,12 @@ def test_a_stage_past_its_limit_is_named_and_the_next_stages_still_run(tmp_path)
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert [r["case"] for r in rows] == ["8b", "1b", "walkthrough"]
     assert "| llama3.2-1b | bf16 |" in (out / "bf16.log").read_text()
+    # The traces of the timed shapes, packed into one file.
+    with tarfile.open(out / "traces.tar.gz") as traces:
+        names = traces.getnames()
+    for case in ("8b-bf16", "1b-bf16"):
+        assert any(n.startswith(f"traces/{case}/") and n.endswith(".xplane.pb") for n in names)
+    assert not (out / "traces").exists()
 
 
 def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path):

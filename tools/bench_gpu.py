@@ -23,7 +23,8 @@ MFU is against the data-sheet dense bf16 peak of the device, or its fp8 peak for
 FLOPs count the active experts (`ModelSpec.flops_per_token`). The fp8 rows also give the
 step-time speed-up over the same shape in bf16 (on a CPU, or a GPU without float8 units, XLA
 emulates the types and fp8 is slower). `--record` appends every row to a file as a JSON line
-when it is measured, so a run stopped by a time limit keeps what it measured.
+when it is measured, so a run stopped by a time limit keeps what it measured; `--profile DIR`
+adds a JAX profiler trace of two more steps of each shape, for XProf or Perfetto.
 """
 
 from __future__ import annotations
@@ -165,6 +166,13 @@ def main(argv: list[str]) -> int:
         help=f"then train {WALKTHROUGH.name} for {WALKTHROUGH_STEPS} steps: time to the last step",
     )
     parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        default="",
+        help=f"then trace {bench.PROFILED_STEPS} more steps of each shape with the JAX profiler "
+        "into DIR/<case>-<precision>",
+    )
+    parser.add_argument(
         "--record",
         default="",
         help="append each row to this file as a JSON line as soon as it is measured (a run cut "
@@ -266,6 +274,7 @@ def _run(case: Case, precision: str, args: argparse.Namespace) -> dict | None:
             warmup=args.warmup,
             devices=jax.devices()[:1],
             experts=case.experts,
+            profile_dir=Path(args.profile) / f"{case.key}-{precision}" if args.profile else None,
         )
     except Exception as error:  # one shape failing (memory) must not hide the others
         _failed(label, start, error)

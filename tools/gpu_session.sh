@@ -14,7 +14,9 @@
 #   walkthrough  tools/bench_gpu.py --cases walkthrough: Qwen3-0.6B to step 300          360
 #   fp8          tools/bench_gpu.py --fp8: the dense shapes in bf16, then fp8            480
 # Each stage writes OUT_DIR/<stage>.log; every measured row goes to OUT_DIR/rows.jsonl as it
-# is measured. A stage stopped at its limit is named in its log and the session goes on.
+# is measured, and the timing stages trace two more steps of each shape with the JAX profiler,
+# packed at the end into OUT_DIR/traces.tar.gz (XProf, TensorBoard's profile plugin, Perfetto).
+# A stage stopped at its limit is named in its log and the session goes on.
 #
 # Environment:
 #   JAXTRAIN_WHEELS      folder of wheels to install first (default: wheels/ in this checkout,
@@ -56,7 +58,8 @@ fi
 # Runs one stage; called in a child bash under `timeout` (its definition is passed on below).
 run_stage() {
   local stage=$1
-  local bench=("$python" "$repo/tools/bench_gpu.py" "${smoke[@]}" --record "$out/rows.jsonl")
+  local bench=("$python" "$repo/tools/bench_gpu.py" "${smoke[@]}" --record "$out/rows.jsonl"
+    --profile "$out/traces")
   case "$stage" in
     env)
       git -C "$repo" log -1 --format='commit %H %s' 2>/dev/null
@@ -94,4 +97,9 @@ for stage in "${stages[@]}"; do
   fi
   echo "   $stage took $(( SECONDS - start )) s"
 done
+if [[ -d "$out/traces" ]]; then
+  # One file keeps the traces' deep folders together for copying back.
+  tar -czf "$out/traces.tar.gz" -C "$out" traces && rm -rf "$out/traces"
+  echo "traces: $out/traces.tar.gz ($(du -k "$out/traces.tar.gz" | cut -f1) KiB)"
+fi
 exit $status

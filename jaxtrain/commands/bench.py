@@ -22,6 +22,7 @@ import resource
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -32,6 +33,9 @@ from jaxtrain import compat
 from jaxtrain.commands import bench_experts
 from jaxtrain.commands.options import add_config_argument
 from jaxtrain.train import throughput
+
+# Steps `--profile` traces after the timed ones: each its own, waited for before the next.
+PROFILED_STEPS = 2
 
 # A Llama shape any CPU trains in seconds: the GPU tools' `--smoke` runs (tools/bench_gpu.py,
 # tools/gpu_parity.py) take it to check their code path anywhere.
@@ -91,14 +95,19 @@ def benchmark(
     warmup: int = 2,
     devices: list[Any] | None = None,
     experts: bool = False,
+    profile_dir: str | Path | None = None,
 ) -> dict[str, float]:
     """Compiles and times `steps` train steps after `warmup` ones; returns the figures. With
+    `profile_dir`, then traces `PROFILED_STEPS` more steps into it (`profile_steps`). With
     `experts`, then times one expert block alone (`bench_experts`) once the trainer's state is
     freed, and adds its figures (`block_*`, and `expert_blocks_per_step`)."""
-    with synthetic_trainer(cfg, steps + warmup + 1, devices) as trainer:
+    extra = PROFILED_STEPS if profile_dir else 0
+    with synthetic_trainer(cfg, steps + warmup + extra + 1, devices) as trainer:
         if experts:
             bench_experts.require_experts(trainer.spec)
         figures = time_steps(trainer, steps, warmup)
+        if profile_dir:
+            profile_steps(trainer, Path(profile_dir), PROFILED_STEPS)
         spec, backend = trainer.spec, trainer.setup.backend
     del trainer
     if experts:
@@ -155,6 +164,25 @@ def time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     }
 
 
+def profile_steps(trainer: Any, directory: Path, steps: int) -> None:
+    """A JAX profiler trace of `steps` train steps of an open trainer in `directory`
+    (`plugins/profile/<time>/<host>.xplane.pb` and `.trace.json.gz`, for XProf, TensorBoard's
+    profile plugin and Perfetto), each step annotated with its number. The Python tracer is
+    off: it would fill the trace with the host loop's calls."""
+    cfg, spec = trainer.cfg, trainer.spec
+    batch = trainer.setup.global_batch(synthetic_batch(cfg, spec.vocab_size))
+    state = trainer.state
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0
+    directory.mkdir(parents=True, exist_ok=True)
+    with jax.profiler.trace(str(directory), profiler_options=options):
+        for step in range(steps):
+            with jax.profiler.StepTraceAnnotation("train", step_num=step):
+                state, metrics = trainer.compiled_step(state, batch)
+            jax.block_until_ready(metrics)
+    trainer.state = state
+
+
 def format_report(name: str, figures: dict[str, Any]) -> str:
     """One readable block of figures."""
     f = figures
@@ -173,6 +201,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        default="",
+        help=f"then trace {PROFILED_STEPS} more steps with the JAX profiler into DIR (XProf, "
+        "TensorBoard's profile plugin, Perfetto)",
+    )
+    parser.add_argument(
         "--experts",
         action="store_true",
         help="then time one expert block alone (forward + backward, one device) and its share "
@@ -185,8 +220,16 @@ def handle(args: argparse.Namespace) -> int:
     cfg = compat.load_config_file(
         args.config, args.overrides, native_overrides=args.native, allow_unsupported=True
     )
-    figures = benchmark(cfg, steps=args.steps, warmup=args.warmup, experts=args.experts)
+    figures = benchmark(
+        cfg,
+        steps=args.steps,
+        warmup=args.warmup,
+        experts=args.experts,
+        profile_dir=args.profile or None,
+    )
     print(format_report(cfg.run.name, figures))
+    if args.profile:
+        print(f"profile of {PROFILED_STEPS} more steps: {args.profile}")
     if args.experts:
         print(expert_report(cfg.run.name, figures))
     return 0
