@@ -43,6 +43,8 @@ def get_config() -> ConfigDict:
     #                              than the devices have (compiled plan vs device/host memory)
     c.train.profile_start = 0  # first step of a JAX profiler trace into <run dir>/profile; 0 = none
     c.train.profile_steps = 1  # steps the trace covers (from train.profile_start on)
+    c.train.profile_python = False  # also trace the host's Python calls (a million events in
+    #   a few steps: the trace viewer's files then drop XLA's operations past the millionth)
     c.train.hang_timeout = 1800.0  # seconds without a completed step before the run prints every
     #   thread's stack and exits 4 (hung data, file system or collective); counted from the
     #   first completed step, so compiling never counts; 0 disables the watch

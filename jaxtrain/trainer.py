@@ -163,7 +163,12 @@ class Trainer:
         self.history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY)
         self._first_step = self._host_step  # where this Trainer started: nothing trained yet
         self.events = goodput.EventLog(self.run_dir, enabled=self.is_primary)
-        self.profiler = StepProfiler(self.run_dir, cfg.train.profile_start, cfg.train.profile_steps)
+        self.profiler = StepProfiler(
+            self.run_dir,
+            cfg.train.profile_start,
+            cfg.train.profile_steps,
+            python=cfg.train.profile_python,
+        )
         self.hang_watch = HangWatch(cfg.train.hang_timeout, self.checkpointer.directory)
         self.stragglers = StragglerWatch(
             cfg.train.straggler_every,

@@ -32,6 +32,7 @@ from ml_collections import ConfigDict
 from jaxtrain import compat
 from jaxtrain.commands import bench_experts
 from jaxtrain.commands.options import add_config_argument
+from jaxtrain.rundir import profile
 from jaxtrain.train import throughput
 
 # Steps `--profile` traces after the timed ones: each its own, waited for before the next.
@@ -172,10 +173,8 @@ def profile_steps(trainer: Any, directory: Path, steps: int) -> None:
     cfg, spec = trainer.cfg, trainer.spec
     batch = trainer.setup.global_batch(synthetic_batch(cfg, spec.vocab_size))
     state = trainer.state
-    options = jax.profiler.ProfileOptions()
-    options.python_tracer_level = 0
     directory.mkdir(parents=True, exist_ok=True)
-    with jax.profiler.trace(str(directory), profiler_options=options):
+    with jax.profiler.trace(str(directory), profiler_options=profile.trace_options()):
         for step in range(steps):
             with jax.profiler.StepTraceAnnotation("train", step_num=step):
                 state, metrics = trainer.compiled_step(state, batch)

@@ -9,6 +9,10 @@ TensorBoard's profile plugin and XProf, `<host>.trace.json.gz` and `perfetto_tra
 for Perfetto and chrome://tracing); each process writes its own host's. Starting and stopping
 a trace is host work of a second or more: the logged tokens/s and MFU of the steps around
 it read lower.
+
+The Python tracer is off unless `train.profile_python` is set: it records every call of the
+host loop, a million events in two steps of a small model, and the trace viewer's files keep
+the first million events, so XLA's own operations fell out of them.
 """
 
 from __future__ import annotations
@@ -22,12 +26,20 @@ import jax
 PROFILE_DIR = "profile"
 
 
+def trace_options(python: bool = False) -> jax.profiler.ProfileOptions:
+    """The profiler's options: the Python tracer on only when asked for."""
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 1 if python else 0
+    return options
+
+
 class StepProfiler:
     """Starts, annotates and stops the trace around the dispatch of each step."""
 
-    def __init__(self, run_dir: Path, start: int, steps: int):
+    def __init__(self, run_dir: Path, start: int, steps: int, python: bool = False):
         self.dir = Path(run_dir) / PROFILE_DIR
         self.start, self.last = start, start + steps - 1  # start 0: no trace
+        self.python = python
         self.active = False
 
     @contextlib.contextmanager
@@ -37,7 +49,11 @@ class StepProfiler:
             self.stop()
         if self.start and step_no == self.start:
             self.dir.mkdir(parents=True, exist_ok=True)
-            jax.profiler.start_trace(str(self.dir), create_perfetto_trace=True)
+            jax.profiler.start_trace(
+                str(self.dir),
+                create_perfetto_trace=True,
+                profiler_options=trace_options(self.python),
+            )
             self.active = True
         if not self.active or step_no > self.last:  # the step after the last: not annotated
             yield
