@@ -14,8 +14,9 @@
 #   walkthrough  tools/bench_gpu.py --cases walkthrough: Qwen3-0.6B to step 300          360
 #   fp8          tools/bench_gpu.py --fp8: the dense shapes in bf16, then fp8            480
 # Each stage writes OUT_DIR/<stage>.log; every measured row goes to OUT_DIR/rows.jsonl as it
-# is measured, and the timing stages trace two more steps of each shape with the JAX profiler,
-# packed at the end into OUT_DIR/traces.tar.gz (XProf, TensorBoard's profile plugin, Perfetto).
+# is measured, and the bf16 and moe stages trace two more steps of each shape with the JAX
+# profiler, packed at the end into OUT_DIR/traces.tar.gz (XProf, TensorBoard's profile plugin,
+# Perfetto).
 # A stage stopped at its limit is named in its log and the session goes on.
 #
 # Environment:
@@ -58,8 +59,8 @@ fi
 # Runs one stage; called in a child bash under `timeout` (its definition is passed on below).
 run_stage() {
   local stage=$1
-  local bench=("$python" "$repo/tools/bench_gpu.py" "${smoke[@]}" --record "$out/rows.jsonl"
-    --profile "$out/traces")
+  local bench=("$python" "$repo/tools/bench_gpu.py" "${smoke[@]}" --record "$out/rows.jsonl")
+  local traced=(--profile "$out/traces")
   case "$stage" in
     env)
       git -C "$repo" log -1 --format='commit %H %s' 2>/dev/null
@@ -72,8 +73,8 @@ run_stage() {
       lscpu | grep -E 'Model name|^CPU\(s\)'
       ;;
     parity) "$python" "$repo/tools/gpu_parity.py" --smoke ;;
-    bf16) "${bench[@]}" --cases 8b,1b ;;
-    moe) "${bench[@]}" --cases mixtral,qwen3-moe ;;
+    bf16) "${bench[@]}" "${traced[@]}" --cases 8b,1b ;;
+    moe) "${bench[@]}" "${traced[@]}" --cases mixtral,qwen3-moe ;;
     walkthrough) "${bench[@]}" --cases walkthrough ;;
     fp8) "${bench[@]}" --fp8 --cases 8b,1b ;;
   esac
