@@ -32,6 +32,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jaxtrain.hardware import backend
 from jaxtrain.models.layers.products import float32_operands
+from jaxtrain.parallel import varying
 
 TILE_ROWS = 128
 # The name under which the tiles' result is offered to the remat policies: their products run
@@ -61,36 +62,8 @@ def tiled(
     x_AD: jax.Array, w_GDF: jax.Array, sizes_G: jax.Array, tile: int = TILE_ROWS
 ) -> jax.Array:
     """The grouped matmul over tiles of `tile` rows, each in one group (module docstring)."""
-    x_AD, w_GDF, sizes_G = _varying_alike(x_AD, w_GDF, sizes_G)
+    x_AD, w_GDF, sizes_G = varying.alike(x_AD, w_GDF, sizes_G)
     return checkpoint_name(_tiled(tile, x_AD, w_GDF, sizes_G), OUTPUT_NAME)
-
-
-def _varying_alike(*arrays: jax.Array) -> tuple[jax.Array, ...]:
-    """The arrays, each made to vary over every manual mesh axis one of them varies over.
-
-    Under `shard_map` a custom gradient must return each cotangent varying over the axes its
-    input varies over. Rows varying over the token axes times weights split over `tensor`
-    give a row gradient that varies over both, and its sum over `tensor` is what the rows
-    need. Adding zeros that vary over the others' axes outside the custom gradient makes
-    autodiff take that sum (the transpose of varying is a sum). Outside `shard_map`, or where
-    the arrays already vary alike, they are returned as they are."""
-    axes = [_varying_axes(a) for a in arrays]
-    if all(a == axes[0] for a in axes):
-        return arrays
-    out = []
-    for array in arrays:
-        for other in arrays:
-            if other is not array:
-                array = array + jnp.zeros_like(other, shape=(), dtype=array.dtype)
-        out.append(array)
-    return tuple(out)
-
-
-def _varying_axes(array: jax.Array) -> frozenset:
-    """The manual mesh axes `array` varies over under `shard_map` (none elsewhere)."""
-    aval = jax.typeof(array)
-    manual = getattr(aval, "manual_axis_type", None)  # jax 0.10; `vma` before it
-    return frozenset(manual.varying if manual is not None else getattr(aval, "vma", ()))
 
 
 class _Layout(NamedTuple):
