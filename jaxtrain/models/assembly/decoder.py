@@ -63,11 +63,14 @@ def _remat_policy(spec: ModelSpec):
     """The jax.checkpoint policy of `spec.remat` (None: recompute everything), made to keep the
     results of float8 products, and of bfloat16 products on backends that round them, in the
     model dtype rather than as their float32 accumulators (`products.remat_policy`), and the
-    experts' tiled products, which run behind a custom gradient (`grouped_matmul.OUTPUT_NAME`)."""
+    experts' tiled and batched products, which run behind custom gradients
+    (`grouped_matmul.OUTPUT_NAME`, `products.BATCHED_NAME`)."""
     policy = _REMAT_POLICIES.get(spec.remat)
     if policy is None:
         return policy
     names = (products.ROUNDED_NAME, grouped_matmul.OUTPUT_NAME)
+    if spec.remat == "dots":  # the one policy that saves batched products
+        names += (products.BATCHED_NAME,)
     if spec.quantization == "fp8":
         names += (fp8.OUTPUT_NAME,)
         if spec.remat == "dots":

@@ -33,6 +33,7 @@ from flax import nnx
 from jaxtrain.models.feedforward import expert_dispatch
 from jaxtrain.models.feedforward.mlp import ReluSquaredMLP, SwiGLU, geglu, swiglu
 from jaxtrain.models.layers import fp8 as fp8_lib
+from jaxtrain.models.layers import products
 from jaxtrain.models.layers.basic import Dense, make_param, softcap
 from jaxtrain.models.layers.grouped_matmul import grouped_matmul
 from jaxtrain.models.spec.hyperparameters import ModelSpec
@@ -318,7 +319,7 @@ class MoE(nnx.Module):
             )
         if kind == "ragged":
             return grouped_matmul(lhs, w, sizes)
-        return jnp.einsum("ecx,exy->ecy", lhs, w)
+        return products.batched_product(lhs, w)
 
     def _sorted(
         self,

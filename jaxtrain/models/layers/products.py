@@ -32,10 +32,14 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from jaxtrain.hardware import backend
+from jaxtrain.parallel import varying
 
 _NARROW = (jnp.bfloat16, jnp.float16)
 # The name under which a rounded product's result is offered to the remat policies.
 ROUNDED_NAME = "rounded_product"
+# The name of `batched_product`'s result, which only the policies that save batched products
+# (`remat=dots`) save.
+BATCHED_NAME = "batched_product"
 
 
 def widens_products() -> bool:
@@ -59,6 +63,53 @@ def rounded(product: jax.Array, result_dtype: Any) -> jax.Array:
     if product.dtype == jnp.dtype(result_dtype):
         return product
     return checkpoint_name(product.astype(result_dtype), ROUNDED_NAME)
+
+
+def batched_product(lhs_ECX: jax.Array, w_EXY: jax.Array) -> jax.Array:
+    """lhs_ECX @ w_EXY for each e (the capacity path's experts), in lhs's dtype: where the
+    backend rounds narrow products, every product of both passes takes a float32 result and
+    rounds it once, as `layers.project` does, so bfloat16 operands reach the bfloat16 kernel
+    (a plain einsum and autodiff's products of it ran in float32 behind conversions of whole
+    [E, C, F] buffers); where the CPU's bfloat16 kernel is the slower one, float32 operands,
+    as the experts' tiles take; elsewhere (GPUs) the einsum's products. The result is named `BATCHED_NAME` outside the custom gradient, where the
+    remat policies see it (they see no product inside), so `remat=dots` can save it."""
+    lhs_ECX, w_EXY = varying.alike(lhs_ECX, w_EXY)  # under shard_map (see `varying`)
+    return checkpoint_name(_batched_product(lhs_ECX, w_EXY), BATCHED_NAME)
+
+
+@jax.custom_vjp
+def _batched_product(lhs_ECX: jax.Array, w_EXY: jax.Array) -> jax.Array:
+    return _batched(lhs_ECX, w_EXY, "ecx,exy->ecy", lhs_ECX.dtype)
+
+
+def _batched(a: jax.Array, b: jax.Array, spec: str, result_dtype: Any) -> jax.Array:
+    if widens_products():  # the CPU's bfloat16 kernel is the slower one: float32 throughout
+        a, b = float32_operands(a, b)
+        accumulate = jnp.float32
+    else:
+        accumulate = accumulation_dtype(result_dtype)
+    return jnp.einsum(spec, a, b, preferred_element_type=accumulate).astype(result_dtype)
+
+
+def _batched_fwd(lhs_ECX, w_EXY):
+    return _batched_product(lhs_ECX, w_EXY), (lhs_ECX, w_EXY)
+
+
+def _batched_bwd(residuals, dy_ECY):
+    lhs_ECX, w_EXY = residuals
+    dlhs_ECX = _batched(dy_ECY, w_EXY, "ecy,exy->ecx", lhs_ECX.dtype)
+    # lhs transposed first, into a [E x X, C] matrix behind a barrier: XLA:CPU's bfloat16
+    # kernel takes an lhs that contracts over its last dimension in memory, and it widened
+    # this product to float32 when XLA could fold the transpose back into it (a swap alone,
+    # with or without the barrier, or a loop over the experts).
+    e, c, x = lhs_ECX.shape
+    lhs_2d = jax.lax.optimization_barrier(jnp.swapaxes(lhs_ECX, 1, 2).reshape(e * x, c))
+    lhs_EXC = lhs_2d.reshape(e, x, c)
+    dw_EXY = _batched(lhs_EXC, dy_ECY, "exc,ecy->exy", w_EXY.dtype)
+    return dlhs_ECX, dw_EXY
+
+
+_batched_product.defvjp(_batched_fwd, _batched_bwd)
 
 
 def remat_policy(policy: Callable[..., bool], names: tuple[str, ...]) -> Callable[..., bool]:
