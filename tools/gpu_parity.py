@@ -73,6 +73,8 @@ OPTIMIZER = [
     "--config.optim.lr=3e-3",
 ]
 SMOKE_MODEL = [*bench.TINY_SHAPE, "--config.model.remat=none"]
+# The configs the train steps take: Llama 3.2, and Mixtral for the expert model.
+LLAMA, MIXTRAL = "configs/llama3_2_1b.py", "configs/mixtral_8x7b.py"
 # The expert model: Mixtral with the shape above, 8 experts of 1,024, top 2, in every layer.
 EXPERTS = [
     "--config.model.num_experts=8",
@@ -199,30 +201,35 @@ def _train_rows(
     """Per-step loss and gradient norm of each variant against float32 `dot` attention."""
     variants = {f"{impl}, bf16": [f"--config.model.attention_impl={impl}"] for impl in impls}
     variants["fp8 matmuls"] = ["--config.model.quantization=fp8"]
-    return _step_rows(model, [], variants, steps)
+    return _step_rows(LLAMA, model, [], variants, steps)
 
 
 def _expert_train_rows(model: list[str], steps: int) -> list[tuple[str, str, float, float]]:
     """The expert model's steps with the backend's grouped matmul in bfloat16 against float32
     with the row tiles."""
     picked = backend.current().grouped_matmul
-    return _step_rows(model, REFERENCE_EXPERTS, {f"experts ({picked}), bf16": []}, steps)
+    return _step_rows(MIXTRAL, model, REFERENCE_EXPERTS, {f"experts ({picked}), bf16": []}, steps)
 
 
 def _step_rows(
-    model: list[str], reference_only: list[str], variants: dict[str, list[str]], steps: int
+    config: str,
+    model: list[str],
+    reference_only: list[str],
+    variants: dict[str, list[str]],
+    steps: int,
 ) -> list[tuple[str, str, float, float]]:
-    """Per-step loss and gradient norm of each variant (bfloat16) against the float32 `dot`
-    attention run, which adds `reference_only` to the overrides."""
+    """Per-step loss and gradient norm of each variant (bfloat16) of `config` under `model`
+    against the float32 `dot` attention run, which adds `reference_only` to the overrides."""
     with jax.default_matmul_precision("highest"):  # not TF32 on GPUs
         reference = _losses(
+            config,
             model + reference_only + ["--config.model.attention_impl=dot", _dtype("float32")],
             steps,
         )
     rows = []
     for name, overrides in variants.items():
         fp8 = "fp8" in name
-        got = _losses(model + overrides + [_dtype("bfloat16")], steps)
+        got = _losses(config, model + overrides + [_dtype("bfloat16")], steps)
         for step, (figures, ref) in enumerate(zip(got, reference), start=1):
             for key in ("loss", "grad_norm"):
                 tolerance = {
@@ -241,11 +248,9 @@ def _dtype(name: str) -> str:
     return f"--config.model.dtype={name}"
 
 
-def _losses(overrides: list[str], steps: int) -> list[dict[str, float]]:
-    """Loss and gradient norm of `steps` train steps on one fixed random batch: Llama 3.2's
-    config under `overrides`, Mixtral's when they add experts."""
-    experts = any(o.startswith("--config.model.num_experts=") for o in overrides)
-    config = "configs/mixtral_8x7b.py" if experts else "configs/llama3_2_1b.py"
+def _losses(config: str, overrides: list[str], steps: int) -> list[dict[str, float]]:
+    """Loss and gradient norm of `steps` train steps of `config` under `overrides` on one fixed
+    random batch."""
     cfg = config_lib.load_config(str(REPO / config), overrides)
     with bench.synthetic_trainer(cfg, steps + 1, jax.devices()[:1]) as trainer:
         batch = trainer.setup.global_batch(bench.synthetic_batch(cfg, trainer.spec.vocab_size))
