@@ -47,7 +47,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=tr
 
 import jax  # noqa: E402
 
-from jaxtrain.commands import bench  # noqa: E402
+from jaxtrain.commands import bench, bench_experts  # noqa: E402
 from jaxtrain.config import loader as config_lib  # noqa: E402
 
 
@@ -238,7 +238,7 @@ def _print_table(rows: list[tuple[Case, str, dict]]) -> None:
         )
         block = (
             f"{f['block_time_s'] * 1e3:.1f} ms, MFU {f['block_mfu']:.1%}, "
-            f"{f['expert_blocks_per_step'] * f['block_time_s'] / f['step_time_s']:.0%} of the step"
+            f"{bench_experts.share_of_step(f):.0%} of the step"
             if "block_time_s" in f
             else ""
         )

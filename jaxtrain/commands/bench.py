@@ -129,7 +129,7 @@ def time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     """Times `steps` train steps of an open trainer (`synthetic_trainer`) after `warmup`
     ones; returns the figures. Callable again on the same trainer, to interleave several."""
     cfg, spec = trainer.cfg, trainer.spec
-    batch = trainer.setup.global_batch(synthetic_batch(cfg, spec.vocab_size))
+    batch = _device_batch(trainer)
     compiled, compile_s = trainer.compiled_step, trainer.compile_s
     state = trainer.state
     for _ in range(warmup):
@@ -165,13 +165,17 @@ def time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     }
 
 
+def _device_batch(trainer: Any) -> Any:
+    """The synthetic batch of an open trainer's config, placed on its mesh."""
+    return trainer.setup.global_batch(synthetic_batch(trainer.cfg, trainer.spec.vocab_size))
+
+
 def profile_steps(trainer: Any, directory: Path, steps: int) -> None:
     """A JAX profiler trace of `steps` train steps of an open trainer in `directory`
     (`plugins/profile/<time>/<host>.xplane.pb` and `.trace.json.gz`, for XProf, TensorBoard's
     profile plugin and Perfetto), each step annotated with its number. The Python tracer is
     off: it would fill the trace with the host loop's calls."""
-    cfg, spec = trainer.cfg, trainer.spec
-    batch = trainer.setup.global_batch(synthetic_batch(cfg, spec.vocab_size))
+    batch = _device_batch(trainer)
     state = trainer.state
     directory.mkdir(parents=True, exist_ok=True)
     with jax.profiler.trace(str(directory), profiler_options=profile.trace_options()):
@@ -236,6 +240,4 @@ def handle(args: argparse.Namespace) -> int:
 
 def expert_report(name: str, figures: dict[str, Any]) -> str:
     """The expert block's line of a `benchmark(..., experts=True)`."""
-    return bench_experts.format_report(
-        name, figures, int(figures["expert_blocks_per_step"]), figures["step_time_s"]
-    )
+    return bench_experts.format_report(name, figures)

@@ -91,16 +91,21 @@ def time_expert_block(
     }
 
 
-def format_report(
-    name: str, figures: dict[str, Any], blocks_per_step: int, step_time_s: float
-) -> str:
-    """One line: the block's time, FLOP/s and MFU, and the share of a step of `step_time_s`
-    that `blocks_per_step` such blocks (expert layers x micro batches) would take, remat's
-    recomputed forwards aside."""
+def share_of_step(figures: dict[str, Any]) -> float:
+    """What the step's expert blocks (`expert_blocks_per_step`: expert layers x micro
+    batches), each taking `block_time_s`, take of its `step_time_s`, remat's recomputed
+    forwards aside."""
     f = figures
-    share = blocks_per_step * f["block_time_s"] / step_time_s
+    return f["expert_blocks_per_step"] * f["block_time_s"] / f["step_time_s"]
+
+
+def format_report(name: str, figures: dict[str, Any]) -> str:
+    """One line: the block's time, FLOP/s and MFU, and its share of the step (`share_of_step`)
+    from the figures of `bench.benchmark(..., experts=True)`."""
+    f = figures
     return (
         f"{name}: one expert block, {int(f['tokens']):,} tokens forward + backward: "
         f"{f['block_time_s'] * 1e3:.2f} ms, {f['block_flops_per_s'] / 1e9:,.1f} GFLOP/s, "
-        f"MFU {f['block_mfu']:.1%}; x {blocks_per_step} per step = {share:.0%} of the step"
+        f"MFU {f['block_mfu']:.1%}; x {int(f['expert_blocks_per_step'])} per step = "
+        f"{share_of_step(f):.0%} of the step"
     )

@@ -71,8 +71,9 @@ def batched_product(lhs_ECX: jax.Array, w_EXY: jax.Array) -> jax.Array:
     rounds it once, as `layers.project` does, so bfloat16 operands reach the bfloat16 kernel
     (a plain einsum and autodiff's products of it ran in float32 behind conversions of whole
     [E, C, F] buffers); where the CPU's bfloat16 kernel is the slower one, float32 operands,
-    as the experts' tiles take; elsewhere (GPUs) the einsum's products. The result is named `BATCHED_NAME` outside the custom gradient, where the
-    remat policies see it (they see no product inside), so `remat=dots` can save it."""
+    as the experts' tiles take; elsewhere (GPUs) the einsum's products. The result is named
+    `BATCHED_NAME` outside the custom gradient, where the remat policies see it (they see no
+    product inside), so `remat=dots` can save it."""
     lhs_ECX, w_EXY = varying.alike(lhs_ECX, w_EXY)  # under shard_map (see `varying`)
     return checkpoint_name(_batched_product(lhs_ECX, w_EXY), BATCHED_NAME)
 
