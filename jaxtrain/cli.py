@@ -38,6 +38,8 @@ COMMANDS: dict[str, str] = {
     "export": "write a run's checkpoint as a Hugging Face model folder",
     "convert": "read a Hugging Face checkpoint, summarise it, optionally write it back",
     "bench": "time the train step of a config (tokens/s, MFU, compile time, memory)",
+    "profile": "summarise a profiler trace: the time per step of each kind of XLA operation "
+    "and of the slowest ones",
     "plan": "pick mesh sizes, micro batch, remat and loss chunking for N devices, from "
     "compiled programs and a cost model",
     "preflight": "check every host before training: devices, memory, collectives, checkpoint "

@@ -37,23 +37,59 @@ def dot_flops(hlo: str) -> float:
     if not entry:
         return 0.0
     runs = hlo_text.runs_per_computation(bodies, entry)
-    total = 0.0
-    for name, lines in bodies.items():
-        if not runs.get(name):
-            continue
+    own = _own_dot_flops(bodies, [name for name in bodies if runs.get(name)])
+    return sum(flops * runs[name] for name, flops in own.items())
+
+
+def module_name(hlo: str) -> str:
+    """The module's name (`HloModule jit_train_step, ...`), as a profiler trace gives it."""
+    return m.group(1) if (m := _MODULE.search(hlo)) else ""
+
+
+def op_flops(hlo: str) -> dict[str, float]:
+    """{instruction name: the FLOPs of one run of it} for every dot, and every fusion whose
+    fused computation holds dots, of an optimised HLO module: the names a profiler trace
+    gives the operations it timed (`rundir/trace_ops.py`)."""
+    bodies, _ = hlo_text.computations(hlo)
+    own = _own_dot_flops(bodies, list(bodies))
+    found = {}
+    for lines in bodies.values():
         shapes = None
         for line in lines:
-            m = _DOT.search(line)
-            if not m:
+            if not (m := _INSTRUCTION.match(line)):
                 continue
-            _, result, _, inline_lhs, lhs_name, contracting = m.groups()
-            if inline_lhs is not None:
-                lhs = hlo_text.dims(inline_lhs)
-            else:
+            name, rest = m.groups()
+            if _DOT.search(line):
                 shapes = shapes if shapes is not None else hlo_text.array_shapes(lines)
-                lhs = shapes.get(lhs_name)
-            if lhs is None:
-                continue  # an operand defined elsewhere: not in optimised HLO's printing
-            contracted = math.prod(lhs[i] for i in hlo_text.dims(contracting))
-            total += 2.0 * math.prod(hlo_text.dims(result)) * contracted * runs[name]
-    return total
+                found[name] = _line_dot_flops(line, shapes)
+            elif " fusion(" in rest and (callee := _CALLS.search(rest)):
+                if own.get(callee.group(1)):
+                    found[name] = own[callee.group(1)]
+    return found
+
+
+_MODULE = re.compile(r"^HloModule\s+([\w.\-]+)", re.MULTILINE)
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
+
+
+def _own_dot_flops(bodies: dict[str, list[str]], names: list[str]) -> dict[str, float]:
+    """{computation: FLOPs of the dots written in it, per run of it} for `names`."""
+    found = {}
+    for name in names:
+        lines = bodies[name]
+        dots = [line for line in lines if _DOT.search(line)]
+        shapes = hlo_text.array_shapes(lines) if dots else {}
+        found[name] = sum(_line_dot_flops(line, shapes) for line in dots)
+    return found
+
+
+def _line_dot_flops(line: str, shapes: dict[str, tuple[int, ...]]) -> float:
+    """2 x result elements x contracted elements of the dot on `line`; 0 where its lhs's
+    shape is unknown (an operand defined elsewhere: not in optimised HLO's printing)."""
+    _, result, _, inline_lhs, lhs_name, contracting = _DOT.search(line).groups()
+    lhs = hlo_text.dims(inline_lhs) if inline_lhs is not None else shapes.get(lhs_name)
+    if lhs is None:
+        return 0.0
+    contracted = math.prod(lhs[i] for i in hlo_text.dims(contracting))
+    return 2.0 * math.prod(hlo_text.dims(result)) * contracted
