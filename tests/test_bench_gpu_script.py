@@ -56,3 +56,13 @@ def test_an_unknown_case_is_refused_with_the_known_ones():
     result = _bench_gpu("--cases", "8b,70b")
     assert result.returncode != 0
     assert "--cases 70b: not one of 8b, 1b, mixtral, qwen3-moe, walkthrough" in result.stderr
+
+
+def test_a_profiled_shape_prints_where_its_traced_steps_went(tmp_path):
+    result = _bench_gpu(
+        "--cases", "1b", "--profile", str(tmp_path), "--steps", "1", "--warmup", "1"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "llama3.2-1b (bf16), traced steps:" in result.stdout
+    assert " with dots (jit_train_step)" in result.stdout  # the products' rates
+    assert (tmp_path / "1b-bf16" / "program.hlo.txt").is_file()

@@ -24,7 +24,8 @@ FLOPs count the active experts (`ModelSpec.flops_per_token`). The fp8 rows also 
 step-time speed-up over the same shape in bf16 (on a CPU, or a GPU without float8 units, XLA
 emulates the types and fp8 is slower). `--record` appends every row to a file as a JSON line
 when it is measured, so a run stopped by a time limit keeps what it measured; `--profile DIR`
-adds a JAX profiler trace of two more steps of each shape, for XProf or Perfetto.
+adds a JAX profiler trace of two more steps of each shape, for XProf or Perfetto, and prints
+where their time went per XLA op, with the products' FLOP rates (`jaxtrain profile`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=tr
 import jax  # noqa: E402
 
 from jaxtrain.commands import bench, bench_experts  # noqa: E402
+from jaxtrain.commands import profile as profile_command  # noqa: E402
 from jaxtrain.config import loader as config_lib  # noqa: E402
 
 
@@ -266,6 +268,7 @@ def _run(case: Case, precision: str, args: argparse.Namespace) -> dict | None:
     """One shape's figures in one precision, or None (printed) when it fails."""
     cfg = _config(case, precision, args)
     label = f"{case.name} ({precision})"
+    traced = Path(args.profile) / f"{case.key}-{precision}" if args.profile else None
     start = time.perf_counter()
     try:
         figures = bench.benchmark(
@@ -274,7 +277,7 @@ def _run(case: Case, precision: str, args: argparse.Namespace) -> dict | None:
             warmup=args.warmup,
             devices=jax.devices()[:1],
             experts=case.experts,
-            profile_dir=Path(args.profile) / f"{case.key}-{precision}" if args.profile else None,
+            profile_dir=traced,
         )
     except Exception as error:  # one shape failing (memory) must not hide the others
         _failed(label, start, error)
@@ -282,6 +285,8 @@ def _run(case: Case, precision: str, args: argparse.Namespace) -> dict | None:
     print(bench.format_report(label, figures), flush=True)
     if case.experts:
         print(bench.expert_report(label, figures), flush=True)
+    if traced:
+        _print_trace_summary(label, traced)
     figures["tokens"] = cfg.train.global_batch_size * cfg.train.seq_len
     return figures
 
@@ -328,6 +333,15 @@ def _walkthrough_line(f: dict) -> str:
         f"{f['mfu']:.1%}, {int(f['tokens_per_step']):,} tokens a step, loss {f['loss']:.3f}, "
         f"{f['num_params'] / 1e9:.2f}B params"
     )
+
+
+def _print_trace_summary(label: str, traced: Path) -> None:
+    """Where the traced steps' time went, per XLA op, into the log (the traces come back
+    whole for XProf or Perfetto too)."""
+    try:
+        print(f"{label}, traced steps:\n{profile_command.summary_text(traced, top=15)}", flush=True)
+    except Exception as error:  # a trace the summary cannot read must not stop the timings
+        print(f"{label}: no summary of the trace in {traced} ({error})", flush=True)
 
 
 def _failed(label: str, start: float, error: Exception) -> None:
