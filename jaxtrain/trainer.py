@@ -168,6 +168,7 @@ class Trainer:
             cfg.train.profile_start,
             cfg.train.profile_steps,
             python=cfg.train.profile_python,
+            program=(lambda: self.compiled_step.as_text()) if self.is_primary else None,
         )
         self.hang_watch = HangWatch(cfg.train.hang_timeout, self.checkpointer.directory)
         self.stragglers = StragglerWatch(

@@ -10,6 +10,8 @@ import jax
 from checkpoint_fixtures import small_config
 
 from jaxtrain.commands import runs
+from jaxtrain.planning import hlo_flops
+from jaxtrain.rundir import trace_ops
 from jaxtrain.trainer import Trainer
 
 
@@ -41,6 +43,13 @@ def test_a_trace_of_steps_5_and_6_is_left_in_the_run_directory(tmp_path):
     listed = runs.format_report(runs.build_report(run_dir)).splitlines()
     traces = next(line for line in listed if line.strip().startswith("traces"))
     assert str(xplanes[0].relative_to(run_dir)) in traces
+    # `jaxtrain profile RUN_DIR`: the two steps' ops, the products' rates from the program
+    # saved beside the trace.
+    program = trace_ops.saved_program(run_dir)
+    summary = trace_ops.summarise(
+        run_dir, hlo_flops.module_name(program), hlo_flops.op_flops(program)
+    )
+    assert summary.steps == 2 and [r for r in summary.kinds if r.name.endswith(" with dots")]
 
 
 def test_train_profile_python_adds_the_hosts_python_calls(tmp_path):

@@ -16,7 +16,7 @@ from jaxtrain.commands import bench
 from jaxtrain.commands import profile as profile_command
 from jaxtrain.errors import ConfigError
 from jaxtrain.planning import hlo_flops
-from jaxtrain.rundir import trace_ops
+from jaxtrain.rundir import profile, trace_ops
 
 LAYERS = 3
 
@@ -112,7 +112,7 @@ def test_bench_profile_prints_the_summary_with_the_products_rates(tmp_path, caps
     argv += ["--config.train.global_batch_size=8", "--config.train.micro_batch_size=8"]
     assert cli.main([*argv, "--profile", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert (tmp_path / trace_ops.PROGRAM_FILE).read_text().startswith("HloModule ")
+    assert (tmp_path / profile.PROGRAM_FILE).read_text().startswith("HloModule ")
     assert "2 step(s)" in out and " with dots (jit_train_step)" in out
     # The command reads the program beside the traces by itself.
     assert profile_command.summary_text(tmp_path) in out

@@ -33,7 +33,7 @@ from jaxtrain import compat
 from jaxtrain.commands import bench_experts
 from jaxtrain.commands import profile as profile_command
 from jaxtrain.commands.options import add_config_argument
-from jaxtrain.rundir import profile, trace_ops
+from jaxtrain.rundir import profile
 from jaxtrain.train import throughput
 
 # Steps `--profile` traces after the timed ones: each its own, waited for before the next.
@@ -175,12 +175,12 @@ def profile_steps(trainer: Any, directory: Path, steps: int) -> None:
     """A JAX profiler trace of `steps` train steps of an open trainer in `directory`
     (`plugins/profile/<time>/<host>.xplane.pb` and `.trace.json.gz`, for XProf, TensorBoard's
     profile plugin and Perfetto), each step annotated with its number, and the step's
-    optimised program beside them (`trace_ops.PROGRAM_FILE`, for `jaxtrain profile`'s FLOP
+    optimised program beside them (`profile.PROGRAM_FILE`, for `jaxtrain profile`'s FLOP
     rates). The Python tracer is off: it would fill the trace with the host loop's calls."""
     batch = _device_batch(trainer)
     state = trainer.state
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / trace_ops.PROGRAM_FILE).write_text(trainer.compiled_step.as_text())
+    (directory / profile.PROGRAM_FILE).write_text(trainer.compiled_step.as_text())
     with jax.profiler.trace(str(directory), profiler_options=profile.trace_options()):
         for step in range(steps):
             with jax.profiler.StepTraceAnnotation("train", step_num=step):

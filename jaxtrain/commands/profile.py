@@ -5,10 +5,10 @@ traced with `train.profile_start`, a `bench --profile` folder): the newest is re
 the time per step of each kind of XLA operation and of the slowest operations, and how long
 at least one ran (`jaxtrain.rundir.trace_ops`).
 
-With the traced program's optimised HLO text, the products also get their FLOP rate: `--hlo
-FILE` (XLA's `--xla_dump_to` writes it as `*after_optimizations.txt`), or the
-`program.hlo.txt` that `bench --profile DIR` writes into DIR, read when PATH is that folder.
-`bench --profile DIR` prints the same summary.
+With the traced program's optimised HLO text, the products also get their FLOP rate: the
+`program.hlo.txt` saved with the traces (in a `bench --profile` folder, in a run directory's
+`profile/`), read when PATH is that folder, or `--hlo FILE` (XLA's `--xla_dump_to` writes it
+as `*after_optimizations.txt`). `bench --profile DIR` prints the same summary.
 """
 
 from __future__ import annotations
@@ -35,10 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def summary_text(path: str | Path, hlo: str = "", top: int = 20) -> str:
     """The printed summary of the trace at `path`, with the rates of the products of `hlo`,
-    or of the program saved in the folder `path`."""
-    saved = Path(path) / trace_ops.PROGRAM_FILE
-    if not hlo and saved.is_file():
-        hlo = saved.read_text()
+    or of the program saved with the traces in the folder `path`."""
+    hlo = hlo or trace_ops.saved_program(path)
     flops = hlo_flops.op_flops(hlo) if hlo else None
     summary = trace_ops.summarise(path, hlo_flops.module_name(hlo), flops)
     return trace_ops.format_summary(summary, top)

@@ -13,17 +13,22 @@ it read lower.
 The Python tracer is off unless `train.profile_python` is set: it records every call of the
 host loop, a million events in two steps of a small model, and the trace viewer's files keep
 the first million events, so XLA's own operations fell out of them.
+
+Beside the traces, `program.hlo.txt` holds the traced program's optimised HLO (written by the
+primary process when the trace starts), from which `python -m jaxtrain profile` reads the
+FLOPs of each product (`rundir/trace_ops.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax
 
 PROFILE_DIR = "profile"
+PROGRAM_FILE = "program.hlo.txt"
 
 
 def trace_options(python: bool = False) -> jax.profiler.ProfileOptions:
@@ -36,10 +41,18 @@ def trace_options(python: bool = False) -> jax.profiler.ProfileOptions:
 class StepProfiler:
     """Starts, annotates and stops the trace around the dispatch of each step."""
 
-    def __init__(self, run_dir: Path, start: int, steps: int, python: bool = False):
+    def __init__(
+        self,
+        run_dir: Path,
+        start: int,
+        steps: int,
+        python: bool = False,
+        program: Callable[[], str] | None = None,
+    ):
         self.dir = Path(run_dir) / PROFILE_DIR
         self.start, self.last = start, start + steps - 1  # start 0: no trace
         self.python = python
+        self.program = program  # the traced program's optimised HLO (None: not written)
         self.active = False
 
     @contextlib.contextmanager
@@ -49,6 +62,8 @@ class StepProfiler:
             self.stop()
         if self.start and step_no == self.start:
             self.dir.mkdir(parents=True, exist_ok=True)
+            if self.program is not None:
+                (self.dir / PROGRAM_FILE).write_text(self.program())
             jax.profiler.start_trace(
                 str(self.dir),
                 create_perfetto_trace=True,

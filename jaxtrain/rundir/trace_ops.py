@@ -36,11 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.rundir.profile import PROFILE_DIR, PROGRAM_FILE
 
 TRACE_SUFFIX = ".trace.json.gz"
-# Beside the traces, the traced program's optimised HLO (`bench --profile` writes it), which
-# gives the products' FLOPs.
-PROGRAM_FILE = "program.hlo.txt"
 _NUMBERED = re.compile(r"\.\d+$")  # `fusion.12` -> kind `fusion`
 
 
@@ -104,6 +102,15 @@ def find_trace(path: str | Path) -> Path:
             "`jaxtrain bench --profile DIR` or `tools/bench_gpu.py --profile DIR` first"
         )
     return found[-1]
+
+
+def saved_program(path: str | Path) -> str:
+    """The optimised HLO saved beside the traces of the folder `path` (a `bench --profile`
+    folder, a run directory's `profile/`, or the run directory), or ""."""
+    for folder in (Path(path), Path(path) / PROFILE_DIR):
+        if (folder / PROGRAM_FILE).is_file():
+            return (folder / PROGRAM_FILE).read_text()
+    return ""
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
