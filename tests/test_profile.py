@@ -9,8 +9,8 @@ import json
 import jax
 from checkpoint_fixtures import small_config
 
+from jaxtrain.commands import profile as profile_command
 from jaxtrain.commands import runs
-from jaxtrain.planning import hlo_flops
 from jaxtrain.rundir import trace_ops
 from jaxtrain.trainer import Trainer
 
@@ -45,10 +45,8 @@ def test_a_trace_of_steps_5_and_6_is_left_in_the_run_directory(tmp_path):
     assert str(xplanes[0].relative_to(run_dir)) in traces
     # `jaxtrain profile RUN_DIR`: the two steps' ops, the products' rates from the program
     # saved beside the trace.
-    program = trace_ops.saved_program(run_dir)
-    summary = trace_ops.summarise(
-        run_dir, hlo_flops.module_name(program), hlo_flops.op_flops(program)
-    )
+    program = profile_command.program_facts(trace_ops.saved_program(run_dir))
+    summary = trace_ops.summarise(run_dir, program)
     assert summary.steps == 2 and [r for r in summary.kinds if r.name.endswith(" with dots")]
 
 

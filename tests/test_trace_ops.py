@@ -23,7 +23,7 @@ LAYERS = 3
 
 def _layers(x, w_LDD):
     x, _ = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, w_LDD)
-    return jnp.sum(x @ x.T)
+    return x @ x.T
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def traced(tmp_path_factory):
 
 def test_each_products_flops_are_counted_once_per_run_through_the_loop(traced):
     folder, hlo = traced
-    summary = trace_ops.summarise(folder, hlo_flops.module_name(hlo), hlo_flops.op_flops(hlo))
+    summary = trace_ops.summarise(folder, profile_command.program_facts(hlo))
     assert summary.steps == 2
     # The loop's own event spans its body's ops: only those count.
     assert not [r for r in summary.ops if r.name.startswith("while")]
@@ -56,6 +56,10 @@ def test_each_products_flops_are_counted_once_per_run_through_the_loop(traced):
     assert 0 < summary.busy_ms_per_step <= summary.op_ms_per_step + 1e-9
     kinds = {r.name for r in summary.kinds}
     assert any(k.endswith(" with dots") for k in kinds)
+    assert not [r.result for r in summary.kinds if r.result]  # a kind has no one result
+    # Each op is named with its result: the loop's products [128, 64], the last [128, 128].
+    results = {r.runs_per_step: r.result for r in products}
+    assert results == {LAYERS: "f32[128,64]", 1.0: "f32[128,128]"}
 
 
 def test_without_the_program_the_ops_are_timed_without_rates(traced):

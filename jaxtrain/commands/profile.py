@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from jaxtrain.errors import ConfigError
-from jaxtrain.planning import hlo_flops
+from jaxtrain.planning import hlo_flops, hlo_text
 from jaxtrain.rundir import trace_ops
 
 
@@ -37,9 +37,16 @@ def summary_text(path: str | Path, hlo: str = "", top: int = 20) -> str:
     """The printed summary of the trace at `path`, with the rates of the products of `hlo`,
     or of the program saved with the traces in the folder `path`."""
     hlo = hlo or trace_ops.saved_program(path)
-    flops = hlo_flops.op_flops(hlo) if hlo else None
-    summary = trace_ops.summarise(path, hlo_flops.module_name(hlo), flops)
-    return trace_ops.format_summary(summary, top)
+    return trace_ops.format_summary(trace_ops.summarise(path, program_facts(hlo)), top)
+
+
+def program_facts(hlo: str) -> trace_ops.Program | None:
+    """What an optimised HLO text says of its ops, for the summary (None for no text)."""
+    if not hlo:
+        return None
+    return trace_ops.Program(
+        hlo_flops.module_name(hlo), hlo_flops.op_flops(hlo), hlo_text.result_types(hlo)
+    )
 
 
 def handle(args: argparse.Namespace) -> int:

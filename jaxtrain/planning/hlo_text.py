@@ -85,6 +85,15 @@ def dims(text: str) -> tuple[int, ...]:
     return tuple(int(d) for d in text.split(",") if d)
 
 
+def result_types(hlo_text: str) -> dict[str, str]:
+    """{instruction name: its array result's type, `f32[8,16]`} over every computation."""
+    found = {}
+    for line in hlo_text.splitlines():
+        if m := _ARRAY_RESULT.match(line):
+            found[m.group(1)] = f"{m.group(2)}[{m.group(3)}]"
+    return found
+
+
 def array_shapes(lines: list[str]) -> dict[str, tuple[int, ...]]:
     """{instruction name: its result's dimensions} for the array-valued instructions of one
     computation (parameters included): operands are printed by name only."""

@@ -18,9 +18,9 @@ What is summed:
 - busy time: how long at least one op ran, the union of the op intervals. The sum over ops
   exceeds it where ops overlap: the CPU's threads, a GPU's streams.
 
-Given the FLOPs of each op of a program (`planning/hlo_flops.op_flops` of its optimised HLO,
-`Compiled.as_text()`), the ops that are, or fuse, a `dot` also get their FLOP rate: which
-products run below the device's rate. Products that XLA hands to a library as custom calls
+Given what the traced program's optimised HLO (`Compiled.as_text()`) says of its ops
+(`Program`), the ops get their result types, and those that are or fuse a `dot` their FLOP
+rate: which products run below the device's rate. Products that XLA hands to a library as custom calls
 (cuBLAS on GPUs) hold no `dot` in the optimised program and get none.
 """
 
@@ -58,6 +58,17 @@ class OpEvent:
 
 
 @dataclasses.dataclass(frozen=True)
+class Program:
+    """What the traced program's optimised HLO says of its ops (`commands/profile.py` reads
+    it): {op name: FLOPs of one run} for the ops that are or fuse a dot, {op name: result
+    type} for the rest of the table."""
+
+    module: str
+    flops: Mapping[str, float]
+    results: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
 class OpRow:
     """One operation's (or kind's) share of the traced steps."""
 
@@ -67,6 +78,7 @@ class OpRow:
     ms_per_step: float
     share: float  # of the op time of all modules
     flops_per_step: float = 0.0  # of its dots, where the program was given
+    result: str = ""  # the op's result type, where the program was given
 
     @property
     def tflops_per_s(self) -> float:
@@ -177,11 +189,9 @@ def annotated_steps(events: Iterable[dict[str, Any]]) -> int:
     })  # fmt: skip
 
 
-def summarise(
-    path: str | Path, module: str = "", flops: Mapping[str, float] | None = None
-) -> TraceSummary:
+def summarise(path: str | Path, program: Program | None = None) -> TraceSummary:
     """The per-op summary of the trace at `path` (a file, or the newest under a folder); with
-    `flops`, {op name: FLOPs of one run} of the traced program `module`, its products' rates."""
+    the traced `program`, its products' rates and its ops' result types."""
     trace = find_trace(path)
     events = read_events(trace)
     ops = innermost(op_events(events))
@@ -192,29 +202,30 @@ def summarise(
             "Python trace fills it: leave train.profile_python off)"
         )
     steps = max(annotated_steps(events), 1)
-    flops = flops or {}
+    program = program or Program("", {}, {})
     total_us = sum(op.dur_us for op in ops)
 
-    def rows(key) -> list[OpRow]:
+    def rows(key, results: Mapping[str, str]) -> list[OpRow]:
         runs, time_us = collections.Counter(), collections.Counter()
         op_flops = collections.Counter()
         for op in ops:
             runs[key(op)] += 1
             time_us[key(op)] += op.dur_us
-            if op.module == module:
-                op_flops[key(op)] += flops.get(op.op, 0.0)
+            if op.module == program.module:
+                op_flops[key(op)] += program.flops.get(op.op, 0.0)
         return [
-            OpRow(k[0], k[1], runs[k] / steps, t / steps / 1e3, t / total_us, op_flops[k] / steps)
+            OpRow(k[0], k[1], runs[k] / steps, t / steps / 1e3, t / total_us, op_flops[k] / steps,
+                  results.get(k[1], "") if k[0] == program.module else "")
             for k, t in time_us.most_common()
-        ]
+        ]  # fmt: skip
 
     return TraceSummary(
         path=trace,
         steps=steps,
         op_ms_per_step=total_us / steps / 1e3,
         busy_ms_per_step=busy_us(ops) / steps / 1e3,
-        ops=rows(lambda op: (op.module, op.op)),
-        kinds=rows(lambda op: (op.module, _kind(op, flops if op.module == module else {}))),
+        ops=rows(lambda op: (op.module, op.op), program.results),
+        kinds=rows(lambda op: (op.module, _kind(op, program)), {}),
     )
 
 
@@ -228,7 +239,8 @@ def format_summary(summary: TraceSummary, top: int = 20) -> str:
     for title, rows in (("kind of op", s.kinds), ("op", s.ops)):
         lines += ["", f"{'ms/step':>10} {'share':>6} {'runs/step':>9} {'TFLOP/s':>8}  {title}"]
         lines += [_row(r.ms_per_step, r.share, f"{r.runs_per_step:.1f}", r.tflops_per_s,
-                       f"{r.name} ({r.module})") for r in rows[:top]]  # fmt: skip
+                       " ".join(filter(None, (r.name, r.result, f"({r.module})"))))
+                  for r in rows[:top]]  # fmt: skip
         if rest := rows[top:]:
             ms = sum(r.ms_per_step for r in rest)
             rate = sum(r.flops_per_step for r in rest) / ms / 1e9
@@ -236,10 +248,11 @@ def format_summary(summary: TraceSummary, top: int = 20) -> str:
     return "\n".join(lines)
 
 
-def _kind(op: OpEvent, flops: Mapping[str, float]) -> str:
+def _kind(op: OpEvent, program: Program) -> str:
     """The op's name without its number, told apart by whether it multiplies (`ynn_fusion`
     runs XLA:CPU's products and its reductions alike)."""
-    return _NUMBERED.sub("", op.op) + (" with dots" if flops.get(op.op) else "")
+    multiplies = op.module == program.module and program.flops.get(op.op)
+    return _NUMBERED.sub("", op.op) + (" with dots" if multiplies else "")
 
 
 def _row(ms: float, share: float, runs: str, tflops_per_s: float, name: str) -> str:
