@@ -136,3 +136,29 @@ def test_a_trace_that_names_no_op_says_why(tmp_path):
         json.dump({"traceEvents": [{"ph": "X", "name": "python", "ts": 0, "dur": 1}]}, f)
     with pytest.raises(ConfigError, match="names no XLA operation"):
         trace_ops.summarise(tmp_path)
+
+
+# A GPU program's products as XLA's GPU compilers print them: custom calls to the BLAS
+# library, the result first in a tuple with the library's workspace, or alone; the lhs named
+# or printed with its type; the contracted dimensions in the backend config, quoted or not.
+GPU_PROGRAM = """HloModule jit_train_step, entry_computation_layout={()}
+
+ENTRY %main (a: bf16[8192,4096], b: bf16[4096,14336]) -> bf16[8192,14336] {
+  %a = bf16[8192,4096]{1,0} parameter(0)
+  %b = bf16[4096,14336]{1,0} parameter(1)
+  %custom-call.3 = (bf16[8192,14336]{1,0}, s8[4194304]{0}) custom-call(%a, %b), custom_call_target="__cublas$gemm", backend_config={"operation_queue_id":"0","gemm_backend_config":{"alpha_real":1,"beta":0,"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]},"epilogue":"DEFAULT"}}
+  %g = bf16[8192,14336]{1,0} get-tuple-element(%custom-call.3), index=0
+  %custom-call.4 = bf16[4096,14336]{1,0} custom-call(bf16[8192,4096]{1,0} %a, bf16[8192,14336]{1,0} %g), custom_call_target="__cublas$lt$matmul", backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":[0],"rhs_contracting_dimensions":[0]}}}
+  ROOT %custom-call.5 = bf16[2,8,64]{2,1,0} custom-call(%a), custom_call_target="__cudnn$fmhaSoftmax", backend_config={}
+}
+"""
+
+
+def test_a_gpu_programs_blas_calls_are_products_with_their_flops_and_results():
+    gemm = 2 * 8192 * 14336 * 4096
+    assert hlo_flops.op_flops(GPU_PROGRAM) == {"custom-call.3": gemm, "custom-call.4": gemm}
+    assert hlo_flops.dot_flops(GPU_PROGRAM) == 2 * gemm
+    program = profile_command.program_facts(GPU_PROGRAM)
+    assert program.module == "jit_train_step"
+    assert program.results["custom-call.3"] == "bf16[8192,14336]"  # not the workspace
+    assert program.results["custom-call.5"] == "bf16[2,8,64]"  # attention: no product

@@ -12,8 +12,11 @@ execute more, and on the devices that run it that is what takes the time:
 - attention computed as products multiplies the masked half of a causal score matrix.
 
 XLA's own cost analysis counts a loop body once whatever its trip count (the scanned layers,
-the micro batches, the tiles), so this walks the program (`hlo_text`) and counts every `dot`
-as 2 x (result elements) x (contracted elements) per run of the computation holding it.
+the micro batches, the tiles), so this walks the program (`hlo_text`) and counts every product
+as 2 x (result elements) x (contracted elements) per run of the computation holding it. A
+product is a `dot`, or on GPUs a custom call to the BLAS library (`__cublas$gemm`,
+`__cublas$lt$matmul`, `__cublas$lt$matmul$f8`: XLA's targets for cuBLAS and, on ROCm, for
+rocBLAS / hipBLASLt), whose contracted dimensions are in its backend config.
 """
 
 from __future__ import annotations
@@ -29,10 +32,28 @@ _DOT = re.compile(
     r"=\s*" + hlo_text.ARRAY_TYPE + r"\S*\s+dot\((?:" + hlo_text.ARRAY_TYPE + r"\S*\s+)?"
     r"%?([\w.\-]+),.*?lhs_contracting_dims=\{([\d,]*)\}"
 )
+# `= (bf16[8192,14336]{1,0}, s8[4194304]{0}) custom-call(%lhs, %rhs),
+# custom_call_target="__cublas$gemm", backend_config={..."lhs_contracting_dimensions":["1"]...`:
+# the result (first in the tuple, with the library's workspace after it) and the operands as
+# for a dot.
+_GEMM = re.compile(
+    r"=\s*\(?"
+    + hlo_text.ARRAY_TYPE
+    + r"[^=]*?\s+custom-call\((?:"
+    + hlo_text.ARRAY_TYPE
+    + r"\S*\s+)?%?([\w.\-]+)[,)].*?custom_call_target=\"__cublas\$[^\"]*\""
+    r".*?\"lhs_contracting_dimensions\":\[([^\]]*)\]"
+)
+
+
+def _product(line: str) -> re.Match | None:
+    """The match of a product on `line`: (result type, its dims, the lhs's printed type and
+    dims or None, the lhs's name, its contracted dimensions), or None."""
+    return _DOT.search(line) or _GEMM.search(line)
 
 
 def dot_flops(hlo: str) -> float:
-    """FLOPs of every dot of an optimised HLO module, per execution (per device)."""
+    """FLOPs of every product of an optimised HLO module, per execution (per device)."""
     bodies, entry = hlo_text.computations(hlo)
     if not entry:
         return 0.0
@@ -47,8 +68,8 @@ def module_name(hlo: str) -> str:
 
 
 def op_flops(hlo: str) -> dict[str, float]:
-    """{instruction name: the FLOPs of one run of it} for every dot, and every fusion whose
-    fused computation holds dots, of an optimised HLO module: the names a profiler trace
+    """{instruction name: the FLOPs of one run of it} for every product, and every fusion
+    whose fused computation holds products, of an optimised HLO module: the names a profiler trace
     gives the operations it timed (`rundir/trace_ops.py`)."""
     bodies, _ = hlo_text.computations(hlo)
     own = _own_dot_flops(bodies, list(bodies))
@@ -59,7 +80,7 @@ def op_flops(hlo: str) -> dict[str, float]:
             if not (m := _INSTRUCTION.match(line)):
                 continue
             name, rest = m.groups()
-            if _DOT.search(line):
+            if _product(line):
                 shapes = shapes if shapes is not None else hlo_text.array_shapes(lines)
                 found[name] = _line_dot_flops(line, shapes)
             elif " fusion(" in rest and (callee := _CALLS.search(rest)):
@@ -74,22 +95,22 @@ _CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
 
 
 def _own_dot_flops(bodies: dict[str, list[str]], names: list[str]) -> dict[str, float]:
-    """{computation: FLOPs of the dots written in it, per run of it} for `names`."""
+    """{computation: FLOPs of the products written in it, per run of it} for `names`."""
     found = {}
     for name in names:
         lines = bodies[name]
-        dots = [line for line in lines if _DOT.search(line)]
+        dots = [line for line in lines if _product(line)]
         shapes = hlo_text.array_shapes(lines) if dots else {}
         found[name] = sum(_line_dot_flops(line, shapes) for line in dots)
     return found
 
 
 def _line_dot_flops(line: str, shapes: dict[str, tuple[int, ...]]) -> float:
-    """2 x result elements x contracted elements of the dot on `line`; 0 where its lhs's
+    """2 x result elements x contracted elements of the product on `line`; 0 where its lhs's
     shape is unknown (an operand defined elsewhere: not in optimised HLO's printing)."""
-    _, result, _, inline_lhs, lhs_name, contracting = _DOT.search(line).groups()
+    _, result, _, inline_lhs, lhs_name, contracting = _product(line).groups()
     lhs = hlo_text.dims(inline_lhs) if inline_lhs is not None else shapes.get(lhs_name)
     if lhs is None:
         return 0.0
-    contracted = math.prod(lhs[i] for i in hlo_text.dims(contracting))
+    contracted = math.prod(lhs[i] for i in hlo_text.dims(contracting.replace('"', "")))
     return 2.0 * math.prod(hlo_text.dims(result)) * contracted

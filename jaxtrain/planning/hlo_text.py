@@ -29,6 +29,7 @@ _MEAN_TRIPS = re.compile(r"\bmean_trips_(\d+)_per_(\d+)\b")
 ARRAY_TYPE = r"\b(pred|[a-z]+\d+[a-z0-9]*)\[([\d,]*)\]"
 # `%name = f32[8,16]{1,0} opcode(...)`: an instruction with an array result.
 _ARRAY_RESULT = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*" + ARRAY_TYPE)
+_FIRST_RESULT = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\(?" + ARRAY_TYPE)
 
 
 def computations(hlo_text: str) -> tuple[dict[str, list[str]], str]:
@@ -86,10 +87,11 @@ def dims(text: str) -> tuple[int, ...]:
 
 
 def result_types(hlo_text: str) -> dict[str, str]:
-    """{instruction name: its array result's type, `f32[8,16]`} over every computation."""
+    """{instruction name: its result's type, `f32[8,16]`} over every computation; of a tuple
+    result, its first array (a library call's output, before its workspace)."""
     found = {}
     for line in hlo_text.splitlines():
-        if m := _ARRAY_RESULT.match(line):
+        if m := _FIRST_RESULT.match(line):
             found[m.group(1)] = f"{m.group(2)}[{m.group(3)}]"
     return found
 

@@ -19,9 +19,9 @@ What is summed:
   exceeds it where ops overlap: the CPU's threads, a GPU's streams.
 
 Given what the traced program's optimised HLO (`Compiled.as_text()`) says of its ops
-(`Program`), the ops get their result types, and those that are or fuse a `dot` their FLOP
-rate: which products run below the device's rate. Products that XLA hands to a library as custom calls
-(cuBLAS on GPUs) hold no `dot` in the optimised program and get none.
+(`Program`), the ops get their result types, and those that are or fuse a product (a `dot`,
+a BLAS library call on GPUs: `planning/hlo_flops.py`) their FLOP rate: which products run
+below the device's rate. Attention handed to cuDNN gets none.
 """
 
 from __future__ import annotations
