@@ -1,12 +1,22 @@
 """How grain reads ahead: reader threads and worker processes, as `data.prefetch` and
-`data.worker_count` ask; shared by the shard pipeline and the raw-text stream."""
+`data.worker_count` ask; shared by the shard pipeline and the raw-text stream.
+
+grain's worker processes outlived a trainer ended by SIGKILL (the OOM killer, a launcher
+without process groups): nothing told them, and each kept its memory, its open shards and its
+place in the process table. Each worker now watches the process that started it and ends
+itself within `PARENT_POLL_S` of that process's end (`exit_with_parent`)."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Any
 
 import grain
+
+# How often a worker process checks that the process which started it is still there.
+PARENT_POLL_S = 1.0
 
 
 def read_options(prefetch: int) -> grain.ReadOptions:
@@ -27,6 +37,21 @@ def allow_worker_processes() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
+def exit_with_parent(worker_index: int, worker_count: int) -> None:
+    """Run first in each worker process (grain's `worker_init_fn`): a daemon thread ends the
+    worker once its parent process is gone. An orphan is handed to another parent (init or a
+    subreaper), so its parent's process id changes; polling works wherever `os.getppid` does,
+    where Linux's parent-death signal would follow the parent's thread, not its process."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)  # no cleanup: the queues it would flush lead to the dead process
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def iterate(ds: grain.MapDataset, prefetch: int, workers: int) -> Any:
     """An iterator over `ds`, read ahead by threads and, with `workers` > 0, by that many
     worker processes (each computes every workers-th element; the order stays that of `ds`)."""
@@ -36,6 +61,7 @@ def iterate(ds: grain.MapDataset, prefetch: int, workers: int) -> Any:
         it = it.mp_prefetch(
             grain.MultiprocessingOptions(
                 num_workers=workers, per_worker_buffer_size=max(1, prefetch)
-            )
+            ),
+            worker_init_fn=exit_with_parent,
         )
     return iter(it)
