@@ -29,6 +29,7 @@ import jax
 
 PROFILE_DIR = "profile"
 PROGRAM_FILE = "program.hlo.txt"
+TRACE_SUFFIX = ".trace.json.gz"  # the trace viewer's file, which `jaxtrain profile` reads
 
 
 def trace_options(python: bool = False) -> jax.profiler.ProfileOptions:
@@ -88,4 +89,4 @@ def list_traces(run_dir: Path) -> list[Path]:
     folder = Path(run_dir) / PROFILE_DIR
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*") if p.name.endswith((".xplane.pb", ".trace.json.gz")))
+    return sorted(p for p in folder.rglob("*") if p.name.endswith((".xplane.pb", TRACE_SUFFIX)))

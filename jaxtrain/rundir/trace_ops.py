@@ -36,9 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from jaxtrain.errors import ConfigError
-from jaxtrain.rundir.profile import PROFILE_DIR, PROGRAM_FILE
+from jaxtrain.rundir.profile import PROFILE_DIR, PROGRAM_FILE, TRACE_SUFFIX
 
-TRACE_SUFFIX = ".trace.json.gz"
 _NUMBERED = re.compile(r"\.\d+$")  # `fusion.12` -> kind `fusion`
 
 
