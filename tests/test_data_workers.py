@@ -70,3 +70,48 @@ def test_worker_processes_end_within_seconds_of_a_sigkilled_trainer():
         for worker in workers:
             if _alive(worker):
                 os.kill(worker, signal.SIGKILL)
+
+
+# A worker's first step, in a process of its own, given the process id of its creator.
+WORKER = """
+import sys, time
+from jaxtrain.data import grain_options
+grain_options.exit_with_parent(int(sys.argv[1]), 0, 1)
+print("watching", flush=True)
+time.sleep(60)
+"""
+
+
+def _worker_of(creator: int) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(creator)], env=env, stdout=subprocess.PIPE, text=True
+    )
+
+
+def test_a_worker_that_starts_after_its_creator_died_ends_at_once():
+    """A slow worker (a loaded machine) can reach its first step after its creator is gone;
+    its parent is then already another process, and it ends rather than wait for a change."""
+    creator = subprocess.Popen([sys.executable, "-c", "pass"])
+    creator.wait()
+    worker = _worker_of(creator.pid)
+    try:
+        assert worker.wait(timeout=15) == 1
+    finally:
+        worker.kill()
+
+
+def test_a_worker_started_by_another_process_ends_with_its_creator():
+    """Workers started through a server process have that server as their parent: the
+    worker watches its creator itself."""
+    creator = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    worker = _worker_of(creator.pid)
+    try:
+        assert worker.stdout.readline().strip() == "watching"
+        with pytest.raises(subprocess.TimeoutExpired):
+            worker.wait(timeout=1)  # the creator still runs
+        creator.wait()
+        assert worker.wait(timeout=15) == 1
+    finally:
+        creator.kill()
+        worker.kill()

@@ -8,6 +8,7 @@ itself within `PARENT_POLL_S` of that process's end (`exit_with_parent`)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -37,19 +38,38 @@ def allow_worker_processes() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
-def exit_with_parent(worker_index: int, worker_count: int) -> None:
-    """Run first in each worker process (grain's `worker_init_fn`): a daemon thread ends the
-    worker once its parent process is gone. An orphan is handed to another parent (init or a
-    subreaper), so its parent's process id changes; polling works wherever `os.getppid` does,
-    where Linux's parent-death signal would follow the parent's thread, not its process."""
-    parent = os.getppid()
+def exit_with_parent(creator: int, worker_index: int, worker_count: int) -> None:
+    """Run first in each worker process (grain's `worker_init_fn`, `creator` bound to the
+    process id of the process that started it): a daemon thread ends the worker once that
+    process is gone. An orphan is handed to another parent (init or a subreaper), so its
+    parent's process id changes; polling works wherever `os.getppid` does, where Linux's
+    parent-death signal would follow the parent's thread, not its process.
+
+    A worker that starts slowly (a loaded machine) may run this after its creator died: its
+    parent is then already another process. So is it where workers are started through a
+    server process. Either way it then watches whether the creator still exists."""
+    if os.getppid() == creator:
+        gone = lambda: os.getppid() != creator  # noqa: E731
+    else:
+        gone = lambda: not _exists(creator)  # noqa: E731
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while not gone():
             time.sleep(PARENT_POLL_S)
         os._exit(1)  # no cleanup: the queues it would flush lead to the dead process
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    """Whether a process `pid` exists (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, as another user's
+    return True
 
 
 def iterate(ds: grain.MapDataset, prefetch: int, workers: int) -> Any:
@@ -62,6 +82,6 @@ def iterate(ds: grain.MapDataset, prefetch: int, workers: int) -> Any:
             grain.MultiprocessingOptions(
                 num_workers=workers, per_worker_buffer_size=max(1, prefetch)
             ),
-            worker_init_fn=exit_with_parent,
+            worker_init_fn=functools.partial(exit_with_parent, os.getpid()),
         )
     return iter(it)
