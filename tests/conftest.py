@@ -1,6 +1,7 @@
 """Test setup: 8 fake CPU devices (set before jax is imported) and shared fixtures."""
 
 import gc
+import importlib.util
 import os
 import pathlib
 import sys
@@ -23,6 +24,18 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def load_tool(name: str):
+    """The script tools/<name>.py as a module, registered under its name so that what it
+    defines (dataclasses, pickled functions) resolves back to it."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 # Verbatim copies of real config files from other stacks, in their repositories' layout;
 # fixtures/compat/SOURCES.md names each file's repository, commit and license.
 COMPAT_SAMPLES = REPO / "tests" / "fixtures" / "compat"

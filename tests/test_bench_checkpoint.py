@@ -3,9 +3,7 @@ throughput itself is not checked: it depends on the disk)."""
 
 from __future__ import annotations
 
-import importlib.util
-
-from conftest import REPO
+from conftest import load_tool
 
 TINY = [
     "--hidden",
@@ -22,12 +20,7 @@ TINY = [
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_checkpoint", REPO / "tools" / "bench_checkpoint.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_tool("bench_checkpoint")
 
 
 def test_bench_checkpoint_prints_save_restore_and_plain_disk_figures(tmp_path, capsys):

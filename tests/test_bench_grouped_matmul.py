@@ -3,18 +3,13 @@ timed relative to ragged_dot."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
-from conftest import REPO
+from conftest import load_tool
 
 
 def test_report_times_every_contender_at_every_dtype(capsys) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "bench_grouped_matmul", REPO / "tools" / "bench_grouped_matmul.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_tool("bench_grouped_matmul")
     argv = ["--rows", "64", "--dims", "8x12", "--groups", "4", "--tiles", "4,8", "--rounds", "2"]
     assert bench.main(argv) == 0
     out = capsys.readouterr().out

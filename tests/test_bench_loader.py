@@ -3,11 +3,10 @@ the files it wrote (the benchmark itself is not run here: it reads gigabytes).""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import load_tool
 
 from jaxtrain.data.datatrove import find_shards
 
@@ -16,12 +15,7 @@ GB = 2e-4  # 100,000 uint16 tokens
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_loader", REPO / "tools" / "bench_loader.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("bench_loader")
 
 
 def test_refuses_a_folder_it_did_not_write(bench, tmp_path: Path, capsys) -> None:

@@ -1,19 +1,13 @@
 """docs/configuration.md is generated from configs/base.py and must stay in step with it."""
 
-import importlib.util
 import re
 
-from conftest import REPO
+from conftest import REPO, load_tool
 from jaxtrain.configs import base
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location(
-        "gen_config_docs", REPO / "tools" / "gen_config_docs.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("gen_config_docs")
 
 
 def _flat_keys(cfg, prefix=""):
