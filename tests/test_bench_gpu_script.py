@@ -25,7 +25,17 @@ def _bench_gpu(*args: str) -> subprocess.CompletedProcess:
 def test_gpu_benchmark_script_runs_every_shape_in_smoke_mode(tmp_path):
     record = tmp_path / "rows.jsonl"
     result = _bench_gpu(
-        "--fp8", "--moe", "--walkthrough", "--record", str(record), "--steps", "1", "--warmup", "1"
+        "--fp8",
+        "--fp8-recipes",
+        "delayed,current",
+        "--moe",
+        "--walkthrough",
+        "--record",
+        str(record),
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -36,19 +46,22 @@ def test_gpu_benchmark_script_runs_every_shape_in_smoke_mode(tmp_path):
         "| mixtral-8x7b, 2 of 32 layers",
         "| qwen3-30b-a3b, 4 of 48 layers",
     ]
-    assert [row[:2] for row in table] == [[s, p] for s in shapes for p in ("bf16", "fp8")]
-    assert table[1][6].endswith("x") and table[0][6] == ""  # fp8 rows: speed-up over bf16
+    precisions = ("bf16", "fp8-delayed", "fp8-current")
+    assert [row[:2] for row in table] == [[s, p] for s in shapes for p in precisions]
+    # fp8 rows, one per scaling recipe: their speed-up over bf16.
+    assert [row[6].endswith("x") for row in table[:3]] == [False, True, True]
     # The expert models' rows carry their expert block's figures; the dense ones none.
-    assert ["of the step" in row[9] for row in table] == [False] * 4 + [True] * 4
+    assert ["of the step" in row[9] for row in table] == [False] * 6 + [True] * 6
     assert "walkthrough: step 5 reached" in result.stdout
     # Every row is on file, one JSON line each, as measured.
     rows = [json.loads(line) for line in record.read_text().splitlines()]
     assert [(r["case"], r["precision"]) for r in rows] == [
         (case, precision)
         for case in ("8b", "1b", "mixtral", "qwen3-moe")
-        for precision in ("bf16", "fp8")
+        for precision in precisions
     ] + [("walkthrough", "bf16")]
     assert all(r["tokens_per_s"] > 0 for r in rows)
+    assert [r.get("fp8_recipe") for r in rows[:3]] == [None, "delayed", "current"]
     assert rows[-1]["steps"] == 5 and rows[-1]["time_to_last_step_s"] > rows[-1]["compile_s"]
 
 
@@ -56,6 +69,14 @@ def test_an_unknown_case_is_refused_with_the_known_ones():
     result = _bench_gpu("--cases", "8b,70b")
     assert result.returncode != 0
     assert "--cases 70b: not one of 8b, 1b, mixtral, qwen3-moe, walkthrough" in result.stderr
+
+
+def test_an_unknown_fp8_recipe_is_refused_with_the_known_ones():
+    result = _bench_gpu("--fp8", "--fp8-recipes", "delayed,tensorwise", "--cases", "8b")
+    assert result.returncode != 0
+    assert "--fp8-recipes 'delayed,tensorwise': name one or more of delayed, current" in (
+        result.stderr
+    )
 
 
 def test_a_profiled_shape_prints_where_its_traced_steps_went(tmp_path):

@@ -15,13 +15,16 @@ It installs nothing beyond the project, prints each row as it is measured, then 
 
     python tools/bench_gpu.py                       # the dense shapes, on the GPU machine
     python tools/bench_gpu.py --fp8 --moe           # bf16 and fp8; the expert models too
+    python tools/bench_gpu.py --fp8 --fp8-recipes delayed,current --cases 8b
     python tools/bench_gpu.py --cases mixtral,walkthrough --record rows.jsonl
     python tools/bench_gpu.py --smoke --moe --walkthrough   # tiny shapes: checks it runs
 
 MFU is against the data-sheet dense bf16 peak of the device, or its fp8 peak for the fp8 runs
 (`jaxtrain.hardware.peaks`); `--peak-tflops` overrides it for a device the table does not know.
-FLOPs count the active experts (`ModelSpec.flops_per_token`). The fp8 rows also give the
-step-time speed-up over the same shape in bf16 (on a CPU, or a GPU without float8 units, XLA
+FLOPs count the active experts (`ModelSpec.flops_per_token`). The fp8 rows, one per scaling
+recipe of `--fp8-recipes` (`model.fp8_recipe`: "delayed", the default, from an amax history;
+"current", from the tensor itself; precision `fp8-<recipe>`), also give the step-time speed-up
+over the same shape in bf16 (on a CPU, or a GPU without float8 units, XLA
 emulates the types and fp8 is slower). `--record` appends every row to a file as a JSON line
 when it is measured, so a run stopped by a time limit keeps what it measured; `--profile DIR`
 adds a JAX profiler trace of two more steps of each shape, for XProf or Perfetto, and prints
@@ -51,6 +54,7 @@ import jax  # noqa: E402
 from jaxtrain.commands import bench, bench_experts  # noqa: E402
 from jaxtrain.commands import profile as profile_command  # noqa: E402
 from jaxtrain.config import loader as config_lib  # noqa: E402
+from jaxtrain.models.spec.checks import FP8_RECIPES  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +158,11 @@ def main(argv: list[str]) -> int:
         "--fp8", action="store_true", help="also time each shape with model.quantization=fp8"
     )
     parser.add_argument(
+        "--fp8-recipes",
+        default="delayed",
+        help=f"comma-separated fp8 scaling recipes to time with --fp8 (of {', '.join(FP8_RECIPES)})",
+    )
+    parser.add_argument(
         "--moe", action="store_true", help="also time the expert models (and their expert block)"
     )
     parser.add_argument(
@@ -182,7 +191,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     cases, walkthrough = _selected(args)
-    precisions = ("bf16", "fp8") if args.fp8 else ("bf16",)
+    precisions = ("bf16", *_fp8_precisions(args)) if args.fp8 else ("bf16",)
 
     device = jax.devices()[0]
     print(
@@ -225,6 +234,19 @@ def _selected(args: argparse.Namespace) -> tuple[list[Case], bool]:
     return [CASES[key] for key in keys if key in CASES], WALKTHROUGH.key in keys
 
 
+def _fp8_precisions(args: argparse.Namespace) -> list[str]:
+    """`fp8-<recipe>` for each recipe --fp8-recipes names (an unknown one exits naming the
+    known ones)."""
+    recipes = [r.strip() for r in args.fp8_recipes.split(",") if r.strip()]
+    unknown = [r for r in recipes if r not in FP8_RECIPES]
+    if unknown or not recipes:
+        raise SystemExit(
+            f"bench_gpu: --fp8-recipes {args.fp8_recipes!r}: name one or more of "
+            f"{', '.join(FP8_RECIPES)}"
+        )
+    return [f"fp8-{recipe}" for recipe in recipes]
+
+
 def _print_table(rows: list[tuple[Case, str, dict]]) -> None:
     print(
         "\n| shape | matmuls | tokens/step | tokens/s | MFU | step ms | vs bf16 | compile s | "
@@ -235,7 +257,7 @@ def _print_table(rows: list[tuple[Case, str, dict]]) -> None:
     for case, precision, f in rows:
         speedup = (
             f"{bf16_step[case.key] / f['step_time_s']:.2f}x"
-            if precision == "fp8" and case.key in bf16_step
+            if precision.startswith("fp8") and case.key in bf16_step
             else ""
         )
         block = (
@@ -257,8 +279,9 @@ def _config(case: Case, precision: str, args: argparse.Namespace) -> Any:
         overrides += bench.TINY_SHAPE + (TINY_EXPERTS if case.experts else [])
         if case is WALKTHROUGH:  # the tiny batch of 2 in micro batches of 1
             overrides.append("--config.train.micro_batch_size=1")
-    if precision == "fp8":
-        overrides.append("--config.model.quantization=fp8")
+    if precision.startswith("fp8-"):
+        recipe = precision.removeprefix("fp8-")
+        overrides += ["--config.model.quantization=fp8", f"--config.model.fp8_recipe={recipe}"]
     if args.peak_tflops:
         overrides.append(f"--config.train.peak_flops={args.peak_tflops * 1e12}")
     return config_lib.load_config(str(REPO / case.config), overrides)
@@ -288,6 +311,8 @@ def _run(case: Case, precision: str, args: argparse.Namespace) -> dict | None:
     if traced:
         _print_trace_summary(label, traced)
     figures["tokens"] = cfg.train.global_batch_size * cfg.train.seq_len
+    if cfg.model.quantization == "fp8":
+        figures["fp8_recipe"] = cfg.model.fp8_recipe  # what the row measured, on file with it
     return figures
 
 

@@ -12,7 +12,8 @@
 #   bf16         tools/bench_gpu.py: the dense shapes in bf16                            180
 #   moe          tools/bench_gpu.py --cases mixtral,qwen3-moe: with their expert block   240
 #   walkthrough  tools/bench_gpu.py --cases walkthrough: Qwen3-0.6B to step 300          360
-#   fp8          tools/bench_gpu.py --fp8: the dense shapes in bf16, then fp8            480
+#   fp8          tools/bench_gpu.py --fp8: dense shapes, bf16 and fp8 delayed/current    480
+#                (rows are kept as measured: a stage cut at its limit keeps the first ones)
 # Each stage writes OUT_DIR/<stage>.log; every measured row goes to OUT_DIR/rows.jsonl as it
 # is measured, and the bf16 and moe stages trace two more steps of each shape with the JAX
 # profiler, packed at the end into OUT_DIR/traces.tar.gz (XProf, TensorBoard's profile plugin,
@@ -76,7 +77,7 @@ run_stage() {
     bf16) "${bench[@]}" "${traced[@]}" --cases 8b,1b ;;
     moe) "${bench[@]}" "${traced[@]}" --cases mixtral,qwen3-moe ;;
     walkthrough) "${bench[@]}" --cases walkthrough ;;
-    fp8) "${bench[@]}" --fp8 --cases 8b,1b ;;
+    fp8) "${bench[@]}" --fp8 --fp8-recipes delayed,current --cases 8b,1b ;;
   esac
 }
 
