@@ -32,7 +32,7 @@ from ml_collections import ConfigDict
 from jaxtrain import compat
 from jaxtrain.commands import bench_experts
 from jaxtrain.commands import profile as profile_command
-from jaxtrain.commands.options import add_config_argument
+from jaxtrain.commands.options import add_config_argument, at_least
 from jaxtrain.rundir import profile
 from jaxtrain.train import throughput
 
@@ -134,8 +134,8 @@ def time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     compiled, compile_s = trainer.compiled_step, trainer.compile_s
     state = trainer.state
     for _ in range(warmup):
-        state, metrics = compiled(state, batch)
-    jax.block_until_ready(metrics)
+        state, _ = compiled(state, batch)
+    jax.block_until_ready(state)  # the timing starts with no step in flight (warmup may be 0)
     start = time.perf_counter()
     for _ in range(steps):
         state, metrics = compiled(state, batch)
@@ -204,8 +204,8 @@ def format_report(name: str, figures: dict[str, Any]) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `bench`: the config and how many steps to time."""
     add_config_argument(parser, required=True)
-    parser.add_argument("--steps", type=int, default=10, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--steps", type=at_least(1), default=10, help="timed steps")
+    parser.add_argument("--warmup", type=at_least(0), default=2, help="untimed steps first")
     parser.add_argument(
         "--profile",
         metavar="DIR",

@@ -65,6 +65,21 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 
+def at_least(minimum: int):
+    """An argparse type: an integer of at least `minimum`, else a message naming the bound."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}.")
+        return value
+
+    return parse
+
+
 def check_output_folder(path: str | Path, option: str) -> None:
     """ConfigError naming `option` when this process cannot write into the folder `path`,
     checked before any work and without creating it: a folder is made and removed again in it,
