@@ -21,6 +21,9 @@ choices that follow from it:
 - `grouped_matmul`: how the experts' grouped matmul runs (`jaxtrain.models.layers.grouped_matmul`):
   "ragged", the platform's `jax.lax.ragged_dot` (GPUs, TPUs), or "tiles" on CPUs, whose
   `ragged_dot` multiplies every row by every group's weights.
+- `rounds_by_bits`: float32 values are rounded to bfloat16 by integer operations on the bit
+  pattern (CPUs: XLA:CPU's own conversion vectorises at half width inside a fusion), bit for bit
+  the same rounding; elsewhere by the device's conversion (`jaxtrain.models.layers.rounding`).
 - `fp8_formats`: the float8 types of `model.quantization="fp8"` (`jaxtrain.models.layers.fp8`): "ocp"
   (`float8_e4m3fn` / `float8_e5m2`, the OCP standard of NVIDIA Hopper/Ada/Blackwell and AMD
   MI350X/MI355X) or "fnuz" (`float8_e4m3fnuz` / `float8_e5m2fnuz`, the only ones the matrix
@@ -90,6 +93,9 @@ class Backend:
     grouped_matmul: str = "ragged"  # "ragged" (jax.lax.ragged_dot) | "tiles" (loops over row tiles)
     fp8_formats: str = "ocp"  # "ocp" (e4m3fn / e5m2) | "fnuz" (e4m3fnuz / e5m2fnuz)
     fp8_native: bool = False  # float8 products run on the device's matrix units
+    rounds_by_bits: bool = (
+        False  # float32 -> bfloat16 by integer operations (models/layers/rounding.py)
+    )
 
     @property
     def rounds_narrow_products(self) -> bool:
@@ -111,6 +117,8 @@ class Backend:
         products = "bfloat16" if self.bf16_products else "widened to float32"
         if self.rounds_narrow_products:
             products += " with float32 results, rounded"
+        if self.rounds_by_bits:
+            products += "; bfloat16 rounding by integer operations"
         attention = (
             "cuDNN"
             if self.cudnn_attention
@@ -170,6 +178,7 @@ def for_cpu(flags: frozenset[str], kind: str = "") -> Backend:
         attention_block=(64, 128),
         keep_attention_probabilities=True,
         grouped_matmul="tiles",
+        rounds_by_bits=True,
     )
 
 

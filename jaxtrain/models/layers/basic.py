@@ -22,6 +22,7 @@ from jaxtrain.models.layers.products import (
     float32_operands,
     rounded,
 )
+from jaxtrain.models.layers.rounding import narrow
 from jaxtrain.parallel import sharding
 
 
@@ -78,7 +79,7 @@ def _project_bwd(in_rank, out_dtype, residuals, dy):
     if out_dtype is not None and jnp.dtype(out_dtype) == jnp.float32:
         x_op, kernel_op, dy = backward_operands(x, kernel, dy)
     else:
-        x_op, kernel_op, dy = x, kernel, dy.astype(x.dtype)
+        x_op, kernel_op, dy = x, kernel, narrow(dy, x.dtype)
     out_rank = kernel.ndim - in_rank
     batch = tuple(range(x.ndim - in_rank))
     dy_out = tuple(range(dy.ndim - out_rank, dy.ndim))
@@ -95,7 +96,7 @@ def _project_bwd(in_rank, out_dtype, residuals, dy):
         ((batch, batch), ((), ())),
         preferred_element_type=accumulation_dtype(jnp.result_type(x_op, dy)),
     )
-    return dx.astype(x.dtype), dkernel.astype(kernel.dtype)
+    return narrow(dx, x.dtype), narrow(dkernel, kernel.dtype)
 
 
 project.defvjp(_project_fwd, _project_bwd)

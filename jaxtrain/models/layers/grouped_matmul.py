@@ -32,6 +32,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jaxtrain.hardware import backend
 from jaxtrain.models.layers.products import float32_operands
+from jaxtrain.models.layers.rounding import narrow
 from jaxtrain.parallel import varying
 
 TILE_ROWS = 128
@@ -156,7 +157,7 @@ def _tiled(tile: int, x_AD: jax.Array, w_GDF: jax.Array, sizes_G: jax.Array) -> 
         x_AD, shape=(layout.tiles * tile, w_GDF.shape[2]), dtype=_wide(x_AD, w_GDF)
     )
     y_PF = jax.lax.fori_loop(0, w_GDF.shape[0], group, y_PF)
-    return _unpadded(y_PF, layout).astype(jnp.result_type(x_AD, w_GDF))
+    return narrow(_unpadded(y_PF, layout), jnp.result_type(x_AD, w_GDF))
 
 
 def _tiled_fwd(tile, x_AD, w_GDF, sizes_G):
@@ -189,13 +190,13 @@ def _tiled_bwd(tile, residuals, dy_AF):
         start, end = layout.first_tile_G[g], layout.end_tile_G[g]
         with _scope_of_group_loops(layout, w_GDF):
             dx_PD, dw_DF = jax.lax.fori_loop(start, end, one, (dx_PD, dw_DF))
-        dw_GDF = jax.lax.dynamic_update_index_in_dim(dw_GDF, dw_DF.astype(w_GDF.dtype), g, 0)
+        dw_GDF = jax.lax.dynamic_update_index_in_dim(dw_GDF, narrow(dw_DF, w_GDF.dtype), g, 0)
         return dx_PD, dw_GDF
 
     dx_PD = jnp.zeros_like(x_AD, shape=x_PD.shape, dtype=wide)  # like the rows: see _tiled
     dw_GDF = jnp.zeros_like(x_AD, shape=w_GDF.shape, dtype=w_GDF.dtype)
     dx_PD, dw_GDF = jax.lax.fori_loop(0, w_GDF.shape[0], group, (dx_PD, dw_GDF))
-    return _unpadded(dx_PD, layout).astype(x_AD.dtype), dw_GDF, None
+    return narrow(_unpadded(dx_PD, layout), x_AD.dtype), dw_GDF, None
 
 
 _tiled.defvjp(_tiled_fwd, _tiled_bwd)

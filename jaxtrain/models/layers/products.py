@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from jaxtrain.hardware import backend
+from jaxtrain.models.layers.rounding import narrow
 from jaxtrain.parallel import varying
 
 _NARROW = (jnp.bfloat16, jnp.float16)
@@ -62,7 +63,7 @@ def rounded(product: jax.Array, result_dtype: Any) -> jax.Array:
     rounds it, the result is named `ROUNDED_NAME` for `remat_policy`."""
     if product.dtype == jnp.dtype(result_dtype):
         return product
-    return checkpoint_name(product.astype(result_dtype), ROUNDED_NAME)
+    return checkpoint_name(narrow(product, result_dtype), ROUNDED_NAME)
 
 
 def batched_product(lhs_ECX: jax.Array, w_EXY: jax.Array) -> jax.Array:
@@ -89,7 +90,7 @@ def _batched(a: jax.Array, b: jax.Array, spec: str, result_dtype: Any) -> jax.Ar
         accumulate = jnp.float32
     else:
         accumulate = accumulation_dtype(result_dtype)
-    return jnp.einsum(spec, a, b, preferred_element_type=accumulate).astype(result_dtype)
+    return narrow(jnp.einsum(spec, a, b, preferred_element_type=accumulate), result_dtype)
 
 
 def _batched_fwd(lhs_ECX, w_EXY):
@@ -167,5 +168,5 @@ def backward_operands(
     """
     x_op, kernel_op = float32_operands(x, kernel)
     if x_op.dtype != jnp.float32:
-        d_out = d_out.astype(x.dtype)
+        d_out = narrow(d_out, x.dtype)
     return x_op, kernel_op, d_out

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from jaxtrain.hardware import backend
 from jaxtrain.models.layers.products import float32_operands
+from jaxtrain.models.layers.rounding import narrow
 
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
 
@@ -122,7 +123,7 @@ def _forward(
             total = total + jnp.exp(sink - m)  # the sink's share of the denominator
         o = jnp.einsum(
             "bkgqs,bksv->bkgqv",
-            *float32_operands(p.astype(v.dtype), v[:, :, first:end]),
+            *float32_operands(narrow(p, v.dtype), v[:, :, first:end]),
             preferred_element_type=jnp.float32,
         )
         outs.append(o / total)
@@ -132,8 +133,8 @@ def _forward(
     o_BKGLV = jnp.concatenate(outs, axis=3)
     lse_BKGL = jnp.concatenate(lses, axis=3)
     b, l, n, _ = q_BLNH.shape
-    out_BLNV = o_BKGLV.transpose(0, 3, 1, 2, 4).reshape(b, l, n, -1).astype(q_BLNH.dtype)
-    return out_BLNV, (q, k, v, o_BKGLV.astype(q_BLNH.dtype), lse_BKGL, tuple(kept) or None)
+    out_BLNV = narrow(o_BKGLV.transpose(0, 3, 1, 2, 4).reshape(b, l, n, -1), q_BLNH.dtype)
+    return out_BLNV, (q, k, v, narrow(o_BKGLV, q_BLNH.dtype), lse_BKGL, tuple(kept) or None)
 
 
 def blockwise_causal_attention(
@@ -240,7 +241,7 @@ def _bwd(window, chunk, scale, block, keep_probs, cap, residuals, dout_BLNV):
         dv_T = dv_T.at[:, :, :, first:end].add(
             jnp.einsum(
                 "bkgqv,bkgqs->bkvs",
-                *float32_operands(do_b * row_scale, p.astype(v.dtype)),
+                *float32_operands(do_b * row_scale, narrow(p, v.dtype)),
                 preferred_element_type=jnp.float32,
             )
         )
@@ -252,7 +253,7 @@ def _bwd(window, chunk, scale, block, keep_probs, cap, residuals, dout_BLNV):
         ds = p * ((dp - delta_BKGL[:, :, :, start:end, None]) * (scale * row_scale))
         if dcap is not None:  # through the soft-cap: d(cap x tanh(s / cap)) = 1 - tanh^2
             ds = ds * dcap
-        ds = ds.astype(q.dtype)
+        ds = narrow(ds, q.dtype)
         dq_blocks.append(
             jnp.einsum(
                 "bkgqs,bksh->bkgqh", *float32_operands(ds, k_b), preferred_element_type=jnp.float32
@@ -272,7 +273,7 @@ def _bwd(window, chunk, scale, block, keep_probs, cap, residuals, dout_BLNV):
         p_sink_BKGL = jnp.exp(_sink_logits(sinks_N, kv)[..., 0] - lse)
         dsinks = -jnp.sum(p_sink_BKGL * delta_BKGL, axis=(0, 3)).reshape(-1)
         dsinks = dsinks.astype(sinks_N.dtype)
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dsinks, None
+    return narrow(dq, q.dtype), narrow(dk, k.dtype), narrow(dv, v.dtype), dsinks, None
 
 
 _attention.defvjp(_fwd, _bwd)
