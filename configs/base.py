@@ -132,6 +132,9 @@ def get_config() -> ConfigDict:
     c.backend.grouped_matmul = "auto"  # the experts' grouped matmul: auto (from the hardware)
     #   | ragged (jax.lax.ragged_dot, the platform's grouped GEMM) | tiles (loops over row tiles
     #   in one group each; CPUs, whose ragged_dot multiplies every row by every expert)
+    c.backend.bf16_rounding = "auto"  # float32 -> bfloat16 in products and attention: auto (from
+    #   the hardware) | bits (integer operations, faster under XLA:CPU) | convert (XLA's convert);
+    #   the same values either way
 
     c.sample = ConfigDict()
     c.sample.prompt = ""  # text to continue after training; "" skips the sample

@@ -48,6 +48,12 @@ def test_the_config_names_a_target_or_overrides_a_choice():
         backend.from_config({"target": "h100"})
     with pytest.raises(ConfigError, match=r"backend.bf16_products='fast' is not one of"):
         backend.from_config({"bf16_products": "fast"})
+    # CPUs round float32 to bfloat16 by bits, GPUs by their convert; the config can say which.
+    assert backend.detect().rounds_by_bits and not backend.TARGETS["nvidia-h100"].rounds_by_bits
+    assert not backend.from_config({"bf16_rounding": "convert"}).rounds_by_bits
+    assert backend.from_config({"target": "amd-mi300x", "bf16_rounding": "bits"}).rounds_by_bits
+    with pytest.raises(ConfigError, match=r"backend.bf16_rounding='fast' is not one of"):
+        backend.from_config({"bf16_rounding": "fast"})
 
 
 @pytest.mark.parametrize(

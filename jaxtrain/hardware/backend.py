@@ -33,7 +33,8 @@ choices that follow from it:
 
 `current()` is the backend of this process's devices unless the config names another
 (`backend.target`, e.g. to compile a GPU's program on a CPU host with tools/compile_plan.py) or
-overrides a choice (`backend.bf16_products`, `backend.fp8_formats`, `backend.grouped_matmul`). The trainer installs it
+overrides a choice (`backend.bf16_products`, `backend.fp8_formats`, `backend.grouped_matmul`,
+`backend.bf16_rounding`). The trainer installs it
 once at start, prints `describe()` and records it in the run's config.json. The figures behind
 each choice, with the CPU they were measured on, are in docs/performance.md#hardware-choices.
 """
@@ -243,11 +244,12 @@ def detect(device: Any = None) -> Backend:
 
 BF16_PRODUCT_CHOICES = ("auto", "native", "widened")
 GROUPED_MATMUL_CHOICES = ("auto", "ragged", "tiles")
+BF16_ROUNDING_CHOICES = ("auto", "bits", "convert")
 
 
 def from_config(section: Mapping[str, Any] | None) -> Backend:
     """The backend a config's `backend` section asks for (`target`, `bf16_products`,
-    `fp8_formats`, `grouped_matmul`)."""
+    `fp8_formats`, `grouped_matmul`, `bf16_rounding`)."""
     section = dict(section or {})
     target = section.get("target", "") or ""
     if target and target not in TARGETS:
@@ -284,6 +286,14 @@ def from_config(section: Mapping[str, Any] | None) -> Backend:
         )
     if grouped != "auto":
         chosen = dataclasses.replace(chosen, grouped_matmul=grouped)
+    rounding = section.get("bf16_rounding", "auto") or "auto"
+    if rounding not in BF16_ROUNDING_CHOICES:
+        raise ConfigError(
+            f"backend.bf16_rounding={rounding!r} is not one of {BF16_ROUNDING_CHOICES}: 'bits' "
+            "for integer operations, 'convert' for XLA's convert, 'auto' to take the hardware's."
+        )
+    if rounding != "auto":
+        chosen = dataclasses.replace(chosen, rounds_by_bits=rounding == "bits")
     return chosen
 
 
