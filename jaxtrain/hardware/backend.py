@@ -94,9 +94,7 @@ class Backend:
     grouped_matmul: str = "ragged"  # "ragged" (jax.lax.ragged_dot) | "tiles" (loops over row tiles)
     fp8_formats: str = "ocp"  # "ocp" (e4m3fn / e5m2) | "fnuz" (e4m3fnuz / e5m2fnuz)
     fp8_native: bool = False  # float8 products run on the device's matrix units
-    rounds_by_bits: bool = (
-        False  # float32 -> bfloat16 by integer operations (models/layers/rounding.py)
-    )
+    rounds_by_bits: bool = False  # float32 -> bfloat16 by integer ops (layers/rounding.py)
 
     @property
     def rounds_narrow_products(self) -> bool:
