@@ -143,7 +143,7 @@ def build(stack: contextlib.ExitStack, name: str, args, common, overrides, xla) 
                 step = lowered.compile(compiler_options=dict(xla))
             except Exception as error:  # XLA names the option it does not know
                 raise ConfigError(f"side {name}: XLA options {dict(xla)}: {error}") from error
-    batch = trainer.setup.global_batch(bench.synthetic_batch(trainer.cfg, trainer.spec.vocab_size))
+    batch = bench.device_batch(trainer)
     tokens = trainer.cfg.train.global_batch_size * trainer.cfg.train.seq_len
     return Side(name, [o.removeprefix("--config.") for o in overrides], dict(xla), trainer, step,
                 batch, tokens)  # fmt: skip

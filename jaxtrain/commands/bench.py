@@ -130,7 +130,7 @@ def time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     """Times `steps` train steps of an open trainer (`synthetic_trainer`) after `warmup`
     ones; returns the figures. Callable again on the same trainer, to interleave several."""
     cfg, spec = trainer.cfg, trainer.spec
-    batch = _device_batch(trainer)
+    batch = device_batch(trainer)
     compiled, compile_s = trainer.compiled_step, trainer.compile_s
     state = trainer.state
     for _ in range(warmup):
@@ -166,7 +166,7 @@ def time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
     }
 
 
-def _device_batch(trainer: Any) -> Any:
+def device_batch(trainer: Any) -> Any:
     """The synthetic batch of an open trainer's config, placed on its mesh."""
     return trainer.setup.global_batch(synthetic_batch(trainer.cfg, trainer.spec.vocab_size))
 
@@ -177,7 +177,7 @@ def profile_steps(trainer: Any, directory: Path, steps: int) -> None:
     profile plugin and Perfetto), each step annotated with its number, and the step's
     optimised program beside them (`profile.PROGRAM_FILE`, for `jaxtrain profile`'s FLOP
     rates). The Python tracer is off: it would fill the trace with the host loop's calls."""
-    batch = _device_batch(trainer)
+    batch = device_batch(trainer)
     state = trainer.state
     directory.mkdir(parents=True, exist_ok=True)
     (directory / profile.PROGRAM_FILE).write_text(trainer.compiled_step.as_text())
