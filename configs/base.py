@@ -135,6 +135,10 @@ def get_config() -> ConfigDict:
     c.backend.bf16_rounding = "auto"  # float32 -> bfloat16 in products and attention: auto (from
     #   the hardware) | bits (integer operations, faster under XLA:CPU) | convert (XLA's convert);
     #   the same values either way
+    c.backend.xla_options = ""  # XLA compiler options of the train and eval steps, NAME=VALUE
+    #   separated by commas or spaces: the options XLA_FLAGS sets (with or without its --), for
+    #   this run's programs only and kept in its config; e.g.
+    #   "xla_gpu_enable_latency_hiding_scheduler=true,xla_gpu_autotune_level=4"
 
     c.sample = ConfigDict()
     c.sample.prompt = ""  # text to continue after training; "" skips the sample

@@ -35,6 +35,7 @@ from jaxtrain.data import pipeline
 from jaxtrain.data.sources import validate_data_config
 from jaxtrain.errors import ConfigError
 from jaxtrain.hardware import backend as backend_lib
+from jaxtrain.hardware import xla_options
 from jaxtrain.models.assembly import pipeline as pipeline_lib
 from jaxtrain.models.spec.hyperparameters import ModelSpec
 from jaxtrain.parallel import sharding
@@ -142,6 +143,7 @@ class RunSetup:
             in_shardings=(self.layout.shardings, None),
             out_shardings=(self.layout.shardings, None),
             donate_argnums=(0,),
+            compiler_options=self.backend.compiler_options,
         )
 
     def compile_train_step(self) -> tuple[jax.stages.Lowered, jax.stages.Compiled]:
@@ -161,7 +163,11 @@ class RunSetup:
             graphdef=self.layout.graphdef,
             loss_chunks=step_lib.loss_options(self.cfg.train)["loss_chunks"],
         )
-        return jax.jit(step_fn, in_shardings=(self.layout.shardings["params"], None))
+        return jax.jit(
+            step_fn,
+            in_shardings=(self.layout.shardings["params"], None),
+            compiler_options=self.backend.compiler_options,
+        )
 
 
 def setup(
@@ -210,6 +216,7 @@ def _laid_out(
 ) -> RunSetup:
     tx = make_optimizer(cfg.optim, cfg.train.steps)
     chosen = backend_lib.from_config(cfg.get("backend"))
+    xla_options.check(dict(chosen.xla_options))
     with sharding.use_mesh(mesh, rules), backend_lib.use(chosen):
         layout = state_lib.state_layout(spec, tx, mesh, rules)
     return RunSetup(

@@ -26,7 +26,8 @@ def tool():
 
 
 def test_each_side_trains_its_own_variant_and_the_rounds_alternate(tool, capsys):
-    argv = ["--config", "llama_debug.py", *TINY, "--b", "model.remat=full", "--b-xla",
+    argv = ["--config", "llama_debug.py", *TINY, "--b", "model.remat=full",
+            "--config.backend.xla_options=xla_cpu_enable_fast_math=false", "--b-xla",
             "xla_cpu_prefer_vector_width=512", "--rounds", "3", "--steps", "1", "--warmup", "0"]  # fmt: skip
     args, common = tool.parse(argv)
     assert args.b == ["--config.model.remat=full"] and args.a == []
@@ -35,7 +36,15 @@ def test_each_side_trains_its_own_variant_and_the_rounds_alternate(tool, capsys)
         a = tool.build(stack, "A", args, common, args.a, args.a_xla)
         b = tool.build(stack, "B", args, common, args.b, args.b_xla)
         assert (a.trainer.cfg.model.remat, b.trainer.cfg.model.remat) == ("none", "full")
-        assert a.step is a.trainer.compiled_step and b.step is not b.trainer.compiled_step
+        # B's options join the config's in its run's `backend.xla_options`: its step is
+        # compiled once, with all of them.
+        shared = {"xla_cpu_enable_fast_math": False}
+        assert a.trainer.setup.backend.compiler_options == shared
+        assert b.trainer.setup.backend.compiler_options == {
+            **shared,
+            "xla_cpu_prefer_vector_width": 512,
+        }
+        assert a.step is a.trainer.compiled_step and b.step is b.trainer.compiled_step
         a.run(1)
         b.run(2)
         assert (int(a.trainer.state["step"]), int(b.trainer.state["step"])) == (1, 2)

@@ -4,8 +4,8 @@ of a change smaller than the machine's drift between two runs.
 Each side is the shared config (`--config` and its `--config.KEY=VALUE` overrides) with its
 own overrides (`--a KEY=VALUE`, `--b KEY=VALUE`, each repeatable, keys as after `--config.`)
 and, optionally, XLA compiler options of its own (`--a-xla NAME=VALUE`, `--b-xla ...`, the
-options XLA_FLAGS sets, for that side's program only). Both are built and compiled in this
-process on the same devices with a synthetic batch (as `jaxtrain bench`). Rounds then
+options XLA_FLAGS sets, added to that side's `backend.xla_options`). Both are built and compiled
+once in this process on the same devices with a synthetic batch (as `jaxtrain bench`). Rounds then
 alternate between them, each round starting with the side that went second in the last, and
 the report gives each side's median step time and tokens/s and the median and range of the
 per-round ratio B / A of time per token: both sides run on the same heap, thread pool and
@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))  # runs from a clone without installing
 from jaxtrain.commands import bench  # noqa: E402
 from jaxtrain.commands.options import at_least, split_overrides  # noqa: E402
 from jaxtrain.errors import ConfigError  # noqa: E402
+from jaxtrain.hardware import xla_options  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -72,17 +73,11 @@ class Side:
 
 
 def xla_option(text: str) -> tuple[str, Any]:
-    """NAME=VALUE as a compiler option: an integer, true/false, or the text."""
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (an XLA option)")
-    lowered = value.lower()
-    if lowered in ("true", "false"):
-        return name, lowered == "true"
+    """NAME=VALUE as a typed compiler option (as `backend.xla_options` reads one)."""
     try:
-        return name, int(value)
-    except ValueError:
-        return name, value
+        return xla_options.parse_item(text, "--a-xla/--b-xla")
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def override(text: str) -> str:
@@ -127,26 +122,24 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def build(stack: contextlib.ExitStack, name: str, args, common, overrides, xla) -> Side:
-    """One side's trainer, opened on `stack`, and its step compiled with its XLA options."""
+    """One side's trainer, opened on `stack`, its step compiled once with its XLA options
+    (added to the config's `backend.xla_options`)."""
     import jax
 
     from jaxtrain import compat
 
     cfg = compat.load_config_file(args.config, [*common, *overrides], allow_unsupported=True)
-    trainer = stack.enter_context(bench.synthetic_trainer(cfg, 1, jax.devices()[:1]))
-    step = trainer.compiled_step
     if xla:
-        setup = trainer.setup
-        with setup.mesh_context():
-            lowered = setup.train_step.lower(setup.layout.abstract, setup.abstract_batch())
-            try:
-                step = lowered.compile(compiler_options=dict(xla))
-            except Exception as error:  # XLA names the option it does not know
-                raise ConfigError(f"side {name}: XLA options {dict(xla)}: {error}") from error
+        options = {**xla_options.parse(cfg.backend.xla_options), **dict(xla)}
+        cfg.backend.xla_options = xla_options.text_of(options)
+    try:
+        trainer = stack.enter_context(bench.synthetic_trainer(cfg, 1, jax.devices()[:1]))
+    except ConfigError as error:
+        raise ConfigError(f"side {name}: {error}") from error
     batch = bench.device_batch(trainer)
     tokens = trainer.cfg.train.global_batch_size * trainer.cfg.train.seq_len
-    return Side(name, [o.removeprefix("--config.") for o in overrides], dict(xla), trainer, step,
-                batch, tokens)  # fmt: skip
+    return Side(name, [o.removeprefix("--config.") for o in overrides], dict(xla), trainer,
+                trainer.compiled_step, batch, tokens)  # fmt: skip
 
 
 def report(a: Side, b: Side) -> str:

@@ -34,7 +34,8 @@ choices that follow from it:
 `current()` is the backend of this process's devices unless the config names another
 (`backend.target`, e.g. to compile a GPU's program on a CPU host with tools/compile_plan.py) or
 overrides a choice (`backend.bf16_products`, `backend.fp8_formats`, `backend.grouped_matmul`,
-`backend.bf16_rounding`). The trainer installs it
+`backend.bf16_rounding`). `backend.xla_options` adds XLA compiler options to the run's programs
+(`jaxtrain.hardware.xla_options`). The trainer installs it
 once at start, prints `describe()` and records it in the run's config.json. The figures behind
 each choice, with the CPU they were measured on, are in docs/performance.md#hardware-choices.
 """
@@ -52,6 +53,7 @@ import jax
 
 from jaxtrain import trace_context
 from jaxtrain.errors import ConfigError
+from jaxtrain.hardware import xla_options as xla_options_lib
 
 # CPU instruction sets that multiply bfloat16 with float32 accumulation in hardware.
 BF16_DOT_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -95,6 +97,12 @@ class Backend:
     fp8_formats: str = "ocp"  # "ocp" (e4m3fn / e5m2) | "fnuz" (e4m3fnuz / e5m2fnuz)
     fp8_native: bool = False  # float8 products run on the device's matrix units
     rounds_by_bits: bool = False  # float32 -> bfloat16 by integer ops (layers/rounding.py)
+    xla_options: tuple[tuple[str, Any], ...] = ()  # compiler options of the run's programs
+
+    @property
+    def compiler_options(self) -> dict[str, Any] | None:
+        """`xla_options` as `jax.jit`'s `compiler_options` (None when there are none)."""
+        return dict(self.xla_options) or None
 
     @property
     def rounds_narrow_products(self) -> bool:
@@ -128,15 +136,19 @@ class Backend:
         )
         fp8 = f"fp8 {self.fp8_formats.upper()} {'native' if self.fp8_native else 'emulated by XLA'}"
         experts = f"experts' grouped matmul {self.grouped_matmul}"
-        return (
+        line = (
             f"backend: {target}; bfloat16 products {products}; attention {attention}; {experts}; "
             f"{fp8}"
         )
+        if self.xla_options:
+            line += f"; XLA options {xla_options_lib.text_of(dict(self.xla_options))}"
+        return line
 
     def to_dict(self) -> dict[str, Any]:
         """The backend as plain values (config.json, benchmark reports)."""
         out = dataclasses.asdict(self)
         out["cpu_flags"] = sorted(self.cpu_flags & (BF16_DOT_FLAGS | {"avx2", "avx512f"}))
+        out["xla_options"] = dict(self.xla_options)
         return out
 
 
@@ -247,7 +259,7 @@ BF16_ROUNDING_CHOICES = ("auto", "bits", "convert")
 
 def from_config(section: Mapping[str, Any] | None) -> Backend:
     """The backend a config's `backend` section asks for (`target`, `bf16_products`,
-    `fp8_formats`, `grouped_matmul`, `bf16_rounding`)."""
+    `fp8_formats`, `grouped_matmul`, `bf16_rounding`, `xla_options`)."""
     section = dict(section or {})
     target = section.get("target", "") or ""
     if target and target not in TARGETS:
@@ -292,6 +304,9 @@ def from_config(section: Mapping[str, Any] | None) -> Backend:
         )
     if rounding != "auto":
         chosen = dataclasses.replace(chosen, rounds_by_bits=rounding == "bits")
+    options = xla_options_lib.parse(section.get("xla_options", "") or "")
+    if options:
+        chosen = dataclasses.replace(chosen, xla_options=tuple(options.items()))
     return chosen
 
 
