@@ -23,6 +23,13 @@ def test_options_read_as_xla_flags_write_them_with_their_types():
         "xla_dump_to": "/tmp/dumps",
     }
     assert xla_options.parse("") == {} and xla_options.parse("  ") == {}
+    # A list option keeps its commas: one ends an item only where NAME= follows.
+    assert xla_options.parse(
+        "xla_gpu_enable_command_buffer=FUSION,CUBLAS,xla_gpu_autotune_level=4"
+    ) == {
+        "xla_gpu_enable_command_buffer": "FUSION,CUBLAS",
+        "xla_gpu_autotune_level": 4,
+    }
     options = xla_options.parse(text)
     assert xla_options.parse(xla_options.text_of(options)) == options
 
@@ -30,7 +37,7 @@ def test_options_read_as_xla_flags_write_them_with_their_types():
 @pytest.mark.parametrize("item", ["xla_gpu_autotune_level", "=4", "4xla=1", "xla-gpu=1"])
 def test_an_item_that_is_not_name_equals_value_is_named(item):
     with pytest.raises(ConfigError, match=rf"backend.xla_options: '{item}' is not NAME=VALUE"):
-        xla_options.parse(f"xla_cpu_prefer_vector_width=512,{item}")
+        xla_options.parse(f"{item},xla_cpu_prefer_vector_width=512")
 
 
 @pytest.mark.parametrize(
@@ -38,6 +45,8 @@ def test_an_item_that_is_not_name_equals_value_is_named(item):
     [
         ("xla_cpu_no_such_option=1", "No such compile option: 'xla_cpu_no_such_option'"),
         ("xla_cpu_prefer_vector_width=wide", "is not a valid int32 value"),
+        # XLA_FLAGS' short enum names are not the compile options' ones: the message says so.
+        ("xla_cpu_experimental_xnn_fusion_type=dot", "LIBRARY_FUSION_TYPE_DOT, where XLA_FLAGS"),
     ],
 )
 def test_options_this_xla_refuses_are_named_with_the_fix(text, xla_says):
@@ -55,8 +64,12 @@ def test_the_backend_carries_describes_and_records_them():
     assert chosen.to_dict()["xla_options"] == {"xla_cpu_prefer_vector_width": 512}
     plain = backend.from_config({})
     assert plain.compiler_options is None and "XLA options" not in plain.describe()
-    # Options of another platform are XLA's too: a GPU's can be planned on a CPU host.
-    xla_options.check({"xla_gpu_enable_latency_hiding_scheduler": True})
+    # Options of another platform are XLA's too: a GPU's can be planned on a CPU host. Enum
+    # lists take the values' full names.
+    xla_options.check(xla_options.parse(
+        "xla_gpu_enable_latency_hiding_scheduler=true xla_gpu_enable_command_buffer=FUSION,CUBLAS "
+        "xla_cpu_experimental_xnn_fusion_type=LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE"
+    ))  # fmt: skip
 
 
 def _config(tmp_path, options: str):

@@ -68,7 +68,9 @@ class Side:
         return (time.perf_counter() - start) / steps
 
     def describe(self) -> str:
-        changes = self.overrides + [f"xla {k}={v}" for k, v in self.xla.items()]
+        changes = self.overrides + [
+            f"xla {xla_options.text_of({k: v})}" for k, v in self.xla.items()
+        ]
         return ", ".join(changes) or "as configured"
 
 

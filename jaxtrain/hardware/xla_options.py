@@ -7,7 +7,8 @@ notebook or under a launcher that sets its own XLA_FLAGS, apply to this run's pr
 and are recorded with the run's config.
 
 The text is `NAME=VALUE` items separated by commas or spaces, each name with or without the
-leading `--` of XLA_FLAGS, so a line of XLA_FLAGS can be pasted in. XLA parses each option as
+leading `--` of XLA_FLAGS, so a line of XLA_FLAGS can be pasted in (but for enum values, which
+compile options take by their full name in xla.proto: `LIBRARY_FUSION_TYPE_DOT` for `dot`). XLA parses each option as
 its declared type and refuses a string for a number or a flag, so values are typed here:
 true/false as flags, integers, decimals, and anything else as text.
 """
@@ -25,13 +26,20 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def parse(text: str, key: str = KEY) -> dict[str, bool | int | float | str]:
-    """The options of `text` by name, the last of a repeated name winning (as in XLA_FLAGS)."""
-    options: dict[str, bool | int | float | str] = {}
-    for item in re.split(r"[,\s]+", (text or "").strip()):
-        if item:
-            name, value = parse_item(item, key)
-            options[name] = value
-    return options
+    """The options of `text` by name, the last of a repeated name winning (as in XLA_FLAGS).
+
+    A comma ends an item only where a `NAME=` follows it: the values of XLA's list options keep
+    theirs (`xla_gpu_enable_command_buffer=FUSION,CUBLAS`).
+    """
+    items: list[str] = []
+    for piece in re.split(r"[,\s]+", (text or "").strip()):
+        if not piece:
+            continue
+        if "=" not in piece and items:
+            items[-1] += f",{piece}"
+        else:
+            items.append(piece)
+    return dict(parse_item(item, key) for item in items)
 
 
 def parse_item(item: str, key: str = KEY) -> tuple[str, bool | int | float | str]:
@@ -74,7 +82,14 @@ def check(options: Mapping[str, Any], key: str = KEY) -> None:
     try:
         jax.jit(lambda: 0, compiler_options=dict(options)).lower().compile()
     except Exception as error:  # XLA names the option and what is wrong with it
+        words = str(error).rstrip(". ")
+        hint = (
+            " Enum options take the value's full name in xla.proto here (e.g. "
+            "LIBRARY_FUSION_TYPE_DOT, where XLA_FLAGS takes dot), or its number."
+            if "not a valid enum value" in words
+            else ""
+        )
         raise ConfigError(
-            f"{key}={text_of(options)!r}: XLA refused it: {error}. Correct or drop the option "
-            f"(--config.{key}=...; '' for none)."
+            f"{key}={text_of(options)!r}: XLA refused it: {words}.{hint} Correct or drop the "
+            f"option (--config.{key}=...; '' for none)."
         ) from error
