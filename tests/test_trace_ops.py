@@ -108,6 +108,23 @@ def test_nested_events_count_their_innermost_ops_and_overlaps_count_once_as_busy
     assert [(r.name, r.runs_per_step) for r in summary.kinds] == [
         ("fusion", 2), ("all-reduce-start", 1)
     ]  # fmt: skip
+    # fusion.4 shared 70-80 with the all-reduce: half of its time alone, three quarters of the
+    # all-reduce's; the enclosing loop and call do not count as running beside their ops.
+    alone = {r.name: r.alone for r in summary.ops}
+    assert alone == {"all-reduce-start.5": 0.75, "fusion.2": 1.0, "fusion.4": 0.5}
+    assert {r.name: r.alone for r in summary.kinds} == {"fusion": 0.8, "all-reduce-start": 0.75}
+    text = trace_ops.format_summary(summary)
+    assert "     0.020  22.2%    50%       1.0           fusion.4 (jit_step)" in text
+
+
+def test_ops_that_only_touch_ran_alone_and_a_third_lane_is_counted_once():
+    ops = [
+        trace_ops.OpEvent("m", "a", (1, 1), 0, 10),
+        trace_ops.OpEvent("m", "b", (1, 1), 10, 10),  # starts as a ends
+        trace_ops.OpEvent("m", "c", (1, 2), 15, 10),  # beside b for 5 us
+        trace_ops.OpEvent("m", "d", (1, 3), 16, 2),  # beside b and c
+    ]
+    assert trace_ops.alone_us(ops) == [10, 5, 5, 0]
 
 
 def test_bench_profile_prints_the_summary_with_the_products_rates(tmp_path, capsys):

@@ -16,7 +16,11 @@ What is summed:
 - per step: over the steps annotated in the trace (`StepTraceAnnotation`, one per step), so a
   figure reads as the step's;
 - busy time: how long at least one op ran, the union of the op intervals. The sum over ops
-  exceeds it where ops overlap: the CPU's threads, a GPU's streams.
+  exceeds it where ops overlap: the CPU's threads, a GPU's streams;
+- per op, the share of its time it ran alone, with no other op beside it. XLA:CPU runs
+  independent ops side by side on the same cores, so a product that ran beside another reads
+  slower than it is (its rate is of the time it had); on a GPU, a collective that never ran
+  alone was hidden behind compute.
 
 Given what the traced program's optimised HLO (`Compiled.as_text()`) says of its ops
 (`Program`), the ops get their result types, and those that are or fuse a product (a `dot`,
@@ -76,6 +80,7 @@ class OpRow:
     runs_per_step: float
     ms_per_step: float
     share: float  # of the op time of all modules
+    alone: float  # the share of its own time no other op ran
     flops_per_step: float = 0.0  # of its dots, where the program was given
     result: str = ""  # the op's result type, where the program was given
 
@@ -178,6 +183,24 @@ def busy_us(ops: Iterable[OpEvent]) -> float:
     return total
 
 
+def alone_us(ops: Sequence[OpEvent]) -> list[float]:
+    """For each of `ops`, the time it ran with no other of them running (on any lane)."""
+    points = sorted(
+        [(op.start_us, 1, i) for i, op in enumerate(ops)]
+        + [(op.end_us, 0, i) for i, op in enumerate(ops)]
+    )  # ops that only touch share no time: the segment between them is empty
+    alone, running, last = [0.0] * len(ops), set(), 0.0
+    for time, starts, i in points:
+        if len(running) == 1:
+            alone[next(iter(running))] += time - last
+        if starts:
+            running.add(i)
+        else:
+            running.discard(i)
+        last = time
+    return alone
+
+
 def annotated_steps(events: Iterable[dict[str, Any]]) -> int:
     """How many distinct steps the trace annotates (`StepTraceAnnotation`'s `step_num`; a
     step shown on more than one line, the host's and a device's, counts once)."""
@@ -203,17 +226,20 @@ def summarise(path: str | Path, program: Program | None = None) -> TraceSummary:
     steps = max(annotated_steps(events), 1)
     program = program or Program("", {}, {})
     total_us = sum(op.dur_us for op in ops)
+    op_alone_us = alone_us(ops)
 
     def rows(key, results: Mapping[str, str]) -> list[OpRow]:
-        runs, time_us = collections.Counter(), collections.Counter()
+        runs, time_us, solo_us = collections.Counter(), collections.Counter(), collections.Counter()
         op_flops = collections.Counter()
-        for op in ops:
+        for op, alone in zip(ops, op_alone_us, strict=True):
             runs[key(op)] += 1
             time_us[key(op)] += op.dur_us
+            solo_us[key(op)] += alone
             if op.module == program.module:
                 op_flops[key(op)] += program.flops.get(op.op, 0.0)
         return [
-            OpRow(k[0], k[1], runs[k] / steps, t / steps / 1e3, t / total_us, op_flops[k] / steps,
+            OpRow(k[0], k[1], runs[k] / steps, t / steps / 1e3, t / total_us,
+                  solo_us[k] / t if t else 1.0, op_flops[k] / steps,
                   results.get(k[1], "") if k[0] == program.module else "")
             for k, t in time_us.most_common()
         ]  # fmt: skip
@@ -235,15 +261,18 @@ def format_summary(summary: TraceSummary, top: int = 20) -> str:
         f"{s.path}: {s.steps} step(s); per step {s.op_ms_per_step:,.2f} ms of op time, "
         f"{s.busy_ms_per_step:,.2f} ms with at least one op running",
     ]
+    lines.append("(alone: the share of an op's time with no other op running beside it)")
     for title, rows in (("kind of op", s.kinds), ("op", s.ops)):
-        lines += ["", f"{'ms/step':>10} {'share':>6} {'runs/step':>9} {'TFLOP/s':>8}  {title}"]
-        lines += [_row(r.ms_per_step, r.share, f"{r.runs_per_step:.1f}", r.tflops_per_s,
+        lines += ["", f"{'ms/step':>10} {'share':>6} {'alone':>6} {'runs/step':>9} "
+                      f"{'TFLOP/s':>8}  {title}"]  # fmt: skip
+        lines += [_row(r.ms_per_step, r.share, r.alone, f"{r.runs_per_step:.1f}", r.tflops_per_s,
                        " ".join(filter(None, (r.name, r.result, f"({r.module})"))))
                   for r in rows[:top]]  # fmt: skip
         if rest := rows[top:]:
             ms = sum(r.ms_per_step for r in rest)
             rate = sum(r.flops_per_step for r in rest) / ms / 1e9
-            lines.append(_row(ms, sum(r.share for r in rest), "", rate, f"{len(rest)} more"))
+            alone = sum(r.alone * r.ms_per_step for r in rest) / ms if ms else 1.0
+            lines.append(_row(ms, sum(r.share for r in rest), alone, "", rate, f"{len(rest)} more"))
     return "\n".join(lines)
 
 
@@ -254,6 +283,6 @@ def _kind(op: OpEvent, program: Program) -> str:
     return _NUMBERED.sub("", op.op) + (" with dots" if multiplies else "")
 
 
-def _row(ms: float, share: float, runs: str, tflops_per_s: float, name: str) -> str:
+def _row(ms: float, share: float, alone: float, runs: str, tflops_per_s: float, name: str) -> str:
     rate = f"{tflops_per_s:.3f}" if tflops_per_s else ""
-    return f"{ms:>10,.3f} {share:>6.1%} {runs:>9} {rate:>8}  {name}"
+    return f"{ms:>10,.3f} {share:>6.1%} {alone:>6.0%} {runs:>9} {rate:>8}  {name}"
