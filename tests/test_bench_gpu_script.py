@@ -87,3 +87,16 @@ def test_a_profiled_shape_prints_where_its_traced_steps_went(tmp_path):
     assert "llama3.2-1b (bf16), traced steps:" in result.stdout
     assert " with dots (jit_train_step)" in result.stdout  # the products' rates
     assert (tmp_path / "1b-bf16" / "program.hlo.txt").is_file()
+
+
+def test_xla_options_compile_every_shape_and_stay_with_its_rows(tmp_path):
+    record = tmp_path / "rows.jsonl"
+    option = "xla_gpu_enable_latency_hiding_scheduler=false"  # a GPU's option: XLA's on any host
+    result = _bench_gpu("--cases", "1b", "--xla", option, "--record", str(record), "--steps", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"; compile options {option}" in result.stdout.splitlines()[0]
+    assert [json.loads(line)["xla_options"] for line in record.read_text().splitlines()] == [option]
+    refused = _bench_gpu("--cases", "1b", "--xla", "xla_gpu_no_such_option=1")
+    assert refused.returncode == 2
+    assert "--xla='xla_gpu_no_such_option=1': XLA refused it: " in refused.stderr
+    assert "No such compile option" in refused.stderr

@@ -21,6 +21,9 @@ It installs nothing beyond the project, prints each row as it is measured, then 
 
 MFU is against the data-sheet dense bf16 peak of the device, or its fp8 peak for the fp8 runs
 (`jaxtrain.hardware.peaks`); `--peak-tflops` overrides it for a device the table does not know.
+`--xla NAME=VALUE` (repeatable) compiles every shape with that XLA option
+(`backend.xla_options`), printed at the start and kept with each row: a flag's before/after is
+two runs of the script, or `tools/bench_ab.py --b-xla` for one shape in one process.
 FLOPs count the active experts (`ModelSpec.flops_per_token`). The fp8 rows, one per scaling
 recipe of `--fp8-recipes` (`model.fp8_recipe`: "delayed", the default, from an amax history;
 "current", from the tensor itself; precision `fp8-<recipe>`), also give the step-time speed-up
@@ -54,6 +57,8 @@ import jax  # noqa: E402
 from jaxtrain.commands import bench, bench_experts  # noqa: E402
 from jaxtrain.commands import profile as profile_command  # noqa: E402
 from jaxtrain.config import loader as config_lib  # noqa: E402
+from jaxtrain.errors import ConfigError  # noqa: E402
+from jaxtrain.hardware import xla_options  # noqa: E402
 from jaxtrain.models.spec.checks import FP8_RECIPES  # noqa: E402
 
 
@@ -184,6 +189,15 @@ def main(argv: list[str]) -> int:
         "into DIR/<case>-<precision>",
     )
     parser.add_argument(
+        "--xla",
+        type=_xla_option,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an XLA compiler option of every shape's program (backend.xla_options; "
+        "repeatable), kept with each row",
+    )
+    parser.add_argument(
         "--record",
         default="",
         help="append each row to this file as a JSON line as soon as it is measured (a run cut "
@@ -192,11 +206,16 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     cases, walkthrough = _selected(args)
     precisions = ("bf16", *_fp8_precisions(args)) if args.fp8 else ("bf16",)
+    try:  # options this XLA refuses would fail every shape: say so once, before any
+        xla_options.check(dict(args.xla), "--xla")
+    except ConfigError as error:
+        parser.error(str(error))
 
     device = jax.devices()[0]
     print(
         f"device: {device.device_kind} ({device.platform}), {jax.device_count()} visible; "
-        f"jax {jax.__version__}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}",
+        f"jax {jax.__version__}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}"
+        + (f"; compile options {xla_options.text_of(dict(args.xla))}" if args.xla else ""),
         flush=True,
     )
     rows = []
@@ -273,8 +292,17 @@ def _print_table(rows: list[tuple[Case, str, dict]]) -> None:
         )
 
 
+def _xla_option(text: str) -> tuple[str, Any]:
+    try:
+        return xla_options.parse_item(text, "--xla")
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
 def _config(case: Case, precision: str, args: argparse.Namespace) -> Any:
     overrides = list(case.overrides)
+    if args.xla:
+        overrides.append(f"--config.backend.xla_options={xla_options.text_of(dict(args.xla))}")
     if args.smoke:
         overrides += bench.TINY_SHAPE + (TINY_EXPERTS if case.experts else [])
         if case is WALKTHROUGH:  # the tiny batch of 2 in micro batches of 1
@@ -313,6 +341,8 @@ def _run(case: Case, precision: str, args: argparse.Namespace) -> dict | None:
     figures["tokens"] = cfg.train.global_batch_size * cfg.train.seq_len
     if cfg.model.quantization == "fp8":
         figures["fp8_recipe"] = cfg.model.fp8_recipe  # what the row measured, on file with it
+    if cfg.backend.xla_options:
+        figures["xla_options"] = cfg.backend.xla_options
     return figures
 
 
@@ -346,6 +376,8 @@ def _walkthrough(args: argparse.Namespace) -> dict | None:
         "loss": last.get("loss", float("nan")),
         "num_params": float(num_params),
     }
+    if cfg.backend.xla_options:
+        figures["xla_options"] = cfg.backend.xla_options
     print(_walkthrough_line(figures), flush=True)
     return figures
 

@@ -89,7 +89,8 @@ def check(options: Mapping[str, Any], key: str = KEY) -> None:
             if "not a valid enum value" in words
             else ""
         )
+        where = f" (--config.{key}=...; '' for none)" if key == KEY else ""
         raise ConfigError(
             f"{key}={text_of(options)!r}: XLA refused it: {words}.{hint} Correct or drop the "
-            f"option (--config.{key}=...; '' for none)."
+            f"option{where}."
         ) from error
