@@ -7,10 +7,11 @@ notebook or under a launcher that sets its own XLA_FLAGS, apply to this run's pr
 and are recorded with the run's config.
 
 The text is `NAME=VALUE` items separated by commas or spaces, each name with or without the
-leading `--` of XLA_FLAGS, so a line of XLA_FLAGS can be pasted in (but for enum values, which
-compile options take by their full name in xla.proto: `LIBRARY_FUSION_TYPE_DOT` for `dot`). XLA parses each option as
-its declared type and refuses a string for a number or a flag, so values are typed here:
-true/false as flags, integers, decimals, and anything else as text.
+leading `--` of XLA_FLAGS, so a line of XLA_FLAGS can be pasted in; only enum values differ,
+which compile options take by their full name in xla.proto (`LIBRARY_FUSION_TYPE_DOT` for
+XLA_FLAGS' `dot`). XLA parses each option as its declared type and refuses a string for a
+number or a flag, so values are typed here: true/false as flags, integers, decimals, and
+anything else as text.
 """
 
 from __future__ import annotations
