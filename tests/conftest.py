@@ -77,6 +77,27 @@ def _free_compiled_programs():
 # Session fixtures of the data-layer tests (a tiny tokenizer, shards written by datatrove).
 from data_fixtures import datatrove_corpus, tiny_tokenizer  # noqa: E402,F401
 
+# moto's S3 server, started once per test run for the object-storage tests of every module.
+from s3_fixture import s3_server  # noqa: E402,F401
+
+# The suite runs in two pytest-xdist workers (pyproject's addopts; `-n 0` runs it in one
+# process). Each test file goes to one worker whole, so its module fixtures (trained models,
+# compiled programs) are built once; the files that use a session service go to one worker
+# together, so the service starts once per run.
+SHARED_SERVICES = ("s3_server",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    service_of_file = {}
+    for item in items:
+        for service in SHARED_SERVICES:
+            if service in getattr(item, "fixturenames", ()):
+                service_of_file[item.path] = service
+    for item in items:
+        group = service_of_file.get(item.path, item.path.name)
+        item.add_marker(pytest.mark.xdist_group(group))
+
 
 def _can_write(folder: pathlib.Path) -> bool:
     try:

@@ -11,7 +11,6 @@ import time
 
 import boto3
 import pytest
-import s3_fixture
 import test_checkpointing
 from checkpoint_fixtures import STEPS, losses
 from conftest import REPO
@@ -19,7 +18,6 @@ from test_checkpointing import cli_command, wait_for_step
 
 from jaxtrain.rundir.step_folders import committed_steps
 
-s3_server = s3_fixture.s3_server  # moto's server, once per test run
 straight_losses = test_checkpointing.straight_losses  # the uninterrupted local run
 
 

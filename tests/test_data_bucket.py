@@ -24,7 +24,6 @@ from jaxtrain.data.errors import DataError
 from jaxtrain.data.megatron import megatron_files
 from jaxtrain.data.pipeline import make_eval_batches, make_train_iterator
 
-s3_server = s3_fixture.s3_server  # moto's server, once per test run
 REPO = Path(__file__).resolve().parent.parent
 BUCKET = s3_fixture.BUCKET
 

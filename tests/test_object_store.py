@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import boto3
 import pytest
-import s3_fixture
 from s3_fixture import SECRET
 
 from jaxtrain.rundir import object_store
-
-s3_server = s3_fixture.s3_server  # moto's server, once per test run
 
 
 def test_is_url_tells_object_store_from_local_paths():
