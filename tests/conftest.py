@@ -20,6 +20,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import cpu_turns  # noqa: E402
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
@@ -97,6 +98,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         group = service_of_file.get(item.path, item.path.name)
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist, a test marked `alone` runs while the other worker waits: each test holds a
+    shared lock through its setup, call and teardown (module fixtures included), an `alone`
+    test an exclusive one (`cpu_turns`)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return (yield)
+    with cpu_turns.turn(
+        item.config.rootpath / ".pytest_cache", alone=bool(item.get_closest_marker("alone"))
+    ):
+        return (yield)
 
 
 def _can_write(folder: pathlib.Path) -> bool:

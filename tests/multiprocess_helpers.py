@@ -20,10 +20,16 @@ import pytest
 from conftest import REPO
 
 # Process I on CPU I, as on hosts that do not share their CPUs (`Job(cpus=...)`, `busy_cpu`).
-pinned = pytest.mark.skipif(
+_needs_taskset = pytest.mark.skipif(
     shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
     reason="needs taskset (util-linux) and two CPUs",
 )
+
+
+def pinned(test):
+    """A test of processes pinned to CPUs and timed against each other: it needs taskset and two
+    CPUs, and the CPUs to itself (`alone`: another test's load would slow the wrong process)."""
+    return pytest.mark.alone(_needs_taskset(test))
 
 
 def free_port() -> int:
