@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # runs from a clone without installing
 
 from jaxtrain.commands import bench  # noqa: E402
-from jaxtrain.commands.options import at_least, split_overrides  # noqa: E402
+from jaxtrain.commands.options import at_least, split_overrides, xla_option  # noqa: E402
 from jaxtrain.errors import ConfigError  # noqa: E402
 from jaxtrain.hardware import xla_options  # noqa: E402
 
@@ -74,14 +74,6 @@ class Side:
         return ", ".join(changes) or "as configured"
 
 
-def xla_option(text: str) -> tuple[str, Any]:
-    """NAME=VALUE as a typed compiler option (as `backend.xla_options` reads one)."""
-    try:
-        return xla_options.parse_item(text, "--a-xla/--b-xla")
-    except ConfigError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
-
-
 def override(text: str) -> str:
     """KEY=VALUE as a config override, `--config.KEY=VALUE`."""
     if "=" not in text or text.startswith("-"):
@@ -114,7 +106,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
             help=f"a config override of side {side.upper()} only (repeatable)",
         )  # fmt: skip
         parser.add_argument(
-            f"--{side}-xla", type=xla_option, action="append", default=[], metavar="NAME=VALUE",
+            f"--{side}-xla", type=xla_option(f"--{side}-xla"), action="append", default=[],
+            metavar="NAME=VALUE",
             help=f"an XLA compiler option of side {side.upper()}'s program only (repeatable)",
         )  # fmt: skip
     parser.add_argument("--rounds", type=at_least(1), default=24, help="turns of each side")

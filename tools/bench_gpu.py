@@ -54,7 +54,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=tr
 
 import jax  # noqa: E402
 
-from jaxtrain.commands import bench, bench_experts  # noqa: E402
+from jaxtrain.commands import bench, bench_experts, options  # noqa: E402
 from jaxtrain.commands import profile as profile_command  # noqa: E402
 from jaxtrain.config import loader as config_lib  # noqa: E402
 from jaxtrain.errors import ConfigError  # noqa: E402
@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--xla",
-        type=_xla_option,
+        type=options.xla_option("--xla"),
         action="append",
         default=[],
         metavar="NAME=VALUE",
@@ -290,13 +290,6 @@ def _print_table(rows: list[tuple[Case, str, dict]]) -> None:
             f"{f['mfu']:.1%} | {f['step_time_s'] * 1e3:.0f} | {speedup} | "
             f"{f['compile_s']:.0f} | {f['num_params'] / 1e9:.2f}B | {block} |"
         )
-
-
-def _xla_option(text: str) -> tuple[str, Any]:
-    try:
-        return xla_options.parse_item(text, "--xla")
-    except ConfigError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def _config(case: Case, precision: str, args: argparse.Namespace) -> Any:

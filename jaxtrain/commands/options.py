@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jaxtrain.errors import ConfigError
+from jaxtrain.hardware import xla_options
 
 if TYPE_CHECKING:
     from ml_collections import ConfigDict
@@ -76,6 +77,19 @@ def at_least(minimum: int):
         if value is None or value < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {minimum}.")
         return value
+
+    return parse
+
+
+def xla_option(option: str):
+    """An argparse type: `NAME=VALUE` as a typed XLA compiler option
+    (`hardware.xla_options.parse_item`), else its message naming `option`."""
+
+    def parse(text: str) -> tuple[str, bool | int | float | str]:
+        try:
+            return xla_options.parse_item(text, option)
+        except ConfigError as error:
+            raise argparse.ArgumentTypeError(str(error)) from error
 
     return parse
 
