@@ -139,6 +139,10 @@ def get_config() -> ConfigDict:
     #   separated by commas or spaces: the options XLA_FLAGS sets (with or without its --), for
     #   this run's programs only and kept in its config; e.g.
     #   "xla_gpu_enable_latency_hiding_scheduler=true,xla_gpu_autotune_level=4"
+    c.backend.compile_cache = ""  # folder of JAX's persistent compilation cache: a restart
+    #   loads the steps compiled before instead of compiling again (one subfolder per kind of
+    #   device; shared by the hosts of a multi-host run); "" = JAX's own setting
+    #   (JAX_COMPILATION_CACHE_DIR, else none); e.g. "~/.cache/jaxtrain/compile"
 
     c.sample = ConfigDict()
     c.sample.prompt = ""  # text to continue after training; "" skips the sample

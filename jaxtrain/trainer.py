@@ -37,6 +37,7 @@ from jaxtrain.data import pipeline
 from jaxtrain.data import resume as data_resume
 from jaxtrain.errors import ConfigError, JaxtrainError
 from jaxtrain.evaluation.during_training import HarnessDuringTraining
+from jaxtrain.hardware import compile_cache
 from jaxtrain.parallel import distributed, sharding
 from jaxtrain.planning import memory as memory_plan
 from jaxtrain.rundir import goodput, wandb_sink
@@ -269,8 +270,9 @@ class Trainer:
         """Compiles the run's train step (`RunSetup.train_step`), checking its memory.
 
         Sets `compiled_step` (called as `compiled_step(state, batch)`, the state donated), the
-        `lowered_step` it came from, `compile_s` and `memory` (per-device bytes). The eval step
-        (`RunSetup.eval_step`) compiles on its first call.
+        `lowered_step` it came from, `compile_s`, `compile_cached` (loaded from the persistent
+        compilation cache that `backend.compile_cache` installs) and `memory` (per-device
+        bytes). The eval step (`RunSetup.eval_step`) compiles on its first call.
         """
         cfg = self.cfg
         batch = self.setup.abstract_batch()
@@ -281,11 +283,22 @@ class Trainer:
         if check:  # the state alone may already be too large: say so without compiling
             memory_plan.check_fits(self.memory, capacity, source, cfg, axis_sizes)
         self._status(self.setup.backend.describe())
+        cache_folder = compile_cache.install(cfg.backend.get("compile_cache", ""))
         self._status("compiling train step...")
         start = time.perf_counter()
-        self.lowered_step, self.compiled_step = self.setup.compile_train_step()
+        with compile_cache.watch() as cached:
+            self.lowered_step, self.compiled_step = self.setup.compile_train_step()
         self.compile_s = time.perf_counter() - start
-        self._status(f"compiled train step in {self.compile_s:.1f}s")
+        self.compile_cached = cached.hits > 0
+        if self.compile_cached:
+            where = f" {cache_folder}" if cache_folder else ""
+            self._status(
+                f"loaded the train step from the compilation cache{where} in "
+                f"{self.compile_s:.1f}s, saving about {cached.saved_s:.0f}s of compiling"
+            )
+        else:
+            stored = f"; stored in {cache_folder}" if cache_folder and cached.writes else ""
+            self._status(f"compiled train step in {self.compile_s:.1f}s{stored}")
         self.memory = memory_plan.add_compiled(self.memory, self.compiled_step)
         if check:
             memory_plan.check_fits(self.memory, capacity, source, cfg, axis_sizes)
@@ -404,7 +417,7 @@ class Trainer:
                 f"directory {self.run_dir}"
             )
             self._timer.started()
-            self.events.ready(self.step, self.compile_s)
+            self.events.ready(self.step, self.compile_s, self.compile_cached)
             self.stops.training = True
             try:
                 last = self._train_until(target)

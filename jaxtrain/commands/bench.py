@@ -159,6 +159,7 @@ def time_steps(trainer: Any, steps: int, warmup: int) -> dict[str, float]:
         "peak_source": peak_source,
         "mfu": flops_per_token * tokens_per_s / total_peak,
         "compile_s": compile_s,
+        "compile_cached": trainer.compile_cached,  # loaded from backend.compile_cache
         "temp_memory_gb": temp_bytes / 1e9,
         "host_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
         "num_params": float(trainer.num_params),
@@ -196,7 +197,8 @@ def format_report(name: str, figures: dict[str, Any]) -> str:
         f"{name}: {f['tokens_per_s']:,.0f} tokens/s, step {f['step_time_s'] * 1e3:.1f} ms, "
         f"{f['achieved_flops_per_s'] / 1e9:,.1f} GFLOP/s achieved, MFU {f['mfu']:.1%} of "
         f"{f['peak_flops_per_s'] / 1e9:,.1f} GFLOP/s ({f['peak_source']}), compile "
-        f"{f['compile_s']:.1f} s, step temp memory {f['temp_memory_gb']:.2f} GB, "
+        f"{f['compile_s']:.1f} s{' (from the compilation cache)' if f.get('compile_cached') else ''}, "
+        f"step temp memory {f['temp_memory_gb']:.2f} GB, "
         f"{f['num_params'] / 1e6:,.1f}M params on {int(f['devices'])} device(s)"
     )
 

@@ -70,15 +70,16 @@ class EventLog:
         with self.path.open("a") as f:  # one short line per write: appends stay whole
             f.write(json.dumps(record) + "\n")
 
-    def ready(self, step: int, compile_s: float) -> None:
-        """Training starts at `step` (this process's first `run`), compiled in `compile_s`."""
+    def ready(self, step: int, compile_s: float, compile_cached: bool = False) -> None:
+        """Training starts at `step` (this process's first `run`), compiled in `compile_s`
+        (loaded from the persistent compilation cache when `compile_cached`)."""
         if self._since:  # a later run() of the same Trainer (a notebook): the same start;
             # the time since its last run() is no step time, it stays "other"
             self._since, self._first = self._clock(), step + 1
             self._spent = dict.fromkeys(HOST_WORK, 0.0)
             return
         self._write("start", time=process_start_time(), step=step, pid=os.getpid())
-        self._write("ready", step=step, compile_s=compile_s)
+        self._write("ready", step=step, compile_s=compile_s, compile_cached=compile_cached)
         self._since, self._first = self._clock(), step + 1
 
     @contextlib.contextmanager

@@ -1,0 +1,119 @@
+"""JAX's persistent compilation cache for a run's programs (`backend.compile_cache`).
+
+With a cache folder, a restart (a requeued job, a resume after preemption, the next run of the
+same config) loads the train and eval steps XLA compiled before instead of compiling them
+again: minutes for a large model on a GPU, seconds on a CPU. JAX keys each entry by the
+program, the compiler options and XLA_FLAGS, the jaxlib version and the devices, so a changed
+config or mesh compiles afresh and stores one entry more.
+
+JAX's key leaves out the CPU's instruction sets: every CPU's device kind is "cpu", while
+XLA:CPU compiles for the instruction sets of the host it runs on. A folder shared by different
+CPUs (a home directory on a network filesystem) would hand one CPU's machine code to another,
+so each kind of device gets its own subfolder, named after the CPU model and a digest of its
+flags, or the accelerator's kind.
+
+Only process 0 writes entries (JAX's rule, against write contention), so on several hosts the
+folder must be one they share for the others to read them. The cache is trusted code: whoever
+can write to the folder can make the trainer run anything, so it must not be writable by
+others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+from jaxtrain.errors import ConfigError
+from jaxtrain.hardware import backend as backend_lib
+
+KEY = "backend.compile_cache"
+_HIT = "/jax/compilation_cache/cache_hits"
+_WRITE = "/jax/compilation_cache/cache_misses"  # JAX records it as it writes a new entry
+_SAVED = "/jax/compilation_cache/compile_time_saved_sec"
+
+
+def device_folder_name(chosen: backend_lib.Backend) -> str:
+    """The subfolder of one kind of device: 'cpu-amd-epyc-1f0c2a9b5e' (model and a digest of
+    the instruction sets), 'gpu-nvidia-h100-80gb-hbm3'."""
+    name = f"{chosen.platform}-{_slug(chosen.kind) or 'unknown'}"
+    if chosen.platform == "cpu":
+        flags = " ".join(sorted(chosen.cpu_flags))
+        name += "-" + hashlib.sha256(flags.encode()).hexdigest()[:10]
+    return name
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def install(base: str) -> Path | None:
+    """Makes this process's later compilations read and write the cache under `base` (the
+    value of `backend.compile_cache`), in the subfolder of this machine's devices; returns that
+    folder. An empty `base` leaves JAX's own setting (`JAX_COMPILATION_CACHE_DIR`) as it is
+    and returns None."""
+    if not base:
+        return None
+    if "://" in base:
+        raise ConfigError(
+            f"{KEY}={base!r}: the compilation cache must be a folder on a filesystem (local, or "
+            "shared by the hosts), not an object-store URL; give a path such as "
+            "~/.cache/jaxtrain/compile or one on the cluster's shared filesystem."
+        )
+    folder = Path(os.path.expanduser(base)).absolute() / device_folder_name(backend_lib.detect())
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(
+            f"{KEY}={base!r}: cannot create {folder} ({e.strerror}); give a folder this user "
+            "can write, or '' for no cache."
+        ) from e
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(
+            f"{KEY}={base!r}: {folder} is not writable by this user; give a folder this user "
+            "can write, or '' for no cache."
+        )
+    if jax.config.jax_compilation_cache_dir != str(folder):
+        jax_cache.reset_cache()  # JAX opens its folder once; a notebook may switch folders
+        jax.config.update("jax_compilation_cache_dir", str(folder))
+    return folder
+
+
+@dataclasses.dataclass
+class CacheUse:
+    """What the persistent cache did for the compilations inside `watch()`."""
+
+    hits: int = 0  # programs loaded from the cache
+    writes: int = 0  # programs compiled and stored
+    saved_s: float = 0.0  # compile seconds the hits saved (as recorded when they were stored)
+
+
+@contextlib.contextmanager
+def watch() -> Iterator[CacheUse]:
+    """Counts the cache's hits and writes (JAX's monitoring events) while the block runs."""
+    use = CacheUse()
+
+    def on_event(event: str, **_: object) -> None:
+        if event == _HIT:
+            use.hits += 1
+        elif event == _WRITE:
+            use.writes += 1
+
+    def on_duration(event: str, duration: float, **_: object) -> None:
+        if event == _SAVED:
+            use.saved_s += duration
+
+    jax.monitoring.register_event_listener(on_event)
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    try:
+        yield use
+    finally:
+        jax.monitoring.unregister_event_listener(on_event)
+        jax.monitoring.unregister_event_duration_listener(on_duration)

@@ -1,0 +1,131 @@
+"""backend.compile_cache: a second run of a config loads its train step from JAX's persistent
+compilation cache instead of compiling it, and trains exactly as the first did."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+from jaxtrain.errors import ConfigError
+from jaxtrain.hardware import backend as backend_lib
+from jaxtrain.hardware import compile_cache
+
+
+def _train(run_dir: Path, cache: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxtrain",
+            "--config",
+            "llama_debug.py",
+            "--config.train.steps=4",
+            "--config.train.log_every=1",
+            f"--config.run.dir={run_dir}",
+            f"--config.backend.compile_cache={cache}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        # Every compile is stored, however short (JAX's default skips those under a second).
+        env={**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"},
+    )
+
+
+def _losses(run_dir: Path) -> list[float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines if '"loss"' in line]
+
+
+def _ready(run_dir: Path) -> dict:
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return next(e for e in events if e["event"] == "ready")
+
+
+def test_a_second_run_loads_the_train_step_from_the_cache_and_trains_alike(tmp_path):
+    cache = tmp_path / "cache"
+    folder = cache / compile_cache.device_folder_name(backend_lib.detect())
+    first = _train(tmp_path / "first", cache)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert f"; stored in {folder}" in first.stdout
+    assert any(p.name.startswith("jit_train_step-") for p in folder.iterdir())
+    second = _train(tmp_path / "second", cache)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"loaded the train step from the compilation cache {folder} in " in second.stdout
+    assert "compiled train step" not in second.stdout
+    assert [_ready(tmp_path / r)["compile_cached"] for r in ("first", "second")] == [False, True]
+    losses = _losses(tmp_path / "first")
+    assert len(losses) == 4 and _losses(tmp_path / "second") == losses  # bit for bit
+
+
+def test_each_kind_of_cpu_gets_its_own_folder():
+    avx512 = backend_lib.TARGETS["cpu-avx512-bf16"]
+    avx2_only = dataclasses.replace(avx512, cpu_flags=frozenset({"avx2", "fma"}))
+    names = {compile_cache.device_folder_name(b) for b in (avx512, avx2_only)}
+    assert len(names) == 2 and all(n.startswith("cpu-x86-cpu-with-avx512-bf16-") for n in names)
+    assert compile_cache.device_folder_name(avx512) == compile_cache.device_folder_name(
+        dataclasses.replace(avx512)
+    )
+    assert compile_cache.device_folder_name(backend_lib.TARGETS["nvidia-h100"]) == (
+        "gpu-nvidia-h100"
+    )
+
+
+@pytest.fixture
+def jax_cache_setting():
+    """Puts this process's compilation cache back as it was after the test."""
+    before = jax.config.jax_compilation_cache_dir
+    yield
+    jax_cache.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", before)
+
+
+def _compile_stored(scale: float) -> compile_cache.CacheUse:
+    """Compiles a small program with every compile stored; what the cache did."""
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    try:
+        with compile_cache.watch() as use:
+            jax.jit(lambda x: jnp.sin(x) * scale).lower(
+                jax.ShapeDtypeStruct((7,), jnp.float32)
+            ).compile()
+    finally:
+        jax.config.update(
+            "jax_persistent_cache_min_compile_time_secs",
+            float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", 1.0)),
+        )
+    return use
+
+
+def test_installing_switches_the_process_to_the_new_folder(tmp_path, jax_cache_setting):
+    first = compile_cache.install(str(tmp_path / "a"))
+    assert _compile_stored(2.0).writes == 1  # JAX has opened the first folder
+    second = compile_cache.install(str(tmp_path / "b"))
+    assert first != second and jax.config.jax_compilation_cache_dir == str(second)
+    use = _compile_stored(3.0)
+    assert use.writes == 1 and use.hits == 0
+    assert len(list(first.iterdir())) == 1
+    assert [p.name.split("-")[0] for p in second.iterdir()] == ["jit__lambda"]
+
+
+def test_no_folder_leaves_jax_setting_as_it_is(jax_cache_setting):
+    before = jax.config.jax_compilation_cache_dir
+    assert compile_cache.install("") is None
+    assert jax.config.jax_compilation_cache_dir == before
+
+
+def test_a_url_or_a_folder_that_cannot_be_made_is_refused(tmp_path, jax_cache_setting):
+    with pytest.raises(ConfigError, match=r"backend.compile_cache='s3://bucket/cache'.*not an"):
+        compile_cache.install("s3://bucket/cache")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=rf"backend.compile_cache=.*cannot create {blocker}/"):
+        compile_cache.install(str(blocker))
