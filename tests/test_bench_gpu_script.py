@@ -1,6 +1,7 @@
 """The prepared GPU benchmark script runs end to end (on tiny shapes, so on any backend)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,14 +11,15 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _bench_gpu(*args: str) -> subprocess.CompletedProcess:
-    """tools/bench_gpu.py --smoke with `args`, from the repository root."""
+def _bench_gpu(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """tools/bench_gpu.py --smoke with `args` and `env`, from the repository root."""
     return subprocess.run(
         [sys.executable, str(REPO / "tools" / "bench_gpu.py"), "--smoke", *args],
         capture_output=True,
         text=True,
         timeout=900,
         cwd=REPO,
+        env={**os.environ, **env},
     )
 
 
@@ -100,3 +102,17 @@ def test_xla_options_compile_every_shape_and_stay_with_its_rows(tmp_path):
     assert refused.returncode == 2
     assert "--xla='xla_gpu_no_such_option=1': XLA refused it: " in refused.stderr
     assert "No such compile option" in refused.stderr
+
+
+def test_a_rerun_with_a_compile_cache_marks_the_rows_it_loaded(tmp_path):
+    record = tmp_path / "rows.jsonl"
+    args = ("--cases", "1b", "--compile-cache", str(tmp_path / "cache"), "--record", str(record))
+    every_compile_stored = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    runs = [_bench_gpu(*args, "--steps", "1", **every_compile_stored) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stdout + run.stderr
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [r["compile_cached"] for r in rows] == [False, True]
+    cells = [[c for c in run.stdout.splitlines() if c.startswith("| llama3.2-1b")] for run in runs]
+    assert [cell[0].split(" | ")[7].endswith(" cached") for cell in cells] == [False, True]
+    assert "(from the compilation cache)" in runs[1].stdout

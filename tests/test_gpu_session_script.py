@@ -46,8 +46,17 @@ def _probe_wheel(folder: Path) -> None:
 def test_a_stage_past_its_limit_is_named_and_the_next_stages_still_run(tmp_path):
     out, wheels = tmp_path / "out", tmp_path / "wheels"
     _probe_wheel(wheels)
+    cache = tmp_path / "compile-cache"
     result = _session(
-        out, "env", "bf16", "moe", "walkthrough", LIMIT_MOE="2", JAXTRAIN_WHEELS=str(wheels)
+        out,
+        "env",
+        "bf16",
+        "moe",
+        "walkthrough",
+        LIMIT_MOE="2",
+        JAXTRAIN_WHEELS=str(wheels),
+        JAXTRAIN_COMPILE_CACHE=str(cache),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "stage moe stopped at its limit of 2 s" in (out / "moe.log").read_text()
@@ -55,6 +64,8 @@ def test_a_stage_past_its_limit_is_named_and_the_next_stages_still_run(tmp_path)
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert [r["case"] for r in rows] == ["8b", "1b", "walkthrough"]
     assert "| llama3.2-1b | bf16 |" in (out / "bf16.log").read_text()
+    # The stages' programs went to the compilation cache (one folder for this machine's CPU).
+    assert len(list(cache.glob("cpu-*/jit_train_step-*"))) == 3
     # The traces of the timed shapes, packed into one file.
     with tarfile.open(out / "traces.tar.gz") as traces:
         names = traces.getnames()

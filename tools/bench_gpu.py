@@ -24,6 +24,9 @@ MFU is against the data-sheet dense bf16 peak of the device, or its fp8 peak for
 `--xla NAME=VALUE` (repeatable) compiles every shape with that XLA option
 (`backend.xla_options`), printed at the start and kept with each row: a flag's before/after is
 two runs of the script, or `tools/bench_ab.py --b-xla` for one shape in one process.
+`--compile-cache DIR` keeps the compiled programs in DIR (`backend.compile_cache`), so that a
+rerun on the same machine skips the compiles; a program loaded from it is marked "cached" in
+the compile column and `compile_cached` in its row, since its seconds are no compile time.
 FLOPs count the active experts (`ModelSpec.flops_per_token`). The fp8 rows, one per scaling
 recipe of `--fp8-recipes` (`model.fp8_recipe`: "delayed", the default, from an amax history;
 "current", from the tensor itself; precision `fp8-<recipe>`), also give the step-time speed-up
@@ -198,6 +201,13 @@ def main(argv: list[str]) -> int:
         "repeatable), kept with each row",
     )
     parser.add_argument(
+        "--compile-cache",
+        metavar="DIR",
+        default="",
+        help="JAX's persistent compilation cache in DIR (backend.compile_cache): a rerun loads "
+        "the programs compiled before; their rows are marked compile_cached",
+    )
+    parser.add_argument(
         "--record",
         default="",
         help="append each row to this file as a JSON line as soon as it is measured (a run cut "
@@ -288,12 +298,19 @@ def _print_table(rows: list[tuple[Case, str, dict]]) -> None:
         print(
             f"| {case.name} | {precision} | {f['tokens']:,} | {f['tokens_per_s']:,.0f} | "
             f"{f['mfu']:.1%} | {f['step_time_s'] * 1e3:.0f} | {speedup} | "
-            f"{f['compile_s']:.0f} | {f['num_params'] / 1e9:.2f}B | {block} |"
+            f"{_compile_cell(f)} | {f['num_params'] / 1e9:.2f}B | {block} |"
         )
+
+
+def _compile_cell(f: dict) -> str:
+    """Compile seconds, marked when the program came from the compilation cache."""
+    return f"{f['compile_s']:.0f}{' cached' if f.get('compile_cached') else ''}"
 
 
 def _config(case: Case, precision: str, args: argparse.Namespace) -> Any:
     overrides = list(case.overrides)
+    if args.compile_cache:
+        overrides.append(f"--config.backend.compile_cache={args.compile_cache}")
     if args.xla:
         overrides.append(f"--config.backend.xla_options={xla_options.text_of(dict(args.xla))}")
     if args.smoke:
@@ -355,6 +372,7 @@ def _walkthrough(args: argparse.Namespace) -> dict | None:
             jax.block_until_ready(trainer.state)
             done = time.perf_counter()
             compile_s, num_params = trainer.compile_s, trainer.num_params
+            compile_cached = trainer.compile_cached
     except Exception as error:
         _failed(WALKTHROUGH.name, start, error)
         return None
@@ -363,6 +381,7 @@ def _walkthrough(args: argparse.Namespace) -> dict | None:
         "time_to_last_step_s": done - start,
         "build_and_compile_s": built - start,
         "compile_s": compile_s,
+        "compile_cached": compile_cached,
         "tokens_per_step": float(cfg.train.global_batch_size * cfg.train.seq_len),
         "tokens_per_s": last.get("tokens_per_s", float("nan")),
         "mfu": last.get("mfu", float("nan")),
@@ -379,7 +398,7 @@ def _walkthrough_line(f: dict) -> str:
     return (
         f"{WALKTHROUGH.name}: step {int(f['steps'])} reached {f['time_to_last_step_s']:.0f} s "
         f"after start ({f['build_and_compile_s']:.0f} s to build and compile, compile "
-        f"{f['compile_s']:.0f} s); last window {f['tokens_per_s']:,.0f} tokens/s, MFU "
+        f"{_compile_cell(f)} s); last window {f['tokens_per_s']:,.0f} tokens/s, MFU "
         f"{f['mfu']:.1%}, {int(f['tokens_per_step']):,} tokens a step, loss {f['loss']:.3f}, "
         f"{f['num_params'] / 1e9:.2f}B params"
     )

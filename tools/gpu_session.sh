@@ -25,6 +25,9 @@
 #                        used when it holds any), into a folder put on PYTHONPATH
 #   LIMIT_<STAGE>        seconds for a stage, e.g. LIMIT_WALKTHROUGH=600
 #   GPU_SESSION_SMOKE=1  tiny shapes for every stage (checks the session on any machine)
+#   JAXTRAIN_COMPILE_CACHE  folder of the compiled programs (bench_gpu.py --compile-cache): a
+#                        stage run again on the same machine skips its compiles; rows loaded
+#                        from it say compile_cached, their compile seconds are no compile time
 # Exits 1 when any stage failed or ran past its limit.
 set -uo pipefail
 
@@ -45,6 +48,8 @@ out="$(cd "$out" && pwd)"
 python="${PYTHON:-python3}"
 smoke=()
 [[ "${GPU_SESSION_SMOKE:-0}" == 1 ]] && smoke=(--smoke)
+cache=()
+[[ -n "${JAXTRAIN_COMPILE_CACHE:-}" ]] && cache=(--compile-cache "$JAXTRAIN_COMPILE_CACHE")
 export PYTHONUNBUFFERED=1
 
 wheels="${JAXTRAIN_WHEELS:-$repo/wheels}"
@@ -60,7 +65,7 @@ fi
 # Runs one stage; called in a child bash under `timeout` (its definition is passed on below).
 run_stage() {
   local stage=$1
-  local bench=("$python" "$repo/tools/bench_gpu.py" "${smoke[@]}" --record "$out/rows.jsonl")
+  local bench=("$python" "$repo/tools/bench_gpu.py" "${smoke[@]}" "${cache[@]}" --record "$out/rows.jsonl")
   local traced=(--profile "$out/traces")
   case "$stage" in
     env)
@@ -87,7 +92,7 @@ for stage in "${stages[@]}"; do
   limit="${!var:-${limits[$stage]}}"
   echo "== $stage (limit ${limit} s)"
   start=$SECONDS
-  timeout --kill-after=10 "$limit" bash -c "$(declare -f run_stage); $(declare -p repo out python smoke site wheels); run_stage $stage" \
+  timeout --kill-after=10 "$limit" bash -c "$(declare -f run_stage); $(declare -p repo out python smoke cache site wheels); run_stage $stage" \
     >"$out/$stage.log" 2>&1
   code=$?
   if (( code == 124 || code == 137 )); then
