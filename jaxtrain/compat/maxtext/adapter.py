@@ -96,7 +96,14 @@ _WHY = {
     "jax_": "JAX runtime setting",
 }
 IGNORE_RULES: tuple[tuple[str, str], ...] = (
-    tuple((f"{prefix}*", why) for prefix, why in _WHY.items())
+    (
+        (
+            "jax_cache_dir",
+            "JAX's compilation cache folder (base.yml's ~/jax_cache): jaxtrain keeps a cache "
+            "only where backend.compile_cache names one",
+        ),
+    )
+    + tuple((f"{prefix}*", why) for prefix, why in _WHY.items())
     + (
         ("async_checkpointing", "checkpoint writer detail"),
         ("enable_tensorboard", "logging"),
