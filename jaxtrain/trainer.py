@@ -286,7 +286,7 @@ class Trainer:
         cache_folder = compile_cache.install(cfg.backend.get("compile_cache", ""))
         self._status("compiling train step...")
         start = time.perf_counter()
-        with compile_cache.watch() as cached:
+        with compile_cache.watch(cache_folder) as cached:
             self.lowered_step, self.compiled_step = self.setup.compile_train_step()
         self.compile_s = time.perf_counter() - start
         self.compile_cached = cached.hits > 0
@@ -297,11 +297,30 @@ class Trainer:
                 f"{self.compile_s:.1f}s, saving about {cached.saved_s:.0f}s of compiling"
             )
         else:
-            stored = f"; stored in {cache_folder}" if cache_folder and cached.writes else ""
+            stored = f"; stored in {cache_folder}" if cached.stored else ""
             self._status(f"compiled train step in {self.compile_s:.1f}s{stored}")
+        self._mend_cache(cache_folder, cached.unreadable)
         self.memory = memory_plan.add_compiled(self.memory, self.compiled_step)
         if check:
             memory_plan.check_fits(self.memory, capacity, source, cfg, axis_sizes)
+
+    def _mend_cache(self, folder: Any, unreadable: list[str]) -> None:
+        """Removes the cache entries JAX could not read (cut short by a process killed while
+        writing them), so that the next start stores them again instead of compiling."""
+        for program in unreadable:
+            removed = compile_cache.remove_unreadable(folder, program) if folder else []
+            if removed:
+                self.log(
+                    f"warning: removed {len(removed)} unreadable compilation cache entr"
+                    f"{'y' if len(removed) == 1 else 'ies'} of {program} from {folder} (cut "
+                    "short by a process stopped while writing); the step was compiled instead "
+                    "and the next start stores it again"
+                )
+            elif not removed:
+                self.log(
+                    f"warning: the compilation cache entry of {program} could not be read "
+                    f"({folder or 'JAX_COMPILATION_CACHE_DIR'}); the step was compiled instead"
+                )
 
     # ----------------------------------------------------------------------------- helpers
     def _status(self, message: str) -> None:

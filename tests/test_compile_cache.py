@@ -65,6 +65,19 @@ def test_a_second_run_loads_the_train_step_from_the_cache_and_trains_alike(tmp_p
     assert [_ready(tmp_path / r)["compile_cached"] for r in ("first", "second")] == [False, True]
     losses = _losses(tmp_path / "first")
     assert len(losses) == 4 and _losses(tmp_path / "second") == losses  # bit for bit
+    # An entry cut short (a process killed while writing it) is compiled past and removed,
+    # where JAX alone would keep it, and fail to read it, at every later start.
+    (entry,) = folder.glob("jit_train_step-*")
+    entry.write_bytes(entry.read_bytes()[:1000])
+    third = _train(tmp_path / "third", cache)
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "compiled train step in " in third.stdout
+    assert (
+        f"warning: removed 1 unreadable compilation cache entry of jit_train_step from {folder}"
+        in third.stdout
+    )
+    assert "Error reading persistent compilation cache entry" not in third.stderr
+    assert not entry.exists() and _losses(tmp_path / "third") == losses
 
 
 def test_each_kind_of_cpu_gets_its_own_folder():
@@ -89,11 +102,11 @@ def jax_cache_setting():
     jax.config.update("jax_compilation_cache_dir", before)
 
 
-def _compile_stored(scale: float) -> compile_cache.CacheUse:
-    """Compiles a small program with every compile stored; what the cache did."""
+def _compile_stored(folder: Path, scale: float) -> compile_cache.CacheUse:
+    """Compiles a small program with every compile stored; what the cache did in `folder`."""
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     try:
-        with compile_cache.watch() as use:
+        with compile_cache.watch(folder) as use:
             jax.jit(lambda x: jnp.sin(x) * scale).lower(
                 jax.ShapeDtypeStruct((7,), jnp.float32)
             ).compile()
@@ -107,13 +120,23 @@ def _compile_stored(scale: float) -> compile_cache.CacheUse:
 
 def test_installing_switches_the_process_to_the_new_folder(tmp_path, jax_cache_setting):
     first = compile_cache.install(str(tmp_path / "a"))
-    assert _compile_stored(2.0).writes == 1  # JAX has opened the first folder
+    assert len(_compile_stored(first, 2.0).stored) == 1  # JAX has opened the first folder
     second = compile_cache.install(str(tmp_path / "b"))
     assert first != second and jax.config.jax_compilation_cache_dir == str(second)
-    use = _compile_stored(3.0)
-    assert use.writes == 1 and use.hits == 0
-    assert len(list(first.iterdir())) == 1
-    assert [p.name.split("-")[0] for p in second.iterdir()] == ["jit__lambda"]
+    use = _compile_stored(second, 3.0)
+    assert use.hits == 0 and [name.split("-")[0] for name in use.stored] == ["jit__lambda"]
+    assert len(list(first.iterdir())) == 1 and len(list(second.iterdir())) == 1
+
+
+def test_entries_cut_short_are_removed_and_whole_ones_kept(tmp_path, jax_cache_setting):
+    folder = compile_cache.install(str(tmp_path))
+    (whole,) = _compile_stored(folder, 4.0).stored
+    data = (folder / whole).read_bytes()
+    (folder / "jit__lambda-cut-cache").write_bytes(data[: len(data) // 2])
+    (folder / "jit__lambda-empty-cache").write_bytes(b"")
+    removed = compile_cache.remove_unreadable(folder, "jit__lambda")
+    assert sorted(p.name for p in removed) == ["jit__lambda-cut-cache", "jit__lambda-empty-cache"]
+    assert [p.name for p in folder.iterdir()] == [whole]
 
 
 def test_no_folder_leaves_jax_setting_as_it_is(jax_cache_setting):

@@ -25,10 +25,12 @@ import dataclasses
 import hashlib
 import os
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import jax
+from jax._src import compilation_cache as jax_cache_internals  # the entries' compression
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
 from jaxtrain.errors import ConfigError
@@ -36,8 +38,10 @@ from jaxtrain.hardware import backend as backend_lib
 
 KEY = "backend.compile_cache"
 _HIT = "/jax/compilation_cache/cache_hits"
-_WRITE = "/jax/compilation_cache/cache_misses"  # JAX records it as it writes a new entry
 _SAVED = "/jax/compilation_cache/compile_time_saved_sec"
+_SUFFIX = "-cache"  # JAX's file cache names an entry <program>-<key>-cache
+# JAX's warning for an entry it found but could not read (it compiles the program instead).
+_UNREADABLE = re.compile(r"Error reading persistent compilation cache entry for '([^']+)'")
 
 
 def device_folder_name(chosen: backend_lib.Backend) -> str:
@@ -91,20 +95,22 @@ class CacheUse:
     """What the persistent cache did for the compilations inside `watch()`."""
 
     hits: int = 0  # programs loaded from the cache
-    writes: int = 0  # programs compiled and stored
     saved_s: float = 0.0  # compile seconds the hits saved (as recorded when they were stored)
+    stored: list[str] = dataclasses.field(default_factory=list)  # entries written
+    unreadable: list[str] = dataclasses.field(default_factory=list)  # programs whose entry failed
 
 
 @contextlib.contextmanager
-def watch() -> Iterator[CacheUse]:
-    """Counts the cache's hits and writes (JAX's monitoring events) while the block runs."""
+def watch(folder: Path | None = None) -> Iterator[CacheUse]:
+    """Counts the cache's hits (JAX's monitoring events) while the block runs, and the entries
+    it wrote to `folder`. An entry JAX could not read is named in `unreadable` instead of
+    JAX's warning (see `remove_unreadable`); other warnings pass through."""
     use = CacheUse()
+    before = _entries(folder)
 
     def on_event(event: str, **_: object) -> None:
         if event == _HIT:
             use.hits += 1
-        elif event == _WRITE:
-            use.writes += 1
 
     def on_duration(event: str, duration: float, **_: object) -> None:
         if event == _SAVED:
@@ -113,7 +119,38 @@ def watch() -> Iterator[CacheUse]:
     jax.monitoring.register_event_listener(on_event)
     jax.monitoring.register_event_duration_secs_listener(on_duration)
     try:
-        yield use
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield use
     finally:
         jax.monitoring.unregister_event_listener(on_event)
         jax.monitoring.unregister_event_duration_listener(on_duration)
+    for warning in caught:
+        unreadable = _UNREADABLE.match(str(warning.message))
+        if unreadable:
+            use.unreadable.append(unreadable.group(1))
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+    use.stored = sorted(_entries(folder) - before)
+
+
+def _entries(folder: Path | None) -> set[str]:
+    if folder is None or not folder.is_dir():
+        return set()
+    return {p.name for p in folder.glob(f"*{_SUFFIX}")}
+
+
+def remove_unreadable(folder: Path, program: str) -> list[Path]:
+    """Removes `program`'s entries in `folder` that do not decompress (a process killed while
+    JAX wrote one leaves it cut short); returns them. JAX never replaces an entry whose file
+    exists, so a broken one would otherwise make every later start compile again."""
+    removed = []
+    for path in sorted(folder.glob(f"{program}-*{_SUFFIX}")):
+        try:
+            jax_cache_internals.decompress_executable(path.read_bytes())
+        except Exception:  # any failure to decompress: the entry is unusable
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
