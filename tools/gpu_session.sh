@@ -25,9 +25,10 @@
 #                        used when it holds any), into a folder put on PYTHONPATH
 #   LIMIT_<STAGE>        seconds for a stage, e.g. LIMIT_WALKTHROUGH=600
 #   GPU_SESSION_SMOKE=1  tiny shapes for every stage (checks the session on any machine)
-#   JAXTRAIN_COMPILE_CACHE  folder of the compiled programs (bench_gpu.py --compile-cache): a
-#                        stage run again on the same machine skips its compiles; rows loaded
-#                        from it say compile_cached, their compile seconds are no compile time
+#   JAXTRAIN_COMPILE_CACHE  folder of the compiled programs (bench_gpu.py --compile-cache;
+#                        default .compile-cache/ in this checkout, "" for none): a stage run
+#                        again on the same machine skips its compiles; rows loaded from it say
+#                        compile_cached, and their compile seconds are no compile time
 # Exits 1 when any stage failed or ran past its limit.
 set -uo pipefail
 
@@ -49,7 +50,8 @@ python="${PYTHON:-python3}"
 smoke=()
 [[ "${GPU_SESSION_SMOKE:-0}" == 1 ]] && smoke=(--smoke)
 cache=()
-[[ -n "${JAXTRAIN_COMPILE_CACHE:-}" ]] && cache=(--compile-cache "$JAXTRAIN_COMPILE_CACHE")
+compile_cache="${JAXTRAIN_COMPILE_CACHE-$repo/.compile-cache}"
+[[ -n "$compile_cache" ]] && cache=(--compile-cache "$compile_cache")
 export PYTHONUNBUFFERED=1
 
 wheels="${JAXTRAIN_WHEELS:-$repo/wheels}"
