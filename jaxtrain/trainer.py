@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -304,7 +305,7 @@ class Trainer:
         if check:
             memory_plan.check_fits(self.memory, capacity, source, cfg, axis_sizes)
 
-    def _mend_cache(self, folder: Any, unreadable: list[str]) -> None:
+    def _mend_cache(self, folder: Path | None, unreadable: list[str]) -> None:
         """Removes the cache entries JAX could not read (cut short by a process killed while
         writing them), so that the next start stores them again instead of compiling."""
         for program in unreadable:
@@ -316,7 +317,7 @@ class Trainer:
                     "short by a process stopped while writing); the step was compiled instead "
                     "and the next start stores it again"
                 )
-            elif not removed:
+            else:
                 self.log(
                     f"warning: the compilation cache entry of {program} could not be read "
                     f"({folder or 'JAX_COMPILATION_CACHE_DIR'}); the step was compiled instead"

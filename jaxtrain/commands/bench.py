@@ -193,12 +193,12 @@ def profile_steps(trainer: Any, directory: Path, steps: int) -> None:
 def format_report(name: str, figures: dict[str, Any]) -> str:
     """One readable block of figures."""
     f = figures
+    cached = " (from the compilation cache)" if f.get("compile_cached") else ""
     return (
         f"{name}: {f['tokens_per_s']:,.0f} tokens/s, step {f['step_time_s'] * 1e3:.1f} ms, "
         f"{f['achieved_flops_per_s'] / 1e9:,.1f} GFLOP/s achieved, MFU {f['mfu']:.1%} of "
         f"{f['peak_flops_per_s'] / 1e9:,.1f} GFLOP/s ({f['peak_source']}), compile "
-        f"{f['compile_s']:.1f} s{' (from the compilation cache)' if f.get('compile_cached') else ''}, "
-        f"step temp memory {f['temp_memory_gb']:.2f} GB, "
+        f"{f['compile_s']:.1f} s{cached}, step temp memory {f['temp_memory_gb']:.2f} GB, "
         f"{f['num_params'] / 1e6:,.1f}M params on {int(f['devices'])} device(s)"
     )
 
