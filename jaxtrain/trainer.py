@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -291,37 +290,12 @@ class Trainer:
             self.lowered_step, self.compiled_step = self.setup.compile_train_step()
         self.compile_s = time.perf_counter() - start
         self.compile_cached = cached.hits > 0
-        if self.compile_cached:
-            where = f" {cache_folder}" if cache_folder else ""
-            self._status(
-                f"loaded the train step from the compilation cache{where} in "
-                f"{self.compile_s:.1f}s, saving about {cached.saved_s:.0f}s of compiling"
-            )
-        else:
-            stored = f"; stored in {cache_folder}" if cached.stored else ""
-            self._status(f"compiled train step in {self.compile_s:.1f}s{stored}")
-        self._mend_cache(cache_folder, cached.unreadable)
+        self._status(compile_cache.outcome_line("train step", self.compile_s, cached, cache_folder))
+        for line in compile_cache.mend(cache_folder, cached):
+            self.log(line)
         self.memory = memory_plan.add_compiled(self.memory, self.compiled_step)
         if check:
             memory_plan.check_fits(self.memory, capacity, source, cfg, axis_sizes)
-
-    def _mend_cache(self, folder: Path | None, unreadable: list[str]) -> None:
-        """Removes the cache entries JAX could not read (cut short by a process killed while
-        writing them), so that the next start stores them again instead of compiling."""
-        for program in unreadable:
-            removed = compile_cache.remove_unreadable(folder, program) if folder else []
-            if removed:
-                self.log(
-                    f"warning: removed {len(removed)} unreadable compilation cache entr"
-                    f"{'y' if len(removed) == 1 else 'ies'} of {program} from {folder} (cut "
-                    "short by a process stopped while writing); the step was compiled instead "
-                    "and the next start stores it again"
-                )
-            else:
-                self.log(
-                    f"warning: the compilation cache entry of {program} could not be read "
-                    f"({folder or 'JAX_COMPILATION_CACHE_DIR'}); the step was compiled instead"
-                )
 
     # ----------------------------------------------------------------------------- helpers
     def _status(self, message: str) -> None:

@@ -154,3 +154,36 @@ def remove_unreadable(folder: Path, program: str) -> list[Path]:
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
+
+
+def outcome_line(program: str, seconds: float, use: CacheUse, folder: Path | None) -> str:
+    """The log line of one compile: loaded from the cache, or compiled (and stored)."""
+    if use.hits:
+        where = f" {folder}" if folder else ""
+        return (
+            f"loaded the {program} from the compilation cache{where} in {seconds:.1f}s, "
+            f"saving about {use.saved_s:.0f}s of compiling"
+        )
+    stored = f"; stored in {folder}" if use.stored else ""
+    return f"compiled {program} in {seconds:.1f}s{stored}"
+
+
+def mend(folder: Path | None, use: CacheUse) -> list[str]:
+    """Removes the entries JAX could not read inside `watch()` (see `remove_unreadable`);
+    returns a warning line for each program, saying what was done."""
+    lines = []
+    for program in use.unreadable:
+        removed = remove_unreadable(folder, program) if folder else []
+        if removed:
+            lines.append(
+                f"warning: removed {len(removed)} unreadable compilation cache entr"
+                f"{'y' if len(removed) == 1 else 'ies'} of {program} from {folder} (cut short "
+                "by a process stopped while writing); it was compiled instead and the next "
+                "start stores it again"
+            )
+        else:
+            lines.append(
+                f"warning: the compilation cache entry of {program} could not be read "
+                f"({folder or 'JAX_COMPILATION_CACHE_DIR'}); it was compiled instead"
+            )
+    return lines
