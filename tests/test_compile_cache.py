@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import jax
@@ -152,3 +153,11 @@ def test_a_url_or_a_folder_that_cannot_be_made_is_refused(tmp_path, jax_cache_se
     blocker.write_text("")
     with pytest.raises(ConfigError, match=rf"backend.compile_cache=.*cannot create {blocker}/"):
         compile_cache.install(str(blocker))
+
+
+def test_other_warnings_pass_through_also_when_the_compile_fails():
+    with pytest.warns(UserWarning, match="said before the failure"):
+        with pytest.raises(RuntimeError, match="compile failed"):
+            with compile_cache.watch():
+                warnings.warn("said before the failure", UserWarning, stacklevel=1)
+                raise RuntimeError("compile failed")

@@ -118,22 +118,23 @@ def watch(folder: Path | None = None) -> Iterator[CacheUse]:
 
     jax.monitoring.register_event_listener(on_event)
     jax.monitoring.register_event_duration_secs_listener(on_duration)
+    caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             yield use
-    finally:
+    finally:  # also when the compile fails: its warnings may say why
         jax.monitoring.unregister_event_listener(on_event)
         jax.monitoring.unregister_event_duration_listener(on_duration)
-    for warning in caught:
-        unreadable = _UNREADABLE.match(str(warning.message))
-        if unreadable:
-            use.unreadable.append(unreadable.group(1))
-        else:
-            warnings.warn_explicit(
-                warning.message, warning.category, warning.filename, warning.lineno
-            )
-    use.stored = sorted(_entries(folder) - before)
+        for warning in caught:
+            unreadable = _UNREADABLE.match(str(warning.message))
+            if unreadable:
+                use.unreadable.append(unreadable.group(1))
+            else:
+                warnings.warn_explicit(
+                    warning.message, warning.category, warning.filename, warning.lineno
+                )
+        use.stored = sorted(_entries(folder) - before)
 
 
 def _entries(folder: Path | None) -> set[str]:
