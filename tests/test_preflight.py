@@ -101,7 +101,9 @@ def test_two_processes_print_one_table(tmp_path):
 @pytest.mark.slow
 @pinned
 def test_a_host_with_a_busy_cpu_is_named(tmp_path):
-    codes, out = run_pinned(tmp_path, 3)
+    # XLA runs the matmul probe on several threads, which share the CPU with the loops thread
+    # for thread: eight loops left process 1 23% of the fastest host's rate, three up to 57%.
+    codes, out = run_pinned(tmp_path, 8)
     assert codes == [1, 1], out[-3000:]
     assert "process 1 (" in out and "slow: matmul" in out, out[-3000:]
     assert "preflight: FAILED on process 1" in out, out[-3000:]
