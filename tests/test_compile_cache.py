@@ -151,8 +151,14 @@ def test_a_url_or_a_folder_that_cannot_be_made_is_refused(tmp_path, jax_cache_se
         compile_cache.install("s3://bucket/cache")
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(ConfigError, match=rf"backend.compile_cache=.*cannot create {blocker}/"):
+    with pytest.raises(ConfigError, match=rf"backend.compile_cache=.*cannot write in {blocker}/"):
         compile_cache.install(str(blocker))
+
+
+def test_a_folder_that_refuses_new_entries_is_refused(read_only_folder, jax_cache_setting):
+    # Also where the permission bits would let this user write (root; /sys).
+    with pytest.raises(ConfigError, match=rf"cannot write in {read_only_folder}/cpu-"):
+        compile_cache.install(str(read_only_folder))
 
 
 def test_other_warnings_pass_through_also_when_the_compile_fails():

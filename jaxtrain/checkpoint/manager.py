@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from etils import epath
 from jaxtrain.checkpoint import checksums as checksums_lib
 from jaxtrain.checkpoint import items, orbax_s3
 from jaxtrain.errors import JaxtrainError
+from jaxtrain.hardware import writable
 from jaxtrain.rundir import disk_full, object_store
 from jaxtrain.rundir.step_folders import committed_steps, step_folder, unfinished_saves
 
@@ -78,15 +78,13 @@ def describe_dtype_changes(changes: list[tuple[str, str, str]]) -> str:
 
 def check_writable(directory: Path) -> None:
     """CheckpointError now, rather than a failed save after hours of training: creates the
-    folder and a file in it (the permission bits alone would not stop root, nor show a
-    read-only filesystem). A bucket is probed by writing and deleting an object."""
+    folder and writes in it (`hardware.writable`). A bucket is probed by writing and deleting
+    an object."""
     if object_store.is_url(str(directory)):
         object_store.check_reachable(str(directory), write=True)
         return
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".jaxtrain-write-test-"):
-            pass
+        writable.probe(directory, create=True)
     except OSError as e:
         raise CheckpointError(
             f"checkpoint folder {directory} is not writable ({e.strerror or e}); nothing was "

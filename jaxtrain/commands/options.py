@@ -9,14 +9,12 @@ nothing here imports JAX until a config is read.
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jaxtrain.errors import ConfigError
-from jaxtrain.hardware import xla_options
+from jaxtrain.hardware import writable, xla_options
 
 if TYPE_CHECKING:
     from ml_collections import ConfigDict
@@ -96,17 +94,10 @@ def xla_option(option: str):
 
 def check_output_folder(path: str | Path, option: str) -> None:
     """ConfigError naming `option` when this process cannot write into the folder `path`,
-    checked before any work and without creating it: a folder is made and removed again in it,
-    or in its nearest existing parent (the permission bits alone would not stop root, nor show a
-    read-only filesystem)."""
+    checked before any work and without creating it (`hardware.writable`)."""
     folder = Path(path)
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
     try:
-        if not probe.is_dir():
-            raise NotADirectoryError(f"{probe} is a file")
-        os.rmdir(tempfile.mkdtemp(dir=probe, prefix=".jaxtrain-write-test-"))
+        writable.probe(folder, create=False)
     except OSError as e:
         raise ConfigError(
             f"{option} {folder}: cannot write there ({e.strerror or e}); nothing was written. "

@@ -35,6 +35,7 @@ from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
 from jaxtrain.errors import ConfigError
 from jaxtrain.hardware import backend as backend_lib
+from jaxtrain.hardware import writable
 
 KEY = "backend.compile_cache"
 _HIT = "/jax/compilation_cache/cache_hits"
@@ -73,17 +74,12 @@ def install(base: str) -> Path | None:
         )
     folder = Path(os.path.expanduser(base)).absolute() / device_folder_name(backend_lib.detect())
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        writable.probe(folder, create=True)
     except OSError as e:
         raise ConfigError(
-            f"{KEY}={base!r}: cannot create {folder} ({e.strerror}); give a folder this user "
-            "can write, or '' for no cache."
+            f"{KEY}={base!r}: cannot write in {folder} ({e.strerror or e}); give a folder this "
+            "user can write, or '' for no cache."
         ) from e
-    if not os.access(folder, os.W_OK):
-        raise ConfigError(
-            f"{KEY}={base!r}: {folder} is not writable by this user; give a folder this user "
-            "can write, or '' for no cache."
-        )
     if jax.config.jax_compilation_cache_dir != str(folder):
         jax_cache.reset_cache()  # JAX opens its folder once; a notebook may switch folders
         jax.config.update("jax_compilation_cache_dir", str(folder))
