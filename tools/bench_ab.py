@@ -43,13 +43,13 @@ from jaxtrain.hardware import xla_options  # noqa: E402
 
 @dataclasses.dataclass
 class Side:
-    """One variant: its name, what it changes, its compiled step and its own train state."""
+    """One variant: its name, what it changes, and its trainer (the compiled step and its own
+    train state)."""
 
     name: str
     overrides: list[str]
     xla: dict[str, Any]
     trainer: Any
-    step: Any
     batch: Any
     tokens: int
     seconds: list[float] = dataclasses.field(default_factory=list)
@@ -58,11 +58,11 @@ class Side:
         """Seconds per step of `steps` steps, none in flight before or after."""
         import jax
 
-        state = self.trainer.state
+        step, state = self.trainer.compiled_step, self.trainer.state
         jax.block_until_ready(state)
         start = time.perf_counter()
         for _ in range(steps):
-            state, _ = self.step(state, self.batch)
+            state, _ = step(state, self.batch)
         jax.block_until_ready(state)
         self.trainer.state = state
         return (time.perf_counter() - start) / steps
@@ -134,7 +134,7 @@ def build(stack: contextlib.ExitStack, name: str, args, common, overrides, xla) 
     batch = bench.device_batch(trainer)
     tokens = trainer.cfg.train.global_batch_size * trainer.cfg.train.seq_len
     return Side(name, [o.removeprefix("--config.") for o in overrides], dict(xla), trainer,
-                trainer.compiled_step, batch, tokens)  # fmt: skip
+                batch, tokens)  # fmt: skip
 
 
 def report(a: Side, b: Side) -> str:
