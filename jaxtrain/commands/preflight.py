@@ -10,13 +10,10 @@ host passes, 1 when one does not.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import jax
-from absl import flags
 
 from jaxtrain.commands import train as train_command
-from jaxtrain.commands.options import load_run_config
 from jaxtrain.parallel import distributed
 from jaxtrain.planning import preflight
 
@@ -28,14 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Checks this host, gathers every host's figures and prints them on process 0."""
-    cfg = load_run_config(args.config, args)
-    flags.FLAGS(sys.argv[:1], known_only=True)
-    distributed.initialize_from_env(
-        args.init_timeout,
-        coordinator=args.coordinator,
-        num_processes=args.num_processes,
-        process_id=args.process_id,
-    )
+    cfg = train_command.join_job(args)
     checks = preflight.judge(preflight.gather(preflight.check_host(cfg)))
     if jax.process_index() == 0:
         print(f"preflight: {len(checks)} process(es), {jax.device_count()} devices")

@@ -72,8 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def handle(args: argparse.Namespace) -> int:
-    """Reads the config, joins the job's processes and trains; returns the exit status."""
+def join_job(args: argparse.Namespace) -> ConfigDict:
+    """Reads the run's config and joins the job's processes (the options of `add_arguments`);
+    `train` and `preflight` start alike, so that preflight checks the hosts training gets."""
     cfg = load_run_config(args.config, args)
     # grain's multiprocessing prefetch reads absl flags; mark them parsed.
     flags.FLAGS(sys.argv[:1], known_only=True)
@@ -83,6 +84,12 @@ def handle(args: argparse.Namespace) -> int:
         num_processes=args.num_processes,
         process_id=args.process_id,
     )
+    return cfg
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Reads the config, joins the job's processes and trains; returns the exit status."""
+    cfg = join_job(args)
     stopped_status = _stopped_exit_code()
     train(cfg)
     distributed.stop_watching()  # the work is done: the peers may see this process leave
