@@ -75,6 +75,18 @@ def _free_compiled_programs():
     gc.collect()
 
 
+@pytest.fixture
+def jax_cache_setting():
+    """Puts this process's compilation cache folder back as it was after the test (a trainer
+    with `backend.compile_cache` switches it); yields the folder it had."""
+    from jax.experimental.compilation_cache import compilation_cache as jax_cache
+
+    before = jax.config.jax_compilation_cache_dir
+    yield before
+    jax_cache.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", before)
+
+
 # Session fixtures of the data-layer tests (a tiny tokenizer, shards written by datatrove).
 from data_fixtures import datatrove_corpus, tiny_tokenizer  # noqa: E402,F401
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
 from jaxtrain.errors import ConfigError
 from jaxtrain.hardware import backend as backend_lib
@@ -94,15 +93,6 @@ def test_each_kind_of_cpu_gets_its_own_folder():
     )
 
 
-@pytest.fixture
-def jax_cache_setting():
-    """Puts this process's compilation cache back as it was after the test."""
-    before = jax.config.jax_compilation_cache_dir
-    yield
-    jax_cache.reset_cache()
-    jax.config.update("jax_compilation_cache_dir", before)
-
-
 def _compile_stored(folder: Path, scale: float) -> compile_cache.CacheUse:
     """Compiles a small program with every compile stored; what the cache did in `folder`."""
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -167,3 +157,60 @@ def test_other_warnings_pass_through_also_when_the_compile_fails():
             with compile_cache.watch():
                 warnings.warn("said before the failure", UserWarning, stacklevel=1)
                 raise RuntimeError("compile failed")
+
+
+def test_sample_reads_and_fills_the_runs_cache(tmp_path, datatrove_corpus, jax_cache_setting):
+    from jaxtrain.config import loader as config_lib
+    from jaxtrain.trainer import Trainer
+
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    cfg = config_lib.load_config(
+        "llama_debug.py",
+        {
+            "run.dir": str(run),
+            "data.kind": "datatrove",
+            "data.paths": str(datatrove_corpus.folder),
+            "data.tokenizer": str(datatrove_corpus.tokenizer),
+            "train.seq_len": 32,
+            "train.global_batch_size": 4,
+            "train.steps": 1,
+            "train.progress": False,
+            "backend.compile_cache": str(cache),
+        },
+    )
+    trainer = Trainer(cfg, devices=jax.devices()[:1], console=False)
+    trainer.run()
+    trainer.close()
+    folder = cache / compile_cache.device_folder_name(backend_lib.detect())
+
+    def sample() -> tuple[str, set[str]]:
+        done = subprocess.run(
+            [sys.executable, "-m", "jaxtrain", "sample", "--run", str(run), "--prompt", "the"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"},
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout, {p.name for p in folder.iterdir()}
+
+    trained = {p.name for p in folder.iterdir()}
+    first, after_first = sample()
+    new = after_first - trained
+    assert any(name.startswith("jit_") for name in new), new  # the sampler's programs
+    second, after_second = sample()
+    assert second == first and after_second == after_first  # loaded, none compiled again
+
+
+def test_a_saved_runs_cache_this_host_cannot_use_is_named_and_skipped(
+    read_only_folder, jax_cache_setting
+):
+    said = []
+    before = jax.config.jax_compilation_cache_dir
+    assert compile_cache.install_for_reading(str(read_only_folder), said.append) is None
+    assert jax.config.jax_compilation_cache_dir == before
+    (line,) = said
+    assert line.startswith(
+        "warning: compiling without the run's compilation cache: "
+        f"backend.compile_cache='{read_only_folder}': cannot write in {read_only_folder}/cpu-"
+    )

@@ -9,9 +9,12 @@ import jax
 import pytest
 from checkpoint_fixtures import small_config
 from conftest import REPO
+from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
 from jaxtrain.cli import main
 from jaxtrain.errors import ConfigError
+from jaxtrain.hardware import backend as backend_lib
+from jaxtrain.hardware import compile_cache
 from jaxtrain.rundir.metrics import read_jsonl
 from jaxtrain.trainer import Trainer
 
@@ -30,13 +33,14 @@ def _broken_task(folder):
 
 
 def test_harness_tasks_are_logged_every_harness_every_steps_and_eval_agrees(
-    tmp_path, tiny_tokenizer, capsys
+    tmp_path, tiny_tokenizer, capsys, jax_cache_setting
 ):
-    run = tmp_path / "run"
+    run, cache = tmp_path / "run", tmp_path / "cache"
     cfg = small_config(
         run,
         **{
             "data.tokenizer": str(tiny_tokenizer),
+            "backend.compile_cache": str(cache),
             "eval.harness_tasks": f"{MC},{_broken_task(tmp_path / 'broken')}",
             "eval.harness_every": 2,
             "eval.harness_limit": 40,
@@ -80,7 +84,13 @@ def test_harness_tasks_are_logged_every_harness_every_steps_and_eval_agrees(
 
     result_file = tmp_path / "results.json"
     argv = ["eval", "--run", str(run), "--step", "4", "--tasks", str(MC), "--limit", "40"]
+    # `eval` starts with JAX's own cache setting, as a process of its own does, and takes the
+    # run's cache.
+    jax_cache.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", jax_cache_setting)
     assert main([*argv, "--output", str(result_file)]) == 0
+    run_cache = cache / compile_cache.device_folder_name(backend_lib.detect())
+    assert jax.config.jax_compilation_cache_dir == str(run_cache)
     assert f"[step 4 of {run}]" in capsys.readouterr().out
     results = json.loads(result_file.read_text())
     assert results["results"]["jaxtrain_mc"]["acc,none"] == records[-1][KEY]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from jaxtrain.commands.options import check_output_folder
 from jaxtrain.data.tokenizer_check import check_tokenizer_folder
 from jaxtrain.errors import ConfigError
 from jaxtrain.evaluation import tasks as tasks_lib
+from jaxtrain.hardware import compile_cache
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +59,9 @@ def _from_run(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]]:
             f"the run {args.run} names no tokenizer (data.tokenizer); pass --tokenizer DIR."
         )
     setup = run_lib.for_reading(restored.cfg)
+    compile_cache.install_for_reading(
+        restored.cfg.backend.get("compile_cache", ""), lambda line: print(line, file=sys.stderr)
+    )
     scorer = Scorer(
         restored.layout.graphdef, restored.params, restored.spec, setup=setup, rows=args.rows
     )

@@ -26,7 +26,7 @@ import hashlib
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax
@@ -84,6 +84,17 @@ def install(base: str) -> Path | None:
         jax_cache.reset_cache()  # JAX opens its folder once; a notebook may switch folders
         jax.config.update("jax_compilation_cache_dir", str(folder))
     return folder
+
+
+def install_for_reading(base: str, say: Callable[[str], None]) -> Path | None:
+    """`install` for a command that reads a saved run (`eval --run`, `sample`), so that the
+    run's cache serves their programs too. A folder this host cannot use costs those compiles,
+    not the command: `say` gets why, and None is returned."""
+    try:
+        return install(base)
+    except ConfigError as error:
+        say(f"warning: compiling without the run's compilation cache: {error}")
+        return None
 
 
 @dataclasses.dataclass
