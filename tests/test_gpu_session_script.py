@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -78,4 +80,28 @@ def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path):
     result = _session(tmp_path / "out", "bf16", "fp16")
     assert result.returncode == 2
     assert "unknown stage 'fp16'" in result.stderr and "walkthrough" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_session_budget_cuts_the_stage_limits_and_skips_what_no_longer_fits(tmp_path):
+    # 40 s, less the 15 s kept to stop a stage and pack the traces: env's 30 s limit is cut.
+    result = _session(tmp_path / "a", "env", GPU_SESSION_BUDGET="40")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (limit,) = [int(n) for n in re.findall(r"^== env \(limit (\d+) s\)$", result.stdout, re.M)]
+    assert 10 <= limit <= 25, result.stdout
+    assert "jax " in (tmp_path / "a" / "env.log").read_text()
+    # 20 s leave under 10 for a stage: each is named as skipped, none runs, and it says so.
+    start = time.monotonic()
+    result = _session(tmp_path / "b", "env", "bf16", GPU_SESSION_BUDGET="20")
+    assert result.returncode == 1, result.stdout + result.stderr
+    for stage in ("env", "bf16"):
+        assert f"gpu_session: stage {stage} skipped: " in result.stdout, result.stdout
+    assert "of the session's budget of 20 s" in result.stdout
+    assert not list((tmp_path / "b").iterdir()) and time.monotonic() - start < 10
+
+
+def test_a_budget_that_is_not_whole_seconds_is_refused(tmp_path):
+    result = _session(tmp_path / "out", "env", GPU_SESSION_BUDGET="10m")
+    assert result.returncode == 2
+    assert "GPU_SESSION_BUDGET=10m: give whole seconds" in result.stderr
     assert not (tmp_path / "out").exists()

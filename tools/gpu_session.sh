@@ -24,6 +24,11 @@
 #   JAXTRAIN_WHEELS      folder of wheels to install first (default: wheels/ in this checkout,
 #                        used when it holds any), into a folder put on PYTHONPATH
 #   LIMIT_<STAGE>        seconds for a stage, e.g. LIMIT_WALKTHROUGH=600
+#   GPU_SESSION_BUDGET   seconds for the whole session, wheels included (default: no bound):
+#                        each stage's limit is cut to what is left, less 15 s to stop a stage
+#                        and pack the traces, and a stage with under 10 s left is skipped and
+#                        named, so that the session ends, with its rows and traces, before the
+#                        machine's own time limit stops it
 #   GPU_SESSION_SMOKE=1  tiny shapes for every stage (checks the session on any machine)
 #   JAXTRAIN_COMPILE_CACHE  folder of the compiled programs (bench_gpu.py --compile-cache;
 #                        default .compile-cache/ in this checkout, "" for none): a stage run
@@ -44,6 +49,12 @@ for stage in "${stages[@]}"; do
     exit 2
   fi
 done
+budget="${GPU_SESSION_BUDGET:-0}"
+if [[ ! "$budget" =~ ^[0-9]+$ ]]; then
+  echo "gpu_session: GPU_SESSION_BUDGET=$budget: give whole seconds (0: no bound)" >&2
+  exit 2
+fi
+reserve=15  # a stopped stage's kill-after (10 s) and packing the traces
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 python="${PYTHON:-python3}"
@@ -92,6 +103,15 @@ status=0
 for stage in "${stages[@]}"; do
   var="LIMIT_${stage^^}"
   limit="${!var:-${limits[$stage]}}"
+  if (( budget > 0 )); then
+    left=$(( budget - SECONDS - reserve ))
+    if (( left < 10 )); then
+      echo "gpu_session: stage $stage skipped: $(( budget - SECONDS )) s left of the session's budget of $budget s"
+      status=1
+      continue
+    fi
+    (( left < limit )) && limit=$left
+  fi
   echo "== $stage (limit ${limit} s)"
   start=$SECONDS
   timeout --kill-after=10 "$limit" bash -c "$(declare -f run_stage); $(declare -p repo out python smoke cache site wheels); run_stage $stage" \
