@@ -3,6 +3,8 @@ the precision the run's matmuls take."""
 
 from __future__ import annotations
 
+import types
+
 import jax
 import pytest
 from conftest import REPO
@@ -73,3 +75,25 @@ def test_a_cpu_clock_that_did_not_count_the_matmul_is_not_believed(monkeypatch):
     monkeypatch.setattr(peaks.time, "process_time", lambda: 0.0)  # a CPU clock that stands still
     frozen = measure(size=256, repeats=5)
     assert frozen < 10 * wall_only  # unguarded: 2 x 256^3 FLOPs over 1 ns, 3e16 FLOP/s
+
+
+def test_a_few_runs_whose_cpu_time_reads_low_do_not_lift_the_peak(monkeypatch):
+    """Every eighth run's CPU time reads 0.6 of its wall time where the two cores' threads ran
+    for twice it (a thread on the other core not accounted yet): the outliers' rate, 3.3x the
+    wall clock's, must not become the peak."""
+    wall_step, calls = 0.0025, {"wall": 0, "cpu": 0}
+
+    def perf_counter() -> float:  # each run takes wall_step
+        calls["wall"] += 1
+        return calls["wall"] * wall_step
+
+    def process_time() -> float:  # a run's CPU time: 2 x its wall time, 0.6 x in every eighth
+        calls["cpu"] += 1
+        run, end = divmod(calls["cpu"] - 1, 2)
+        return run + end * wall_step * (0.6 if run % 8 == 0 else 2.0)
+
+    clocks = types.SimpleNamespace(perf_counter=perf_counter, process_time=process_time)
+    monkeypatch.setattr(peaks, "time", clocks)  # peaks' clocks only, not jax's
+    monkeypatch.setattr(peaks, "_usable_cores", lambda: 2)
+    measured = peaks.measured_matmul_flops.__wrapped__(size=64, repeats=40)
+    assert measured == pytest.approx(2 * 64**3 / wall_step)  # the wall clock's, not 3.3x it
