@@ -91,10 +91,11 @@ def measured_matmul_flops(size: int = 1024, repeats: int = 40, dtype: str = "flo
       at its next scheduler tick): on a 2-core AMD EPYC whose wall clock said 436-460 GFLOP/s,
       the fastest run by CPU time said 622-863, and MFU read 28-48% too low. Such runs are a
       few of the forty, above the quartile.
-    - A run whose CPU time is under a quarter of its wall-clock time is not counted by CPU
-      time at all: a matmul keeps at least one core busy for as long as it runs, unless the
-      machine is shared several times over, and one bfloat16 run once read a tenth, which made
-      the peak 33.5 TFLOP/s where the wall clock said 1.65.
+
+    A run whose CPU time is under a quarter of its wall-clock time is not counted by CPU time
+    at all: a matmul keeps at least one core busy for as long as it runs, unless the machine
+    is shared several times over, and one bfloat16 run once read a tenth, which made the peak
+    33.5 TFLOP/s where the wall clock said 1.65.
     """
     device = jax.devices()[0]
     a = jax.device_put(jnp.ones((size, size), jnp.dtype(dtype)), device)

@@ -15,7 +15,7 @@ from pathlib import Path
 PROBE_PREFIX = ".jaxtrain-write-test-"
 
 
-def nearest_existing(folder: Path) -> Path:
+def _nearest_existing(folder: Path) -> Path:
     """`folder`, or its nearest parent that exists (where the folder would be made)."""
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -32,7 +32,7 @@ def probe(folder: Path, *, create: bool) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         target = folder
     else:
-        target = nearest_existing(folder)
+        target = _nearest_existing(folder)
         if not target.is_dir():
             raise NotADirectoryError(f"{target} is a file")
     os.rmdir(tempfile.mkdtemp(dir=target, prefix=PROBE_PREFIX))
