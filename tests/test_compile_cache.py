@@ -203,14 +203,16 @@ def test_sample_reads_and_fills_the_runs_cache(tmp_path, datatrove_corpus, jax_c
 
 
 def test_a_saved_runs_cache_this_host_cannot_use_is_named_and_skipped(
-    read_only_folder, jax_cache_setting
+    read_only_folder, jax_cache_setting, capsys
 ):
     said = []
-    before = jax.config.jax_compilation_cache_dir
     assert compile_cache.install_for_reading(str(read_only_folder), said.append) is None
-    assert jax.config.jax_compilation_cache_dir == before
+    assert jax.config.jax_compilation_cache_dir == jax_cache_setting
     (line,) = said
     assert line.startswith(
         "warning: compiling without the run's compilation cache: "
         f"backend.compile_cache='{read_only_folder}': cannot write in {read_only_folder}/cpu-"
     )
+    # Without `say` (the commands), the line goes to standard error.
+    assert compile_cache.install_for_reading(str(read_only_folder)) is None
+    assert capsys.readouterr().err == line + "\n"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +58,7 @@ def _from_run(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]]:
             f"the run {args.run} names no tokenizer (data.tokenizer); pass --tokenizer DIR."
         )
     setup = run_lib.for_reading(restored.cfg)
-    compile_cache.install_for_reading(
-        restored.cfg.backend.get("compile_cache", ""), lambda line: print(line, file=sys.stderr)
-    )
+    compile_cache.install_for_reading(restored.cfg.backend.get("compile_cache", ""))
     scorer = Scorer(
         restored.layout.graphdef, restored.params, restored.spec, setup=setup, rows=args.rows
     )

@@ -7,7 +7,6 @@ tokenizer and prints the prompt with its continuation, prefixed by the checkpoin
 from __future__ import annotations
 
 import argparse
-import sys
 
 from jaxtrain.checkpoint.saved_run import load_model
 from jaxtrain.data.tokenizer_check import check_tokenizer_folder
@@ -36,9 +35,7 @@ def handle(args: argparse.Namespace) -> int:
     )
     check_tokenizer_folder(args.tokenizer, "--tokenizer", fix)  # before the checkpoint is read
     model, cfg, step = load_model(args.run, args.step)
-    compile_cache.install_for_reading(
-        cfg.backend.get("compile_cache", ""), lambda line: print(line, file=sys.stderr)
-    )
+    compile_cache.install_for_reading(cfg.backend.get("compile_cache", ""))
     if not args.tokenizer:
         if not cfg.data.tokenizer:
             raise ConfigError(

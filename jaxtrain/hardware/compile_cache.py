@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,14 +87,18 @@ def install(base: str) -> Path | None:
     return folder
 
 
-def install_for_reading(base: str, say: Callable[[str], None]) -> Path | None:
+def install_for_reading(base: str, say: Callable[[str], None] | None = None) -> Path | None:
     """`install` for a command that reads a saved run (`eval --run`, `sample`), so that the
     run's cache serves their programs too. A folder this host cannot use costs those compiles,
-    not the command: `say` gets why, and None is returned."""
+    not the command: `say` (default: standard error) gets why, and None is returned."""
     try:
         return install(base)
     except ConfigError as error:
-        say(f"warning: compiling without the run's compilation cache: {error}")
+        line = f"warning: compiling without the run's compilation cache: {error}"
+        if say is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            say(line)
         return None
 
 
